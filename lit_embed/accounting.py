@@ -1,0 +1,56 @@
+"""Parameter accounting against the dense baseline: the papers' PCR_All, PCR_Emb and PoEP.
+
+Position and token-type embeddings belong to the backbone, not to the embedding, for these figures.
+"""
+
+from __future__ import annotations
+
+
+def compression(embedding: int, total: int, baseline_embedding: int, baseline_total: int) -> dict[str, float]:
+    """PCR_All = 1 - params/baseline_params; PCR_Emb = 1 - emb/baseline_emb; PoEP = emb/total."""
+    return {
+        "pcr_all": 1.0 - total / baseline_total,
+        "pcr_emb": 1.0 - embedding / baseline_embedding,
+        "poep": embedding / total,
+    }
+
+
+def parameter_report(model) -> dict:
+    """Counts of ``model`` (an :class:`~lit_embed.models.base.EmbeddingModule`) beside its dense baseline."""
+    own, base = model.parameter_counts(), model.baseline_counts()
+    report = {
+        "strategy": type(model.embedding).__name__,
+        "vocab_size": model.embedding.vocab_size,
+        "hidden_size": model.encoder.hidden_size,
+        "total_params": own["total_params"],
+        "embedding_params": own["embedding_params"],
+        "baseline_total_params": base["total_params"],
+        "baseline_embedding_params": base["embedding_params"],
+    }
+    report.update(compression(own["embedding_params"], own["total_params"], base["embedding_params"], base["total_params"]))
+    report["baseline_poep"] = base["embedding_params"] / base["total_params"]
+    return report
+
+
+def human(n: float) -> str:
+    """Counts the way the papers print them: 25.7M, 115.2K, 2.0K."""
+    for unit, size in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if abs(n) >= size:
+            return f"{n / size:.1f}{unit}"
+    return str(int(n))
+
+
+def format_report(report: dict) -> str:
+    rows = [
+        ("strategy", report["strategy"]),
+        ("vocabulary x hidden", f"{report['vocab_size']} x {report['hidden_size']}"),
+        ("total params", f"{report['total_params']:,} ({human(report['total_params'])})"),
+        ("embedding params", f"{report['embedding_params']:,} ({human(report['embedding_params'])})"),
+        ("baseline total", f"{report['baseline_total_params']:,} ({human(report['baseline_total_params'])})"),
+        ("baseline embedding", f"{report['baseline_embedding_params']:,} ({human(report['baseline_embedding_params'])})"),
+        ("PCR_All", f"{100 * report['pcr_all']:.2f}%"),
+        ("PCR_Emb", f"{100 * report['pcr_emb']:.2f}%"),
+        ("PoEP", f"{100 * report['poep']:.2f}% (baseline {100 * report['baseline_poep']:.2f}%)"),
+    ]
+    width = max(len(k) for k, _ in rows)
+    return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)

@@ -1,0 +1,63 @@
+"""``lit-embed``: LightningCLI for fit/validate/test/predict, plus ``params``.
+
+Strategies, data modules and models are chosen by ``class_path`` in YAML; jsonargparse resolves
+them, so a user's own strategy is one class in an importable module and one YAML file.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytorch_lightning as pl
+from pytorch_lightning.cli import LightningCLI
+
+from lit_embed.accounting import format_report, parameter_report
+
+USER_ERRORS = (ValueError, FileNotFoundError, OSError, RuntimeError, KeyError)
+
+
+class LitEmbedCLI(LightningCLI):
+    """LightningCLI in subclass mode; configs compose by naming piece files (see ``configs/``)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("save_config_kwargs", {"overwrite": True})
+        kwargs.setdefault("parser_kwargs", {"default_env": False})
+        super().__init__(pl.LightningModule, pl.LightningDataModule, *args, subclass_mode_model=True,
+                         subclass_mode_data=True, auto_configure_optimizers=False, **kwargs)
+
+
+class ModelOnlyCLI(LitEmbedCLI):
+    """Parses a full config but builds only the model: no data, no trainer, no download."""
+
+    def instantiate_classes(self) -> None:
+        from jsonargparse import ArgumentParser
+
+        parser = ArgumentParser(exit_on_error=False)
+        parser.add_subclass_arguments(pl.LightningModule, "model", required=True)
+        self.model = parser.instantiate_classes(parser.parse_object({"model": self.config["model"]}))["model"]
+
+
+def params_main(argv: list[str]) -> int:
+    as_json = "--json" in argv
+    rest = [a for a in argv if a != "--json"]
+    cli = ModelOnlyCLI(args=rest, run=False)
+    report = parameter_report(cli.model)
+    print(json.dumps(report, indent=2) if as_json else format_report(report))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        if argv and argv[0] == "params":
+            return params_main(argv[1:])
+        LitEmbedCLI(args=argv)
+    except USER_ERRORS as error:
+        print(f"lit-embed: error: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

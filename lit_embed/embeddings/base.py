@@ -1,0 +1,96 @@
+"""The one seam of lit-embed: an embedding strategy.
+
+A strategy owns both halves of what makes it different from a dense table:
+
+* how text becomes the integer codes it consumes (:meth:`EmbeddingStrategy.text_encoder`), and
+* how codes become vectors of the backbone's hidden size (:meth:`EmbeddingStrategy.forward`).
+
+It also answers what the rest of the system asks of it: its own parameter count (the number the
+papers report), a full ``V x d`` weight for a tied MLM decoder where one exists, random codes for
+the Shuffle+Random objective and MLM, and its defining state as persistent buffers, so that a checkpoint
+restores it exactly and every DDP rank agrees.
+"""
+
+from __future__ import annotations
+
+import functools
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+
+import torch
+from torch import Tensor, nn
+
+from lit_embed.embeddings.text import TextEncoder, VocabTextEncoder
+
+
+class EmbeddingStrategy(nn.Module, ABC):
+    """Base class of every embedding strategy.
+
+    Args:
+        hidden_size: width of the vectors handed to the backbone.
+        vocab_size: number of vocabulary ids the strategy accepts; ``None`` for strategies that
+            support an unlimited vocabulary (hash strategies).
+    """
+
+    #: Trailing shape of one token's code: ``()`` for one integer per token (vocabulary ids,
+    #: hash buckets), ``(128,)`` for a bit vector, and so on.
+    code_shape: tuple[int, ...] = ()
+
+    def __init__(self, hidden_size: int, vocab_size: int | None = None) -> None:
+        super().__init__()
+        if hidden_size < 1:
+            raise ValueError(f"hidden_size={hidden_size} must be a positive integer")
+        if vocab_size is not None and vocab_size < 1:
+            raise ValueError(f"vocab_size={vocab_size} must be a positive integer (or None for unlimited)")
+        self.hidden_size = hidden_size
+        self.vocab_size = vocab_size
+
+    @abstractmethod
+    def forward(self, codes: Tensor) -> Tensor:
+        """Map codes of shape ``(*batch, *code_shape)`` to vectors of shape ``(*batch, hidden_size)``."""
+
+    # -- text side -------------------------------------------------------------------------------
+    def text_encoder(self, tokenizer: str) -> TextEncoder:
+        """How text becomes this strategy's codes; vocabulary strategies use the tokenizer's ids."""
+        return VocabTextEncoder(tokenizer, max_vocab_size=self.vocab_size)
+
+    # -- what the rest of the system asks --------------------------------------------------------
+    def num_embedding_parameters(self) -> int:
+        """Parameters the papers count as the embedding's (all of this module's, by default)."""
+        return sum(p.numel() for p in self.parameters())
+
+    def full_weight(self) -> Tensor | None:
+        """The ``vocab_size x hidden_size`` matrix of all token vectors, for a tied MLM decoder.
+
+        Built from the strategy's parameters on each call, so gradients flow into them. ``None``
+        when the strategy has no finite vocabulary to enumerate.
+        """
+        if self.vocab_size is None:
+            return None
+        ids = torch.arange(self.vocab_size, device=self._device())
+        return self(ids)
+
+    def decoder_logits(self, hidden: Tensor) -> Tensor:
+        """Scores of every vocabulary id for ``hidden`` (``(M, d)``) with the decoder tied to this embedding."""
+        weight = self.full_weight()
+        if weight is None:
+            raise ValueError(
+                f"{type(self).__name__} has no finite vocabulary to tie an MLM decoder to: "
+                f"set tie_decoder: false or pre-train it with Shuffle+Random"
+            )
+        return hidden @ weight.T
+
+    def code_sampler(self) -> Callable[[tuple[int, ...]], Tensor]:
+        """A picklable ``shape -> codes`` function drawing uniformly random codes on the CPU.
+
+        Collators call it in DataLoader workers (MLM's 10% random tokens, S+R's "random"), so it
+        must not hold the module's parameters.
+        """
+        if self.vocab_size is None:
+            raise NotImplementedError(f"{type(self).__name__} must define code_sampler")
+        return functools.partial(torch.randint, self.vocab_size)
+
+    def _device(self) -> torch.device:
+        for tensor in (*self.parameters(), *self.buffers()):
+            return tensor.device
+        return torch.device("cpu")

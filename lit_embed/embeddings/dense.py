@@ -1,0 +1,29 @@
+"""The baseline: one learned vector per vocabulary id."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from lit_embed.embeddings.base import EmbeddingStrategy
+
+
+class DenseEmbedding(EmbeddingStrategy):
+    """``nn.Embedding(vocab_size, hidden_size)``: the dense baseline every compression is measured against.
+
+    Args:
+        vocab_size: number of vocabulary ids.
+        hidden_size: width of each vector.
+        init_std: standard deviation of the normal initialisation (BERT/RoBERTa use 0.02).
+    """
+
+    def __init__(self, vocab_size: int, hidden_size: int, init_std: float = 0.02) -> None:
+        super().__init__(hidden_size=hidden_size, vocab_size=vocab_size)
+        self.weight = nn.Parameter(torch.empty(vocab_size, hidden_size).normal_(0.0, init_std))
+
+    def forward(self, codes: Tensor) -> Tensor:
+        return nn.functional.embedding(codes, self.weight)
+
+    def full_weight(self) -> Tensor:
+        return self.weight
+

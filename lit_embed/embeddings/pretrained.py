@@ -1,0 +1,60 @@
+"""Read a pretrained input-embedding matrix from a HuggingFace model or a matrix file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from lit_embed.hub import explain_unreachable, resolve_pretrained
+
+MATRIX_SUFFIXES = (".pt", ".pth", ".npy", ".safetensors")
+
+
+def load_embedding_matrix(source: str) -> torch.Tensor:
+    """The ``(vocab_size, dim)`` float matrix named by ``source``.
+
+    ``source`` is a matrix file (``.pt``/``.pth`` holding a tensor or a state dict, ``.npy``,
+    ``.safetensors``), or a HuggingFace model name or folder whose input embeddings are taken.
+    """
+    path = Path(source).expanduser()
+    if path.suffix in MATRIX_SUFFIXES:
+        if not path.is_file():
+            raise FileNotFoundError(f"embedding matrix file {source!r} does not exist: check the path")
+        return _as_matrix(_read_file(path), source)
+    from transformers import AutoModel
+
+    where = resolve_pretrained(source, what="pretrained model")
+    try:
+        model = AutoModel.from_pretrained(where)
+    except OSError as error:
+        raise explain_unreachable(source, "pretrained model", error) from error
+    return model.get_input_embeddings().weight.detach().float().clone()
+
+
+def _read_file(path: Path):
+    if path.suffix == ".npy":
+        return torch.from_numpy(np.load(path))
+    if path.suffix == ".safetensors":
+        from safetensors.torch import load_file
+
+        return load_file(str(path))
+    return torch.load(path, map_location="cpu", weights_only=True)
+
+
+def _as_matrix(obj, source: str) -> torch.Tensor:
+    """A 2-D tensor, or the one embedding matrix inside a state dict."""
+    if isinstance(obj, dict):
+        matrices = {k: v for k, v in obj.items() if isinstance(v, torch.Tensor) and v.dim() == 2}
+        named = {k: v for k, v in matrices.items() if "word_embeddings" in k or "embed_tokens" in k}
+        pick = named or matrices
+        if len(pick) != 1:
+            raise ValueError(
+                f"{source!r} holds {len(pick)} candidate matrices ({sorted(pick)[:5]}): save the single "
+                f"(vocab_size, dim) embedding tensor instead"
+            )
+        obj = next(iter(pick.values()))
+    if not isinstance(obj, torch.Tensor) or obj.dim() != 2:
+        raise ValueError(f"{source!r} does not hold a 2-D (vocab_size, dim) matrix")
+    return obj.detach().float()

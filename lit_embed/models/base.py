@@ -1,0 +1,93 @@
+"""What every lit-embed LightningModule shares: a strategy feeding an encoder, and its optimiser."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytorch_lightning as pl
+from torch import Tensor
+
+from lit_embed.embeddings.base import EmbeddingStrategy
+from lit_embed.embeddings.dense import DenseEmbedding
+from lit_embed.embeddings.text import TextEncoder
+from lit_embed.models.encoder import Encoder, count_parameters
+from lit_embed.models.optim import OptimConfig, configure_adamw
+
+#: A strategy still missing ``(vocab_size, hidden_size)``; YAML gives it by ``class_path`` and
+#: ``init_args``, and the module supplies the two sizes so they are stated once.
+StrategyFactory = Callable[[int, int], EmbeddingStrategy]
+
+
+class EmbeddingModule(pl.LightningModule):
+    """An embedding strategy feeding a HuggingFace encoder.
+
+    Args:
+        vocab_size: vocabulary size given to the strategy (``None`` for unlimited-vocabulary strategies).
+        encoder: the backbone.
+        embedding: the strategy (default dense).
+        optim: optimiser and schedule.
+        baseline_vocab_size: vocabulary of the dense baseline that compression figures compare
+            against, for unlimited-vocabulary strategies (default: ``vocab_size``).
+    """
+
+    def __init__(
+        self,
+        encoder: Encoder,
+        embedding: StrategyFactory | None = None,
+        vocab_size: int | None = None,
+        optim: OptimConfig | None = None,
+        baseline_vocab_size: int | None = None,
+    ) -> None:
+        super().__init__()
+        self.encoder = encoder
+        factory = embedding or DenseEmbedding
+        self.embedding = factory(vocab_size, encoder.hidden_size)
+        if self.embedding.hidden_size != encoder.hidden_size:
+            raise ValueError(
+                f"the strategy's hidden_size={self.embedding.hidden_size} differs from the encoder's "
+                f"{encoder.hidden_size}: they must match"
+            )
+        self.optim = optim or OptimConfig()
+        self.baseline_vocab_size = baseline_vocab_size or vocab_size
+
+    # -- the seam in use -------------------------------------------------------------------------
+    def text_encoder(self, tokenizer: str) -> TextEncoder:
+        return self.embedding.text_encoder(tokenizer)
+
+    def encode(self, batch: dict[str, Tensor], output_hidden_states: bool = False):
+        """Run strategy then encoder on a collated batch."""
+        embeds = self.embedding(batch["codes"])
+        return self.encoder(
+            embeds,
+            attention_mask=batch["attention_mask"],
+            token_type_ids=batch.get("token_type_ids"),
+            output_hidden_states=output_hidden_states,
+        )
+
+    def setup(self, stage: str) -> None:
+        # Strategies whose state is expensive (cluster codes) compute it here, once per process,
+        # unless a checkpoint already restored it.
+        prepare = getattr(self.embedding, "prepare", None)
+        if prepare is not None:
+            prepare()
+
+    # -- accounting ------------------------------------------------------------------------------
+    def parameter_counts(self) -> dict[str, int]:
+        """Embedding and total parameters as the papers count them (backbone + strategy, no task heads)."""
+        embedding = self.embedding.num_embedding_parameters()
+        return {"embedding_params": embedding, "total_params": embedding + count_parameters(self.encoder)}
+
+    def baseline_counts(self) -> dict[str, int]:
+        """The same counts for the dense baseline: same backbone, ``baseline_vocab_size x hidden`` table."""
+        if self.baseline_vocab_size is None:
+            raise ValueError("an unlimited-vocabulary strategy needs baseline_vocab_size to compare against a dense table")
+        embedding = self.baseline_vocab_size * self.encoder.hidden_size
+        return {"embedding_params": embedding, "total_params": embedding + count_parameters(self.encoder)}
+
+    # -- optimisation ----------------------------------------------------------------------------
+    def configure_optimizers(self) -> Any:
+        return configure_adamw(self, self.optim, self.trainer.estimated_stepping_batches)
+
+
+__all__ = ["EmbeddingModule", "StrategyFactory"]

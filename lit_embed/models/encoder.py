@@ -1,0 +1,119 @@
+"""The backbone: a HuggingFace encoder fed ``inputs_embeds`` by the embedding strategy.
+
+Position and token-type embeddings, LayerNorm and attention stay HuggingFace's; the word-embedding
+table is removed, so no dead ``N x d`` parameters remain inside the backbone.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from torch import Tensor, nn
+
+from lit_embed.hub import explain_unreachable, resolve_pretrained
+
+ARCHITECTURES = {"roberta": "RobertaConfig", "xlm-roberta": "XLMRobertaConfig", "bert": "BertConfig"}
+
+
+class Encoder(nn.Module):
+    """A transformer encoder built from a config (RoBERTa, XLM-R or BERT) or a pretrained model.
+
+    Args:
+        arch: ``roberta``, ``xlm-roberta`` or ``bert``.
+        hidden_size, num_layers, num_heads, intermediate_size: the transformer's shape.
+        max_position_embeddings: learned positions (RoBERTa/XLM-R use ``max_length + 2``).
+        type_vocab_size: token-type embeddings (1 for RoBERTa, 2 for BERT).
+        dropout, attention_dropout: dropout probabilities.
+        pooler: keep the ``[CLS]`` pooler (its parameters count toward the papers' totals).
+        pretrained: a HuggingFace model name or folder; its weights (not its word embeddings) are
+            loaded and its shape overrides the arguments above.
+    """
+
+    def __init__(
+        self,
+        arch: Literal["roberta", "xlm-roberta", "bert"] = "roberta",
+        hidden_size: int = 512,
+        num_layers: int = 8,
+        num_heads: int = 8,
+        intermediate_size: int = 2048,
+        max_position_embeddings: int = 514,
+        type_vocab_size: int = 1,
+        dropout: float = 0.1,
+        attention_dropout: float = 0.1,
+        pooler: bool = True,
+        pretrained: str | None = None,
+    ) -> None:
+        super().__init__()
+        import transformers
+
+        if pretrained is not None:
+            try:
+                self.model = transformers.AutoModel.from_pretrained(
+                    resolve_pretrained(pretrained), add_pooling_layer=pooler
+                )
+            except OSError as error:
+                raise explain_unreachable(pretrained, "pretrained encoder", error) from error
+            #: The pretrained word-embedding matrix, handed to a strategy that wants it, then dropped.
+            self.pretrained_word_embeddings = self.model.get_input_embeddings().weight.detach().clone()
+        else:
+            if arch not in ARCHITECTURES:
+                raise ValueError(f"arch={arch!r} is not supported: use one of {sorted(ARCHITECTURES)}")
+            if hidden_size % num_heads:
+                raise ValueError(
+                    f"hidden_size={hidden_size} is not divisible by num_heads={num_heads}: pick a divisor"
+                )
+            config = getattr(transformers, ARCHITECTURES[arch])(
+                vocab_size=3,  # the strategy owns the vocabulary; this stub table is removed below
+                hidden_size=hidden_size,
+                num_hidden_layers=num_layers,
+                num_attention_heads=num_heads,
+                intermediate_size=intermediate_size,
+                max_position_embeddings=max_position_embeddings,
+                type_vocab_size=type_vocab_size,
+                hidden_dropout_prob=dropout,
+                attention_probs_dropout_prob=attention_dropout,
+                pad_token_id=0 if arch == "bert" else 1,
+            )
+            self.model = transformers.AutoModel.from_config(config, add_pooling_layer=pooler)
+            self.pretrained_word_embeddings = None
+        del self.model.embeddings.word_embeddings
+        self.model.embeddings.word_embeddings = None
+        config = self.model.config
+        self.hidden_size = config.hidden_size
+        # RoBERTa-style position ids start after the padding index.
+        self.max_length = config.max_position_embeddings - (
+            config.pad_token_id + 1 if config.model_type in ("roberta", "xlm-roberta") else 0
+        )
+
+    @property
+    def config(self):
+        return self.model.config
+
+    def forward(
+        self,
+        inputs_embeds: Tensor,
+        attention_mask: Tensor | None = None,
+        token_type_ids: Tensor | None = None,
+        output_hidden_states: bool = False,
+    ):
+        if inputs_embeds.shape[1] > self.max_length:
+            raise ValueError(
+                f"sequence length {inputs_embeds.shape[1]} exceeds the backbone's {self.max_length} positions: "
+                f"lower the data's max_length or raise max_position_embeddings"
+            )
+        return self.model(
+            inputs_embeds=inputs_embeds,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            output_hidden_states=output_hidden_states,
+        )
+
+    def extra_repr(self) -> str:
+        c = self.config
+        return f"{c.model_type}: {c.num_hidden_layers} layers, hidden {c.hidden_size}, heads {c.num_attention_heads}"
+
+
+def count_parameters(module: nn.Module) -> int:
+    """Distinct parameters (tied tensors counted once)."""
+    return sum(p.numel() for p in {id(p): p for p in module.parameters()}.values())
+

@@ -1,0 +1,85 @@
+"""Masked language modelling (RoBERTa) over any embedding strategy."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor, nn
+
+from lit_embed.data.collate import MaskedLMCollator
+from lit_embed.embeddings.text import TextEncoder
+from lit_embed.models.base import EmbeddingModule, StrategyFactory
+from lit_embed.models.encoder import Encoder
+from lit_embed.models.optim import OptimConfig
+
+
+class MaskedLM(EmbeddingModule):
+    """RoBERTa's MLM: 15% of tokens predicted (80% mask, 10% random, 10% kept).
+
+    The head is RoBERTa's (dense, GELU, LayerNorm, then the decoder). The decoder is tied through the
+    strategy (``decoder_logits``: the dense weight, or the sub-embedding tables without building an
+    ``N x d`` matrix) with its own ``N``-sized bias, or untied with ``tie_decoder: false``. Logits are
+    computed only at the predicted positions.
+
+    Args:
+        encoder, embedding, vocab_size, optim: see :class:`EmbeddingModule`.
+        tie_decoder: tie the output layer to the input embedding (the papers do).
+        mask_prob: share of tokens predicted.
+    """
+
+    def __init__(
+        self,
+        encoder: Encoder,
+        vocab_size: int,
+        embedding: StrategyFactory | None = None,
+        tie_decoder: bool = True,
+        mask_prob: float = 0.15,
+        optim: OptimConfig | None = None,
+    ) -> None:
+        super().__init__(encoder=encoder, embedding=embedding, vocab_size=vocab_size, optim=optim)
+        hidden = encoder.hidden_size
+        self.tie_decoder = tie_decoder
+        self.mask_prob = mask_prob
+        self.head = nn.Sequential(
+            nn.Linear(hidden, hidden), nn.GELU(), nn.LayerNorm(hidden, eps=encoder.config.layer_norm_eps)
+        )
+        self.decoder = None if tie_decoder else nn.Linear(hidden, vocab_size, bias=False)
+        self.decoder_bias = nn.Parameter(torch.zeros(vocab_size))
+
+    def collator(self, text_encoder: TextEncoder) -> MaskedLMCollator:
+        return MaskedLMCollator(text_encoder, self.embedding.code_sampler(), self.mask_prob)
+
+    def forward(self, batch: dict[str, Tensor]) -> tuple[Tensor, Tensor, Tensor]:
+        """Loss, logits at the predicted positions, and their labels."""
+        hidden = self.encode(batch).last_hidden_state
+        labels = batch["labels"]
+        predicted = labels != -100
+        states = self.head(hidden[predicted])
+        logits = self.embedding.decoder_logits(states) if self.decoder is None else self.decoder(states)
+        logits = logits + self.decoder_bias
+        targets = labels[predicted]
+        loss = nn.functional.cross_entropy(logits.float(), targets) if len(targets) else hidden.sum() * 0.0
+        return loss, logits, targets
+
+    def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
+        loss, logits, targets = self(batch)
+        self.log("train/loss", loss, prog_bar=True)
+        self.log("train/accuracy", _accuracy(logits, targets))
+        return loss
+
+    def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
+        loss, logits, targets = self(batch)
+        self.log("val/loss", loss, prog_bar=True, sync_dist=True, batch_size=max(1, len(targets)))
+        self.log("val/accuracy", _accuracy(logits, targets), sync_dist=True, batch_size=max(1, len(targets)))
+
+    def on_validation_epoch_end(self) -> None:
+        loss = self.trainer.callback_metrics.get("val/loss")
+        if loss is not None:
+            self.log("val/perplexity", math.exp(min(float(loss), 50.0)))
+
+
+def _accuracy(logits: Tensor, targets: Tensor) -> Tensor:
+    if not len(targets):
+        return torch.tensor(0.0, device=logits.device)
+    return (logits.argmax(-1) == targets).float().mean()

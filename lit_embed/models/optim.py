@@ -1,0 +1,77 @@
+"""AdamW with warm-up and decay: the papers' optimisation, shared by every module."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+from torch import nn
+
+
+@dataclass
+class OptimConfig:
+    """Optimiser and learning-rate schedule.
+
+    Defaults are the k-sub-embedding paper's pre-training (Table 5): peak 2e-4, 24k warm-up steps,
+    linear decay, weight decay 0.01, Adam betas (0.9, 0.98), eps 1e-6.
+
+    Args:
+        lr: peak learning rate.
+        warmup: warm-up steps; a value below 1 is a fraction of the total steps (fine-tuning's 0.06).
+        schedule: ``linear`` decay to 0, ``cosine_restarts`` (HashFormers' fine-tuning), or ``constant``.
+        num_cycles: hard restarts for ``cosine_restarts``.
+    """
+
+    lr: float = 2e-4
+    weight_decay: float = 0.01
+    betas: tuple[float, float] = (0.9, 0.98)
+    eps: float = 1e-6
+    warmup: float = 24000
+    schedule: Literal["linear", "cosine_restarts", "constant"] = "linear"
+    num_cycles: int = 1
+
+    def __post_init__(self) -> None:
+        if self.lr <= 0:
+            raise ValueError(f"lr={self.lr} must be positive")
+        if self.warmup < 0:
+            raise ValueError(f"warmup={self.warmup} must be >= 0 (steps, or a fraction below 1)")
+
+    def warmup_steps(self, total_steps: int) -> int:
+        return int(self.warmup * total_steps) if 0 < self.warmup < 1 else int(self.warmup)
+
+
+def lr_factor(step: int, warmup: int, total: int, schedule: str, num_cycles: int = 1) -> float:
+    """Multiplier of the peak learning rate at ``step``."""
+    if step < warmup:
+        return (step + 1) / (warmup + 1)
+    if schedule == "constant":
+        return 1.0
+    progress = (step - warmup) / max(1, total - warmup)
+    if progress >= 1.0:
+        return 0.0
+    if schedule == "linear":
+        return 1.0 - progress
+    return 0.5 * (1.0 + math.cos(math.pi * ((num_cycles * progress) % 1.0)))
+
+
+def configure_adamw(module: nn.Module, config: OptimConfig, total_steps: float | int):
+    """AdamW (no decay on biases and norms) with a per-step schedule over ``total_steps``."""
+    decay, no_decay = [], []
+    for name, param in module.named_parameters():
+        if not param.requires_grad:
+            continue
+        (no_decay if param.ndim < 2 or "LayerNorm" in name or name.endswith(".bias") else decay).append(param)
+    optimizer = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": config.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=config.lr,
+        betas=config.betas,
+        eps=config.eps,
+    )
+    total = int(total_steps) if math.isfinite(total_steps) else 10**9
+    warmup = config.warmup_steps(total)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda step: lr_factor(step, warmup, total, config.schedule, config.num_cycles)
+    )
+    return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
