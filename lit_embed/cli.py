@@ -6,8 +6,10 @@ them, so a user's own strategy is one class in an importable module and one YAML
 
 from __future__ import annotations
 
+import importlib
 import json
 import sys
+import warnings
 
 import pytorch_lightning as pl
 from pytorch_lightning.cli import LightningCLI
@@ -15,6 +17,10 @@ from pytorch_lightning.cli import LightningCLI
 from lit_embed.accounting import format_report, parameter_report
 
 USER_ERRORS = (ValueError, FileNotFoundError, OSError, RuntimeError, KeyError)
+
+
+# We hand LightningCLI the arguments ourselves (after taking our own subcommands off).
+warnings.filterwarnings("ignore", message=".*LightningCLI's args parameter is intended.*")
 
 
 class LitEmbedCLI(LightningCLI):
@@ -47,11 +53,18 @@ def params_main(argv: list[str]) -> int:
     return 0
 
 
+#: Subcommands beside Lightning's fit/validate/test/predict: name -> "module:function(argv) -> int".
+COMMANDS = {
+    "params": "lit_embed.cli:params_main",
+}
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        if argv and argv[0] == "params":
-            return params_main(argv[1:])
+        if argv and argv[0] in COMMANDS:
+            module, _, function = COMMANDS[argv[0]].partition(":")
+            return getattr(importlib.import_module(module), function)(argv[1:])
         LitEmbedCLI(args=argv)
     except USER_ERRORS as error:
         print(f"lit-embed: error: {error}", file=sys.stderr)
