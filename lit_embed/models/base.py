@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from typing import Any
 
@@ -40,6 +41,7 @@ class EmbeddingModule(pl.LightningModule):
         baseline_vocab_size: int | None = None,
     ) -> None:
         super().__init__()
+        self._save_config()
         self.encoder = encoder
         factory = embedding or DenseEmbedding
         self.embedding = factory(vocab_size, encoder.hidden_size)
@@ -50,6 +52,18 @@ class EmbeddingModule(pl.LightningModule):
             )
         self.optim = optim or OptimConfig()
         self.baseline_vocab_size = baseline_vocab_size or vocab_size
+
+    def _save_config(self) -> None:
+        """Record the constructor arguments so ``load_from_checkpoint`` rebuilds the module.
+
+        Built by the CLI, Lightning records the parsed config (class paths and init args, small and
+        exact). Built in Python, the encoder and strategy objects are left out (their weights are in
+        the state dict anyway): pass them again to ``load_from_checkpoint``.
+        """
+        from pytorch_lightning.core.mixins.hparams_mixin import _given_hyperparameters
+
+        by_cli = _given_hyperparameters.get() is not None
+        self.save_hyperparameters(ignore=None if by_cli else ["encoder", "embedding"], frame=inspect.currentframe().f_back)
 
     # -- the seam in use -------------------------------------------------------------------------
     def text_encoder(self, tokenizer: str) -> TextEncoder:

@@ -1,0 +1,102 @@
+"""MLM pre-training end to end: masking, tied decoder, no dead parameters, the demo, checkpoints."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from lit_embed.cli import main
+from lit_embed.data.collate import MaskedLMCollator
+from lit_embed.embeddings import SubspaceEmbedding, VocabTextEncoder
+from lit_embed.models import Encoder, MaskedLM
+
+from .conftest import CONFIGS
+
+
+def tiny_encoder() -> Encoder:
+    return Encoder(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64, max_position_embeddings=66)
+
+
+def test_masking_follows_roberta():
+    encoder = VocabTextEncoder("all-MiniLM-L6-v2")
+    collate = MaskedLMCollator(encoder, functools.partial(torch.randint, 30522), mask_prob=0.15)
+    torch.manual_seed(0)
+    items = [{"codes": np.r_[101, np.random.default_rng(i).integers(1000, 2000, 200), 102]} for i in range(50)]
+    items.append({"codes": np.array([101, 1500, 102])})  # a short one gets padded
+    batch = collate(items)
+    labels, codes, special = batch["labels"], batch["codes"], batch["special_mask"]
+    chosen = labels != -100
+    assert not (chosen & special).any()  # cls, sep and padding are never predicted
+    assert 0.13 < chosen[:50].float().mean() / (~special[:50]).float().mean() < 0.17
+    masked = codes[chosen] == encoder.special_code("mask").item()
+    kept = codes[chosen] == labels[chosen]
+    assert 0.75 < masked.float().mean() < 0.85
+    assert 0.05 < (kept & ~masked).float().mean() < 0.16
+    assert batch["attention_mask"][-1].tolist()[:4] == [1, 1, 1, 0]
+    assert (codes[-1, 3:] == encoder.special_code("pad").item()).all()
+
+
+@pytest.mark.parametrize("tie", [True, False])
+def test_every_parameter_learns_and_none_is_dead(tie):
+    model = MaskedLM(tiny_encoder(), vocab_size=500, embedding=functools.partial(SubspaceEmbedding, num_tables=2), tie_decoder=tie)
+    codes = torch.randint(500, (2, 12))
+    labels = torch.full_like(codes, -100)
+    labels[:, 3:9] = codes[:, 3:9]
+    loss, logits, _ = model({"codes": codes, "attention_mask": torch.ones_like(codes), "labels": labels})
+    assert logits.shape == (12, 500)  # logits only at the predicted positions
+    loss.backward()
+    unused = [n for n, p in model.named_parameters() if p.grad is None or not p.grad.abs().sum()]
+    pooler = [n for n in unused if ".pooler." in n]  # the pooler serves fine-tuning heads, not MLM
+    assert unused == pooler
+    untied = sum(p.numel() for n, p in model.named_parameters() if n.startswith("decoder."))
+    assert untied == (0 if tie else 500 * 32)
+    assert "word_embeddings" not in " ".join(n for n, _ in model.named_parameters())
+
+
+def test_tied_decoder_of_dense_is_the_embedding_weight():
+    model = MaskedLM(tiny_encoder(), vocab_size=300)
+    hidden = torch.randn(4, 32)
+    assert torch.equal(model.embedding.decoder_logits(hidden), hidden @ model.embedding.weight.T)
+
+
+def test_demo_runs_with_fast_dev_run(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(["fit", "--config", str(CONFIGS / "demo.yaml"), "--trainer.fast_dev_run", "true"]) == 0
+
+
+def run_demo(tmp_path: Path, *extra: str) -> Path:
+    args = ["fit", "--config", str(CONFIGS / "demo.yaml"), "--trainer.default_root_dir", str(tmp_path),
+            "--trainer.logger.init_args.save_dir", str(tmp_path), "--trainer.enable_progress_bar", "false", *extra]
+    assert main(args) == 0
+    return next(tmp_path.rglob("*.ckpt"))
+
+
+def test_demo_loss_falls_and_checkpoint_restores_the_strategy(tmp_path):
+    ckpt = run_demo(tmp_path, "--trainer.max_steps", "40", "--trainer.val_check_interval", "40",
+                    "--trainer.limit_val_batches", "4", "--data.init_args.batch_size", "8")
+    events = list(tmp_path.rglob("events.out.tfevents*"))
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(events[0].parent))
+    acc.Reload()
+    losses = [s.value for s in acc.Scalars("train/loss")]
+    assert losses[-1] < losses[0] - 1.0, losses  # starts near ln(30522) = 10.3
+    restored = MaskedLM.load_from_checkpoint(ckpt, map_location="cpu")
+    state = torch.load(ckpt, map_location="cpu", weights_only=False)["state_dict"]
+    assert torch.equal(restored.embedding.codes, state["embedding.codes"])
+    ids = torch.arange(100, 140)[None]
+    restored.eval()
+    with torch.no_grad():
+        out = restored.encode({"codes": ids, "attention_mask": torch.ones_like(ids)}).last_hidden_state
+    again = MaskedLM.load_from_checkpoint(ckpt, map_location="cpu").eval()
+    with torch.no_grad():
+        assert torch.equal(out, again.encode({"codes": ids, "attention_mask": torch.ones_like(ids)}).last_hidden_state)
+
+
+@pytest.mark.slow
+def test_full_demo_loss_falls(tmp_path):
+    run_demo(tmp_path)

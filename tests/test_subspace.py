@@ -1,0 +1,189 @@
+"""Subspace / k-sub-embedding: codes, counts, equivalence with dense, cluster assignment, OOV growth."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from lit_embed.embeddings import ClusterAssignment, DenseEmbedding, RadixAssignment, SubspaceEmbedding
+from lit_embed.embeddings.assignment import cluster_codes, radix_codes, smallest_table_size
+
+
+@pytest.mark.parametrize(
+    ("n", "f", "q"), [(50265, 2, 225), (50265, 3, 37), (50265, 4, 15), (50265, 6, 7), (50265, 8, 4), (250002, 3, 63)]
+)
+def test_table_size_matches_the_papers(n, f, q):
+    assert smallest_table_size(n, f) == q
+    assert q**f >= n > (q - 1) ** f
+
+
+def test_radix_codes_follow_algorithm_1_and_are_unique():
+    n, f, q = 1000, 3, 10
+    codes = RadixAssignment().codes(n, f, q)
+    for token in (0, 7, 123, 999):
+        assert codes[token].tolist() == [(token // q**k) % q for k in range(f)]
+    assert len(np.unique(codes, axis=0)) == n
+    assert codes.min() == 0 and codes.max() == q - 1
+
+
+@pytest.mark.parametrize(("d", "f", "widths"), [(512, 3, [170, 170, 172]), (512, 2, [256, 256]), (10, 4, [2, 2, 2, 4])])
+def test_columns_split_with_the_remainder_last(d, f, widths):
+    emb = SubspaceEmbedding(vocab_size=100, hidden_size=d, num_tables=f)
+    assert emb.widths == widths
+    assert [t.shape[1] for t in emb.tables] == widths
+
+
+@pytest.mark.parametrize(("f", "expected"), [(2, 115_200), (3, 18_944), (8, 2_048)])
+def test_parameter_count_is_q_times_d(f, expected):
+    emb = SubspaceEmbedding(vocab_size=50265, hidden_size=512, num_tables=f)
+    assert emb.num_embedding_parameters() == expected == emb.table_size * 512
+
+
+def test_vectors_are_the_concatenated_rows():
+    emb = SubspaceEmbedding(vocab_size=50, hidden_size=6, num_tables=2, table_size=8)
+    token = 37  # digits 5, 4 in base 8
+    expected = torch.cat([emb.tables[0][5], emb.tables[1][4]])
+    assert torch.equal(emb(torch.tensor([token]))[0], expected)
+
+
+def test_f1_equals_dense_when_its_table_is_copied_in():
+    sub = SubspaceEmbedding(vocab_size=300, hidden_size=16, num_tables=1)
+    dense = DenseEmbedding(vocab_size=300, hidden_size=16)
+    dense.weight.data.copy_(sub.tables[0].data)
+    ids = torch.randint(300, (4, 9))
+    assert torch.equal(sub(ids), dense(ids))
+    assert torch.equal(sub.full_weight(), dense.full_weight())
+
+
+def test_tied_logits_equal_the_gathered_matrix_product():
+    emb = SubspaceEmbedding(vocab_size=200, hidden_size=12, num_tables=3)
+    hidden = torch.randn(5, 12)
+    assert torch.allclose(emb.decoder_logits(hidden), hidden @ emb(torch.arange(200)).T, atol=1e-5)
+
+
+def test_padding_row_is_dedicated_zero_and_frozen():
+    emb = SubspaceEmbedding(vocab_size=100, hidden_size=9, num_tables=3, padding_idx=1)
+    assert emb.num_embedding_parameters() == (emb.table_size + 1) * 9
+    out = emb(torch.tensor([1, 2]))
+    assert torch.equal(out[0], torch.zeros(9))
+    out.sum().backward()
+    assert all(torch.equal(t.grad[emb.table_size], torch.zeros(t.shape[1])) for t in emb.tables)
+
+
+def test_checkpoint_round_trip_restores_codes_and_outputs(tmp_path):
+    source = SubspaceEmbedding(vocab_size=500, hidden_size=12, num_tables=2)
+    source.codes.copy_(torch.from_numpy(np.random.default_rng(0).permutation(source.codes.numpy())))
+    torch.save(source.state_dict(), tmp_path / "strategy.pt")
+    restored = SubspaceEmbedding(vocab_size=500, hidden_size=12, num_tables=2)
+    restored.load_state_dict(torch.load(tmp_path / "strategy.pt"))
+    ids = torch.arange(500)
+    assert torch.equal(restored.codes, source.codes)
+    assert torch.equal(restored(ids), source(ids))
+
+
+def test_oov_growth_uses_unused_codes_without_new_parameters():
+    emb = SubspaceEmbedding(vocab_size=1000, hidden_size=12, num_tables=3, table_size=11)
+    before = emb.num_embedding_parameters()
+    old = emb(torch.arange(1000)).detach()
+    emb.grow_vocab(1100)
+    assert emb.num_embedding_parameters() == before
+    assert emb.codes.shape == (1100, 3)
+    assert len(np.unique(emb.codes.numpy(), axis=0)) == 1100
+    assert torch.equal(emb(torch.arange(1000)), old)  # old tokens keep their vectors
+    assert emb(torch.arange(1000, 1100)).shape == (100, 12)
+    with pytest.raises(ValueError, match="unused codes"):
+        emb.grow_vocab(11**3 + 1)
+
+
+def test_grown_vocabulary_survives_a_checkpoint():
+    emb = SubspaceEmbedding(vocab_size=100, hidden_size=6, num_tables=2, table_size=12)
+    emb.grow_vocab(120)
+    fresh = SubspaceEmbedding(vocab_size=100, hidden_size=6, num_tables=2, table_size=12)
+    fresh.load_state_dict(emb.state_dict())
+    assert fresh.vocab_size == 120 and torch.equal(fresh.codes, emb.codes)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"num_tables": 3, "table_size": 36, "vocab_size": 50265}, r"Q=36 gives 36\^3=46656 codes for 50265 tokens: raise Q to at least 37"),
+        ({"num_tables": 0}, "num_tables=0 must be at least 1"),
+        ({"num_tables": 20, "hidden_size": 16}, "num_tables=20 exceeds hidden_size=16"),
+        ({"padding_idx": 5000}, "padding_idx=5000 is outside"),
+    ],
+)
+def test_bad_arguments_are_refused_clearly(kwargs, message):
+    args = {"vocab_size": 1000, "hidden_size": 64, **kwargs}
+    with pytest.raises(ValueError, match=message):
+        SubspaceEmbedding(**args)
+
+
+# -- cluster assignment (Algorithm 2) ----------------------------------------------------------------
+
+
+def test_cluster_codes_are_unique_on_synthetic_data():
+    x = torch.randn(2000, 16, generator=torch.Generator().manual_seed(0))
+    for method in ("equal", "kmeans"):
+        codes = cluster_codes(x, 3, 13, method, max_iter=5)
+        assert len(np.unique(codes, axis=0)) == 2000
+        assert codes.min() >= 0 and codes.max() < 13
+
+
+def test_kmeans_first_digit_groups_nearby_points():
+    centres = torch.tensor([[10.0, 0.0], [-10.0, 0.0], [0.0, 10.0]])
+    x = centres.repeat_interleave(20, 0) + 0.1 * torch.randn(60, 2, generator=torch.Generator().manual_seed(1))
+    codes = cluster_codes(x, 2, 25, "kmeans")  # 25 clusters for 3 blobs: blobs split, never mix
+    blob = np.arange(60) // 20
+    for cluster in np.unique(codes[:, 0]):
+        assert len(set(blob[codes[:, 0] == cluster])) == 1
+
+
+def test_cluster_assignment_on_the_packaged_minilm(minilm_matrix, tmp_path):
+    n = minilm_matrix.shape[0]
+    assignment = ClusterAssignment(source="unused", method="equal", max_iter=4, cache_dir=str(tmp_path))
+    codes = cluster_codes(minilm_matrix, 3, 32, "equal", seed=0, max_iter=4)
+    assert codes.shape == (n, 3)
+    assert len(np.unique(codes, axis=0)) == n
+    first = np.bincount(codes[:, 0], minlength=32)
+    assert first.max() - first.min() <= 1  # equal-size groups, within 1
+    groups = codes[:, 0] * 32 + codes[:, 1]
+    for g in np.unique(codes[:, 0])[:5]:  # second split is equal-size inside each group too
+        sizes = np.bincount(codes[codes[:, 0] == g, 1], minlength=32)
+        assert sizes.max() - sizes.min() <= 1
+    assert np.bincount(groups).max() <= 32  # room for a distinct last digit
+    assert repr(assignment).startswith("ClusterAssignment(")
+
+
+def test_cluster_assignment_is_cached_and_deterministic(minilm_path, tmp_path):
+    a = ClusterAssignment(source=minilm_path, method="kmeans", max_iter=2, cache_dir=str(tmp_path))
+    first = a.codes(30522, 2, 175)
+    cached = list((tmp_path / "assignments").glob("*.npy"))
+    assert len(cached) == 1
+    again = ClusterAssignment(source=minilm_path, method="kmeans", max_iter=2, cache_dir=str(tmp_path)).codes(30522, 2, 175)
+    assert np.array_equal(first, again)
+
+
+def test_cluster_source_rows_must_match_the_vocabulary(tmp_path):
+    np.save(tmp_path / "m.npy", np.zeros((10, 4), dtype=np.float32))
+    with pytest.raises(ValueError, match="has 10 rows but the vocabulary has 12 tokens"):
+        ClusterAssignment(source=str(tmp_path / "m.npy"), cache_dir=str(tmp_path)).codes(12, 2, 4)
+
+
+def test_cluster_source_that_cannot_be_found_says_how_to_fix(tmp_path):
+    with pytest.raises(OSError, match="local folder"):
+        ClusterAssignment(source="no-such-org/no-such-model", cache_dir=str(tmp_path)).codes(12, 2, 4)
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        ClusterAssignment(source=str(tmp_path / "missing.pt"), cache_dir=str(tmp_path)).codes(12, 2, 4)
+
+
+def test_cluster_strategy_defers_codes_until_prepare(tmp_path):
+    x = torch.randn(300, 8, generator=torch.Generator().manual_seed(0))
+    torch.save(x, tmp_path / "m.pt")
+    emb = SubspaceEmbedding(300, 12, num_tables=2, assignment=ClusterAssignment(str(tmp_path / "m.pt"), cache_dir=str(tmp_path)))
+    with pytest.raises(RuntimeError, match="prepare"):
+        emb(torch.tensor([0]))
+    emb.prepare()
+    assert len(np.unique(emb.codes.numpy(), axis=0)) == 300
+    assert np.array_equal(emb.codes.numpy(), cluster_codes(x, 2, emb.table_size, "equal", 0, 20))
+    assert np.array_equal(radix_codes(np.array([5]), 2, 18)[0], [5, 0])
