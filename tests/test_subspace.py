@@ -56,10 +56,15 @@ def test_f1_equals_dense_when_its_table_is_copied_in():
     assert torch.equal(sub.full_weight(), dense.full_weight())
 
 
-def test_tied_logits_equal_the_gathered_matrix_product():
-    emb = SubspaceEmbedding(vocab_size=200, hidden_size=12, num_tables=3)
-    hidden = torch.randn(5, 12)
-    assert torch.allclose(emb.decoder_logits(hidden), hidden @ emb(torch.arange(200)).T, atol=1e-5)
+@pytest.mark.parametrize("padding_idx", [None, 1])
+def test_tied_logits_and_gradients_equal_the_gathered_matrix_product(padding_idx):
+    emb = SubspaceEmbedding(vocab_size=200, hidden_size=13, num_tables=3, padding_idx=padding_idx).double()
+    hidden = torch.randn(5, 13, dtype=torch.double, requires_grad=True)
+    factored, gathered = emb.decoder_logits(hidden), hidden @ emb(torch.arange(200)).T
+    assert torch.allclose(factored, gathered)
+    wrt = [hidden, *emb.tables]
+    for a, b in zip(torch.autograd.grad(factored.square().sum(), wrt), torch.autograd.grad(gathered.square().sum(), wrt)):
+        assert torch.allclose(a, b)
 
 
 def test_padding_row_is_dedicated_zero_and_frozen():
