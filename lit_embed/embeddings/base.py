@@ -54,6 +54,12 @@ class EmbeddingStrategy(nn.Module, ABC):
         """How text becomes this strategy's codes; vocabulary strategies use the tokenizer's ids."""
         return VocabTextEncoder(tokenizer, max_vocab_size=self.vocab_size)
 
+    def prepare(self) -> None:
+        """Compute expensive defining state (cluster codes) once; the modules call it in ``setup``.
+
+        A no-op where the state is built with the module or already restored from a checkpoint.
+        """
+
     # -- what the rest of the system asks --------------------------------------------------------
     def num_embedding_parameters(self) -> int:
         """Parameters the papers count as the embedding's (all of this module's, by default)."""

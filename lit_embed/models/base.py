@@ -82,9 +82,7 @@ class EmbeddingModule(pl.LightningModule):
     def setup(self, stage: str) -> None:
         # Strategies whose state is expensive (cluster codes) compute it here, once per process,
         # unless a checkpoint already restored it.
-        prepare = getattr(self.embedding, "prepare", None)
-        if prepare is not None:
-            prepare()
+        self.embedding.prepare()
 
     # -- accounting ------------------------------------------------------------------------------
     def parameter_counts(self) -> dict[str, int]:
