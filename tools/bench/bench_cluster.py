@@ -1,0 +1,114 @@
+"""Cluster-based assignment (k-sub-embedding Algorithm 2): time and inertia.
+
+One split clusters a whole matrix into Q groups, which peers can do too (scikit-learn's KMeans, the
+k-means-constrained package, each run only where installed: `pip install scikit-learn
+k-means-constrained`); the full assignment splits recursively for f=3 tables. Matrices: the packaged
+all-MiniLM-L6-v2 input embeddings (real, 30522 x 384) and a synthetic 50265 x 768 mixture of 500
+Gaussians (RoBERTa's shape; the real roberta-base matrix needs the hub). Inertia is the sum of squared
+distances to the cluster means; lower is better.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+import torch
+
+from lit_embed.embeddings.assignment import cluster_codes, grouped_kmeans
+
+TITLE = "Cluster assignment: lit-embed against scikit-learn and k-means-constrained"
+
+
+def matrices(smoke: bool) -> dict[str, torch.Tensor]:
+    generator = torch.Generator().manual_seed(0)
+    if smoke:
+        return {"synthetic 2000x32": torch.randn(2000, 32, generator=generator)}
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from lit_embed.embeddings.pretrained import load_embedding_matrix
+
+    centres = torch.randn(500, 768, generator=generator)
+    members = torch.randint(500, (50265,), generator=generator)
+    synthetic = centres[members] + 0.7 * torch.randn(50265, 768, generator=generator)
+    return {"MiniLM 30522x384": load_embedding_matrix("all-MiniLM-L6-v2"), "synthetic 50265x768": synthetic}
+
+
+def inertia(x: np.ndarray, labels: np.ndarray) -> float:
+    counts = np.bincount(labels)
+    means = np.zeros((len(counts), x.shape[1]))
+    np.add.at(means, labels, x)
+    means /= np.maximum(counts, 1)[:, None]
+    return float(((x - means[labels]) ** 2).sum())
+
+
+def one_split(name: str, method: str, x: torch.Tensor, q: int) -> tuple[float, np.ndarray]:
+    start = time.perf_counter()
+    if method in ("equal", "kmeans"):
+        groups = torch.zeros(len(x), dtype=torch.long)
+        labels, _ = grouped_kmeans(x, groups, q, method, len(x), torch.Generator().manual_seed(0), max_iter=20)
+        labels = labels.numpy()
+    elif method == "sklearn":
+        from sklearn.cluster import KMeans
+
+        labels = KMeans(q, n_init=1, max_iter=20, random_state=0).fit(x.numpy()).labels_
+    else:
+        from k_means_constrained import KMeansConstrained
+
+        n = len(x)
+        model = KMeansConstrained(q, size_min=n // q, size_max=-(-n // q), n_init=1, max_iter=20, random_state=0)
+        labels = model.fit_predict(x.numpy().astype(np.float64))
+    return time.perf_counter() - start, np.asarray(labels)
+
+
+PEERS = {
+    "equal": ("lit-embed equal-size", None),
+    "kmeans": ("lit-embed naive k-means", None),
+    "sklearn": ("scikit-learn KMeans (n_init=1)", "sklearn"),
+    "constrained": ("k-means-constrained", "k_means_constrained"),
+}
+
+
+def installed(module: str | None) -> bool:
+    if module is None:
+        return True
+    try:
+        __import__(module)
+    except ImportError:
+        return False
+    return True
+
+
+def run(ctx) -> list[dict]:
+    q = 16 if ctx.smoke else 100
+    rows = []
+    for matrix_name, x in matrices(ctx.smoke).items():
+        times = {}
+        for method, (label, module) in PEERS.items():
+            if not installed(module):
+                rows.append({"matrix": matrix_name, "what": f"one split into Q={q}", "method": label, "note": "not installed"})
+                continue
+            if method == "constrained" and len(x) > 40000 and not os.environ.get("BENCH_SLOW"):
+                rows.append({"matrix": matrix_name, "what": f"one split into Q={q}", "method": label,
+                             "note": "skipped (minutes); BENCH_SLOW=1 runs it"})
+                continue
+            seconds, labels = one_split(matrix_name, method, x, q)
+            times[method] = seconds
+            sizes = np.bincount(labels, minlength=q)
+            rows.append({
+                "matrix": matrix_name, "what": f"one split into Q={q}", "method": label, "seconds": seconds,
+                "inertia": inertia(x.numpy().astype(np.float64), labels),
+                "cluster sizes": f"{sizes.min()}-{sizes.max()}",
+            })
+        for row in rows:
+            if row["matrix"] == matrix_name and row.get("method") == PEERS["equal"][0] and "constrained" in times:
+                row["speed-up vs k-means-constrained"] = times["constrained"] / times["equal"]
+        for method in ("equal", "kmeans"):
+            start = time.perf_counter()
+            codes = cluster_codes(x, 3, q, method, seed=0, max_iter=20)
+            rows.append({
+                "matrix": matrix_name, "what": f"Algorithm 2, f=3, Q={q}", "method": PEERS[method][0],
+                "seconds": time.perf_counter() - start,
+                "note": "codes unique" if len(np.unique(codes, axis=0)) == len(x) else "CODES NOT UNIQUE",
+            })
+    return rows

@@ -1,0 +1,89 @@
+"""What every benchmark shares: a synchronised timer, the machine it ran on, and result files.
+
+A benchmark module ``bench_<name>.py`` defines ``run(ctx) -> list[dict]``; each row names what was
+timed and, where it has one, the baseline measured in the same run and the ratio between them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+RESULTS = Path(__file__).parent / "results"
+
+
+@dataclass
+class Context:
+    """Options every benchmark reads: the device, and whether to run at the smallest size (CI's smoke test)."""
+
+    device: str = "cpu"
+    smoke: bool = False
+
+    def sync(self) -> None:
+        if self.device.startswith("cuda"):
+            torch.cuda.synchronize()
+
+
+def time_call(fn: Callable[[], object], ctx: Context, warmup: int = 2, repeat: int = 5) -> dict:
+    """Median and minimum seconds of ``fn()`` over ``repeat`` calls after ``warmup`` calls, device-synchronised."""
+    if ctx.smoke:
+        warmup, repeat = min(warmup, 1), 1
+    for _ in range(warmup):
+        fn()
+    ctx.sync()
+    samples = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        ctx.sync()
+        samples.append(time.perf_counter() - start)
+    return {"seconds": statistics.median(samples), "min_seconds": min(samples), "repeats": repeat}
+
+
+def environment(ctx: Context) -> dict:
+    info = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "machine": platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "device": ctx.device,
+    }
+    if ctx.device.startswith("cuda"):
+        info["gpu"] = torch.cuda.get_device_name()
+    return info
+
+
+def write_json(path: Path, payload: dict) -> None:
+    """Readers see the old file or the new one, never half of one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+    with os.fdopen(fd, "w") as handle:
+        json.dump(payload, handle, indent=2)
+        handle.write("\n")
+    os.replace(tmp, path)
+
+
+def markdown_table(rows: list[dict]) -> str:
+    """Rows as a markdown table; columns in first-seen order, floats to 4 significant digits."""
+    columns: list[str] = []
+    for row in rows:
+        columns += [key for key in row if key not in columns]
+
+    def cell(value) -> str:
+        if isinstance(value, float):
+            return f"{value:.4g}"
+        return "" if value is None else str(value)
+
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(cell(row.get(c)) for c in columns) + " |" for row in rows]
+    return "\n".join(lines)

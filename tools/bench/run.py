@@ -1,0 +1,84 @@
+"""Run lit-embed's benchmarks and write their figures beside the baselines measured in the same run.
+
+    python tools/bench/run.py                      # every benchmark, on the CPU
+    python tools/bench/run.py cluster mlm_step     # some of them
+    python tools/bench/run.py --device cuda        # on a GPU, synchronised timings
+    python tools/bench/run.py --smoke --no-write   # smallest sizes, nothing written (CI's smoke test)
+
+Each benchmark writes ``results/<name>.<device>.json``; ``RESULTS.md`` is rebuilt from all of them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import importlib
+import json
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from harness import RESULTS, Context, environment, markdown_table, write_json  # noqa: E402
+
+INTRO = """# Benchmarks
+
+Every figure is measured beside its baseline in the same run, on the machine named with it, and
+given as a ratio. Rebuild with `python tools/bench/run.py [NAME...] [--device cuda]`; this file is
+generated from `results/*.json`.
+"""
+
+
+def available() -> list[str]:
+    return sorted(p.stem.removeprefix("bench_") for p in HERE.glob("bench_*.py"))
+
+
+def render() -> str:
+    parts = [INTRO]
+    for path in sorted(RESULTS.glob("*.json")):
+        result = json.loads(path.read_text())
+        env = result["environment"]
+        where = env.get("gpu") or f"{env['cpu_count']} CPU cores, {env['torch_threads']} torch threads"
+        parts.append(f"## {result['title']}\n")
+        parts.append(f"{result['description']}\n")
+        parts.append(f"Measured {result['date']} on {where} (torch {env['torch']}): `{result['command']}`\n")
+        parts.append(markdown_table(result["rows"]) + "\n")
+    return "\n".join(parts)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("names", nargs="*", help=f"benchmarks to run (default all): {', '.join(available())}")
+    parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
+    parser.add_argument("--smoke", action="store_true", help="smallest sizes, one repeat: checks the suite runs")
+    parser.add_argument("--no-write", action="store_true", help="print the tables, write no result files")
+    args = parser.parse_args(argv)
+    unknown = sorted(set(args.names) - set(available()))
+    if unknown:
+        parser.error(f"unknown benchmark(s) {unknown}: choose from {available()}")
+    ctx = Context(device=args.device, smoke=args.smoke)
+    for name in args.names or available():
+        module = importlib.import_module(f"bench_{name}")
+        print(f"== {name}: {module.TITLE}", flush=True)
+        rows = module.run(ctx)
+        print(markdown_table(rows), flush=True)
+        if args.no_write:
+            continue
+        command = " ".join(["python tools/bench/run.py", name, *(["--device", args.device] if args.device != "cpu" else [])])
+        payload = {
+            "title": module.TITLE,
+            "description": (module.__doc__ or "").strip(),
+            "date": datetime.date.today().isoformat(),
+            "command": command,
+            "environment": environment(ctx),
+            "rows": rows,
+        }
+        write_json(RESULTS / f"{name}.{args.device.replace(':', '')}.json", payload)
+    if not args.no_write:
+        (HERE / "RESULTS.md").write_text(render())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
