@@ -118,3 +118,24 @@ def test_unreachable_cluster_source_fails_before_any_checkpoint(tmp_path, monkey
     assert fit_demo(tmp_path, monkeypatch, *args) == 2
     assert "HF_HUB_OFFLINE" in capsys.readouterr().err
     assert not list(tmp_path.rglob("*.ckpt"))
+
+
+def test_cluster_matrix_of_another_vocabulary_fails_before_any_checkpoint(tmp_path, monkeypatch, capsys):
+    import numpy as np
+
+    np.save(tmp_path / "other.npy", np.zeros((1000, 8), dtype=np.float32))
+    source = "--model.init_args.embedding.init_args.assignment"
+    args = [source, "lit_embed.embeddings.ClusterAssignment", f"{source}.source", str(tmp_path / "other.npy")]
+    assert fit_demo(tmp_path, monkeypatch, *args) == 2
+    assert "has 1000 rows but the vocabulary has 30522 tokens" in capsys.readouterr().err
+    assert not list(tmp_path.rglob("*.ckpt"))
+
+
+def test_the_shipped_corpus_is_what_the_generator_writes():
+    import subprocess
+    import sys
+
+    from .conftest import REPO
+
+    done = subprocess.run([sys.executable, str(REPO / "tools" / "make_sample_corpus.py"), "--check"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr

@@ -1,0 +1,70 @@
+"""The README stays true: its test command is CI's, its tables are measured, its plugin example runs."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lit_embed.accounting import human
+
+from .conftest import CONFIGS, REPO
+from .test_cli import run_params
+
+README = (REPO / "README.md").read_text()
+
+
+def code_blocks(language: str) -> list[str]:
+    return re.findall(rf"```{language}\n(.*?)```", README, flags=re.S)
+
+
+def section(title: str) -> str:
+    return README.split(f"## {title}\n", 1)[1].split("\n## ", 1)[0]
+
+
+def test_quick_start_is_two_commands_and_ci_runs_the_test_one():
+    quick = code_blocks("bash")[0].strip().splitlines()
+    assert len(quick) == 2 and "configs/demo.yaml" in quick[0]
+    ci = (REPO / ".ci" / "run").read_text().strip().splitlines()
+    assert ci[-1] == quick[1]
+
+
+def experiment_rows() -> list[list[str]]:
+    rows = [line.strip("|").split("|") for line in section("Experiments").splitlines() if line.startswith("| `")]
+    return [[cell.strip() for cell in row] for row in rows]
+
+
+@pytest.mark.parametrize("row", experiment_rows(), ids=lambda row: row[0].strip("`"))
+def test_experiment_table_is_what_params_prints(row):
+    name, _, total, embedding, pcr_all, pcr_emb, poep = row
+    paper = "subspace"  # the table's first column names files of configs/experiments/<paper>/
+    report = run_params(CONFIGS / "experiments" / paper / f"{name.strip('`')}.yaml")
+    assert (total, embedding) == (human(report["total_params"]), human(report["embedding_params"]))
+    assert pcr_all == f"{100 * report['pcr_all']:.1f}%"
+    assert pcr_emb == f"{100 * report['pcr_emb']:.2f}%"
+    assert poep == f"{100 * report['poep']:.3f}%"
+
+
+def test_the_plugin_example_counts_and_trains_as_written(tmp_path):
+    """Write the README's two files, run its two commands (fit shortened to one step)."""
+    module = next(block for block in code_blocks("python") if "class LowRankEmbedding" in block)
+    (tmp_path / "my_embeddings.py").write_text(module)
+    (tmp_path / "low_rank.yaml").write_text(next(b for b in code_blocks("yaml") if "my_embeddings." in b))
+    commands = next(block for block in code_blocks("bash") if "low_rank.yaml" in block).strip().splitlines()
+    assert len(commands) == 2
+    cli = str(Path(sys.executable).parent / "lit-embed")
+    outputs = []
+    for command, extra in zip(commands, ([], ["--trainer.fast_dev_run", "true"])):
+        argv = command.replace("$LIT_EMBED", str(REPO)).split()
+        assert argv[:2] == ["PYTHONPATH=.", "lit-embed"]
+        env = {**os.environ, "PYTHONPATH": "."}
+        done = subprocess.run([cli, *argv[2:], *extra], cwd=tmp_path, env=env, capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr[-3000:]
+        outputs.append(done.stdout)
+    rank = 32
+    expected = 30522 * rank + rank * 64  # A: V x r, B: r x d with the demo's tiny backbone (d = 64)
+    assert f"{expected:,}" in outputs[0] and "LowRankEmbedding" in outputs[0]
