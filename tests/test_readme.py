@@ -61,7 +61,7 @@ def test_the_plugin_example_counts_and_trains_as_written(tmp_path):
     for command, extra in zip(commands, ([], ["--trainer.fast_dev_run", "true"])):
         argv = command.replace("$LIT_EMBED", str(REPO)).split()
         assert argv[:2] == ["PYTHONPATH=.", "lit-embed"]
-        env = {**os.environ, "PYTHONPATH": "."}
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([".", os.environ.get("PYTHONPATH", "")])}
         done = subprocess.run([cli, *argv[2:], *extra], cwd=tmp_path, env=env, capture_output=True, text=True)
         assert done.returncode == 0, done.stderr[-3000:]
         outputs.append(done.stdout)
