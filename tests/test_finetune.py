@@ -488,3 +488,16 @@ def test_full_demo_finetune_is_well_above_chance(tmp_path, monkeypatch):
     events = EventAccumulator(str(next((tmp_path / "runs/demo_finetune").rglob("events.out.tfevents*")).parent))
     events.Reload()
     assert events.Scalars("test/accuracy")[-1].value > 0.6
+
+
+def test_readme_task_table_is_the_task_table():
+    from .conftest import REPO
+
+    section = (REPO / "README.md").read_text().split("## Fine-tuning\n", 1)[1].split("\n## ", 1)[0]
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in section.splitlines() if line.startswith("| ") and "---" not in line][1:]
+    by_metric = {row[0]: row[4].split(",")[0].split(" ")[0] for row in rows}
+    assert len(rows) == len(TASKS)
+    for task in TASKS.values():
+        shown = {"sst2": "SST-2", "stsb": "STS-B", "marc_ja": "MARC-ja", "topics": "topics"}.get(task.name)
+        name = shown or next(k for k in by_metric if k.lower() == task.name)
+        assert by_metric[name] == task.main_metric, name
