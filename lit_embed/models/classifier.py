@@ -50,6 +50,10 @@ class SequenceClassifier(EmbeddingModule):
         checkpoint: a lit-embed pre-training checkpoint to start from.
         classifier_dropout: dropout before the output layer (default the backbone's hidden dropout).
         optim: default the k-sub-embedding paper's fine-tuning (Table 6).
+        seed: the run's seed, for the record: filled in from ``seed_everything`` when fitting starts
+            (so checkpoints and logs carry it); it seeds nothing itself.
+        tokenizer: the tokenizer the weights expect, for the record: filled in from the data when
+            fitting starts, so validating or testing the fine-tuned checkpoint needs no other file.
     """
 
     def __init__(
@@ -62,6 +66,8 @@ class SequenceClassifier(EmbeddingModule):
         classifier_dropout: float | None = None,
         optim: OptimConfig | None = None,
         baseline_vocab_size: int | None = None,
+        seed: int | None = None,
+        tokenizer: str | None = None,
     ) -> None:
         super().__init__(
             encoder=encoder, embedding=embedding, vocab_size=vocab_size, optim=optim or FINETUNE_OPTIM,
@@ -69,6 +75,7 @@ class SequenceClassifier(EmbeddingModule):
         )
         self.task: Task = get_task(task)
         self.checkpoint = checkpoint  # read when fitting starts, so a fine-tuned model restores without it
+        self.tokenizer = tokenizer
         hidden = encoder.hidden_size
         config = encoder.config
         dropout = classifier_dropout
@@ -87,11 +94,11 @@ class SequenceClassifier(EmbeddingModule):
         """The tokenizer the weights were trained with: the pretrained encoder's, or the checkpoint's."""
         if self.encoder.pretrained is not None:
             return self.encoder.pretrained
-        if self.checkpoint is None or self._restored:
-            return None
+        if self.tokenizer is not None:  # recorded by an earlier fit (restored from its hyper-parameters)
+            return self.tokenizer
         fitting = self._trainer is None or self.trainer.state.fn == TrainerFn.FITTING
-        if not fitting and not Path(self.checkpoint).expanduser().is_file():
-            return None  # testing fine-tuned weights: the pre-training checkpoint is not needed
+        if self.checkpoint is None or self._restored or not fitting:
+            return None
         return checkpoint_facts(self._read_checkpoint()).get("tokenizer")
 
     def _read_checkpoint(self) -> dict[str, Any]:
@@ -143,8 +150,11 @@ class SequenceClassifier(EmbeddingModule):
     def setup(self, stage: str) -> None:
         if stage == "fit" and self.checkpoint is not None and not self._restored:
             self.load_pretraining_checkpoint()
-        seed = os.environ.get("PL_GLOBAL_SEED")
-        self.hparams["seed"] = int(seed) if seed is not None else None
+        if stage == "fit":
+            seed = os.environ.get("PL_GLOBAL_SEED")
+            self.hparams["seed"] = int(seed) if seed is not None else None
+            self.tokenizer = getattr(self.trainer.datamodule, "tokenizer", None) or self.expected_tokenizer
+            self.hparams["tokenizer"] = self.tokenizer
         super().setup(stage)
 
     # -- forward and steps -----------------------------------------------------------------------
