@@ -32,6 +32,17 @@ class LitEmbedCLI(LightningCLI):
         super().__init__(pl.LightningModule, pl.LightningDataModule, *args, subclass_mode_model=True,
                          subclass_mode_data=True, auto_configure_optimizers=False, **kwargs)
 
+    def after_fit(self) -> None:
+        """Fine-tuning data with test sets: test the selected checkpoint (the best ``val/score``
+        where a ModelCheckpoint monitors it, else the last weights) right after ``fit``."""
+        if not hasattr(self.datamodule, "test_dataloader") or not hasattr(self.datamodule, "eval_set_names"):
+            return
+        if self.trainer.interrupted:
+            return
+        callback = self.trainer.checkpoint_callback
+        best = callback is not None and callback.monitor is not None and callback.best_model_path
+        self.trainer.test(self.model, datamodule=self.datamodule, ckpt_path="best" if best else None)
+
 
 class ModelOnlyCLI(LitEmbedCLI):
     """Parses a full config but builds only the model: no data, no trainer, no download."""

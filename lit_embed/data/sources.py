@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 from pathlib import Path
 
 import datasets
@@ -38,7 +39,11 @@ def check_utf8(path: Path) -> None:
 
 
 def load_files(files: list[str], split: str = "train", streaming: bool = False, column: str | None = None):
-    """One dataset of all local ``files`` (all of one type); ``.tsv`` is read tab-separated."""
+    """One dataset of all local ``files`` (all of one type).
+
+    ``.tsv`` is read tab-separated without quoting (as GLUE's own TSV files are written): a field
+    cannot hold a tab or a newline, and quotes are kept as text.
+    """
     paths = [resolve_file(f) for f in files]
     kinds = {BUILDERS[p.suffix] for p in paths}
     if len(kinds) != 1:
@@ -47,7 +52,7 @@ def load_files(files: list[str], split: str = "train", streaming: bool = False, 
     if kind == "text":
         for path in paths:
             check_utf8(path)
-    kwargs = {"delimiter": "\t"} if all(p.suffix == ".tsv" for p in paths) else {}
+    kwargs = {"delimiter": "\t", "quoting": csv.QUOTE_NONE} if all(p.suffix == ".tsv" for p in paths) else {}
     return datasets.load_dataset(
         kind, data_files={split: [str(p) for p in paths]}, split=split, streaming=streaming, **kwargs
     )

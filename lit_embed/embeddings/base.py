@@ -60,6 +60,14 @@ class EmbeddingStrategy(nn.Module, ABC):
         A no-op where the state is built with the module or already restored from a checkpoint.
         """
 
+    def load_pretrained(self, weight: Tensor) -> bool:
+        """Start from a pretrained ``V x d`` word-embedding matrix (a HuggingFace encoder's).
+
+        Returns whether the strategy used it; by default it keeps its own initialisation (compressed
+        strategies are trained, or compressed post hoc, rather than copied).
+        """
+        return False
+
     # -- what the rest of the system asks --------------------------------------------------------
     def num_embedding_parameters(self) -> int:
         """Parameters the papers count as the embedding's (all of this module's, by default)."""

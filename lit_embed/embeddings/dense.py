@@ -24,6 +24,16 @@ class DenseEmbedding(EmbeddingStrategy):
     def forward(self, codes: Tensor) -> Tensor:
         return nn.functional.embedding(codes, self.weight)
 
+    def load_pretrained(self, weight: Tensor) -> bool:
+        if tuple(weight.shape) != tuple(self.weight.shape):
+            raise ValueError(
+                f"the pretrained word embeddings are {tuple(weight.shape)} but the dense strategy is "
+                f"{tuple(self.weight.shape)}: set vocab_size to {weight.shape[0]} (the model's vocabulary)"
+            )
+        with torch.no_grad():
+            self.weight.copy_(weight)
+        return True
+
     def full_weight(self) -> Tensor:
         return self.weight
 

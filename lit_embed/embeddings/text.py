@@ -12,7 +12,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from lit_embed.hub import explain_unreachable, resolve_pretrained
+from lit_embed.hub import explain_unreachable, remote_code_trusted, resolve_pretrained
 
 SPECIAL_NAMES = ("cls", "sep", "pad", "mask", "unk")
 
@@ -42,7 +42,9 @@ class VocabTextEncoder:
 
         self.name = tokenizer
         try:
-            self.tokenizer = AutoTokenizer.from_pretrained(resolve_pretrained(tokenizer, what="tokenizer"))
+            self.tokenizer = AutoTokenizer.from_pretrained(
+                resolve_pretrained(tokenizer, what="tokenizer"), trust_remote_code=remote_code_trusted()
+            )
         except OSError as error:
             raise explain_unreachable(tokenizer, "tokenizer", error) from error
         size = len(self.tokenizer)

@@ -1,8 +1,9 @@
 """LightningModules: the shared strategy+encoder base and the objectives built on it."""
 
 from lit_embed.models.base import EmbeddingModule
+from lit_embed.models.classifier import SequenceClassifier
 from lit_embed.models.encoder import Encoder
 from lit_embed.models.mlm import MaskedLM
 from lit_embed.models.optim import OptimConfig
 
-__all__ = ["EmbeddingModule", "Encoder", "MaskedLM", "OptimConfig"]
+__all__ = ["EmbeddingModule", "Encoder", "MaskedLM", "OptimConfig", "SequenceClassifier"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -14,6 +15,11 @@ from lit_embed.embeddings.dense import DenseEmbedding
 from lit_embed.embeddings.text import TextEncoder
 from lit_embed.models.encoder import Encoder, count_parameters
 from lit_embed.models.optim import OptimConfig, configure_adamw
+
+log = logging.getLogger(__name__)
+
+#: Key of the facts a checkpoint records about its strategy, vocabulary and tokenizer.
+CHECKPOINT_FACTS = "lit_embed"
 
 #: A strategy still missing ``(vocab_size, hidden_size)``; YAML gives it by ``class_path`` and
 #: ``init_args``, and the module supplies the two sizes so they are stated once.
@@ -50,6 +56,12 @@ class EmbeddingModule(pl.LightningModule):
                 f"the strategy's hidden_size={self.embedding.hidden_size} differs from the encoder's "
                 f"{encoder.hidden_size}: they must match"
             )
+        pretrained = encoder.take_pretrained_word_embeddings()
+        if pretrained is not None and not self.embedding.load_pretrained(pretrained):
+            log.info(
+                "%s keeps its own initialisation: the word embeddings of %s are not used",
+                type(self.embedding).__name__, encoder.pretrained,
+            )
         self.optim = optim or OptimConfig()
         self.baseline_vocab_size = baseline_vocab_size or vocab_size
 
@@ -83,6 +95,17 @@ class EmbeddingModule(pl.LightningModule):
         # Strategies whose state is expensive (cluster codes) compute it here, once per process,
         # unless a checkpoint already restored it.
         self.embedding.prepare()
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Record what a later run must match to reuse these weights (see ``checkpoint_facts``)."""
+        datamodule = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
+        strategy = type(self.embedding)
+        checkpoint[CHECKPOINT_FACTS] = {
+            "strategy": f"{strategy.__module__}.{strategy.__qualname__}",
+            "vocab_size": self.embedding.vocab_size,
+            "hidden_size": self.encoder.hidden_size,
+            "tokenizer": getattr(datamodule, "tokenizer", None) or self.encoder.pretrained,
+        }
 
     # -- accounting ------------------------------------------------------------------------------
     def parameter_counts(self) -> dict[str, int]:

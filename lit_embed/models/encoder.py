@@ -6,6 +6,7 @@ table is removed, so no dead ``N x d`` parameters remain inside the backbone.
 
 from __future__ import annotations
 
+import inspect
 from typing import Literal
 
 from torch import Tensor, nn
@@ -25,8 +26,10 @@ class Encoder(nn.Module):
         type_vocab_size: token-type embeddings (1 for RoBERTa, 2 for BERT).
         dropout, attention_dropout: dropout probabilities.
         pooler: keep the ``[CLS]`` pooler (its parameters count toward the papers' totals).
-        pretrained: a HuggingFace model name or folder; its weights (not its word embeddings) are
-            loaded and its shape overrides the arguments above.
+        pretrained: a HuggingFace model name or folder (any encoder ``AutoModel`` loads: BERT,
+            RoBERTa, XLM-R, DistilBERT, ...); its weights are loaded and its shape overrides the
+            arguments above. Its word embeddings are handed to the strategy (see
+            :meth:`take_pretrained_word_embeddings`), not kept in the backbone.
     """
 
     def __init__(
@@ -46,14 +49,11 @@ class Encoder(nn.Module):
         super().__init__()
         import transformers
 
+        #: The HuggingFace model this encoder starts from (its tokenizer is the model's), or None.
+        self.pretrained = pretrained
         if pretrained is not None:
-            try:
-                self.model = transformers.AutoModel.from_pretrained(
-                    resolve_pretrained(pretrained), add_pooling_layer=pooler
-                )
-            except OSError as error:
-                raise explain_unreachable(pretrained, "pretrained encoder", error) from error
-            #: The pretrained word-embedding matrix, handed to a strategy that wants it, then dropped.
+            self.model = _load_pretrained(pretrained, pooler)
+            #: The pretrained word-embedding matrix until the module hands it to its strategy.
             self.pretrained_word_embeddings = self.model.get_input_embeddings().weight.detach().clone()
         else:
             if arch not in ARCHITECTURES:
@@ -89,6 +89,15 @@ class Encoder(nn.Module):
     def config(self):
         return self.model.config
 
+    @property
+    def has_pooler(self) -> bool:
+        return getattr(self.model, "pooler", None) is not None
+
+    def take_pretrained_word_embeddings(self):
+        """The pretrained ``V x d`` word embeddings (once; ``None`` when built from a config)."""
+        weight, self.pretrained_word_embeddings = self.pretrained_word_embeddings, None
+        return weight
+
     def forward(
         self,
         inputs_embeds: Tensor,
@@ -101,16 +110,35 @@ class Encoder(nn.Module):
                 f"sequence length {inputs_embeds.shape[1]} exceeds the backbone's {self.max_length} positions: "
                 f"lower the data's max_length or raise max_position_embeddings"
             )
+        extra = {}
+        if token_type_ids is not None and getattr(self.config, "type_vocab_size", 0) > 1:
+            extra["token_type_ids"] = token_type_ids  # segment ids only where the backbone has several types
         return self.model(
             inputs_embeds=inputs_embeds,
             attention_mask=attention_mask,
-            token_type_ids=token_type_ids,
             output_hidden_states=output_hidden_states,
+            **extra,
         )
 
     def extra_repr(self) -> str:
         c = self.config
         return f"{c.model_type}: {c.num_hidden_layers} layers, hidden {c.hidden_size}, heads {c.num_attention_heads}"
+
+
+def _load_pretrained(name: str, pooler: bool) -> nn.Module:
+    """``AutoModel`` of ``name``, with or without its pooler where the architecture has one."""
+    import transformers
+
+    where = resolve_pretrained(name)
+    try:
+        config = transformers.AutoConfig.from_pretrained(where)
+        model_class = transformers.AutoModel._model_mapping[type(config)]
+        accepts_pooler = "add_pooling_layer" in inspect.signature(model_class.__init__).parameters
+        return model_class.from_pretrained(where, config=config, **({"add_pooling_layer": pooler} if accepts_pooler else {}))
+    except OSError as error:
+        raise explain_unreachable(name, "pretrained encoder", error) from error
+    except KeyError as error:
+        raise ValueError(f"{name!r} is not an encoder AutoModel can load: use a BERT-like encoder") from error
 
 
 def count_parameters(module: nn.Module) -> int:

@@ -1,0 +1,551 @@
+"""Fine-tuning data: a task of the table (GLUE, JGLUE, XNLI, the demo task) -> the strategy's codes -> batches.
+
+Texts become codes only through the model's strategy (``text_encoder()``: ``encode`` and
+``special_code``), and batches are padded by :class:`~lit_embed.data.collate.PadCollator`, so any
+strategy (vocabulary ids, hash buckets, bit vectors) fine-tunes the same way.
+
+Data comes from the hub (``nyu-mll/glue``, ``facebook/xnli``, JGLUE's parquet conversion) or from
+``data_dir``, a folder in the hub's layout: ``[<config>/]<split>{.ext,-*.ext,/*.ext}`` with ``ext``
+one of csv, tsv, jsonl, json (JSON lines), parquet, e.g. ``glue/rte/train-00000-of-00001.parquet``,
+``rte/validation.tsv``, ``xnli/de/test.jsonl`` or JGLUE's own ``train-v1.3.json``/``valid-v1.3.json``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Literal
+
+import datasets
+import numpy as np
+import pytorch_lightning as pl
+import torch
+from torch import Tensor
+from torch.utils.data import DataLoader
+
+from lit_embed.data.collate import PadCollator
+from lit_embed.data.sources import SAMPLE_DIR, load_files
+from lit_embed.data.tasks import XNLI_LANGUAGES, Task, get_task
+from lit_embed.embeddings.text import TextEncoder, VocabTextEncoder
+from lit_embed.hub import resolve_pretrained, trusting_remote_code
+
+PIPELINE_VERSION = 1
+DATA_SUFFIXES = (".parquet", ".csv", ".tsv", ".jsonl", ".json")
+#: Other names the same split has in the benchmarks' own downloads (GLUE's dev.tsv, JGLUE's valid-v1.3.json).
+SPLIT_ALIASES = {
+    "train": ("in_domain_train",),
+    "validation": ("valid", "dev", "in_domain_valid"),
+    "validation_matched": ("dev_matched",),
+    "validation_mismatched": ("dev_mismatched",),
+    "validation_out_of_domain": ("out_of_domain_valid",),
+}
+#: Eval-set name -> (hub config, split).
+Sources = dict[str, tuple[str | None, str]]
+
+
+class TaskDataModule(pl.LightningDataModule):
+    """One task of :data:`~lit_embed.data.tasks.TASKS` (GLUE, JGLUE or the demo task).
+
+    Protocols:
+
+    * ``standard``: train on ``train``, validate on the validation split(s); ``test`` scores the
+      labelled test split where the task has one, else the validation split(s) (GLUE and JGLUE hide
+      their test labels; the papers report validation figures).
+    * ``split_train`` (the frequency-aware sparse-coding paper): ``train`` is split 90/10 with
+      ``split_seed`` 42, the 10% validates, and the original validation split is the test set.
+
+    Args:
+        task: a task name of the table (``rte``, ``stsb``, ``jnli``, ``topics``...).
+        tokenizer: the tokenizer whose vocabulary the model uses; default the model's own (its
+            HuggingFace ``pretrained`` encoder, or the tokenizer its pre-training checkpoint recorded).
+        data_dir: a folder in the hub's layout; default the hub (the demo task: the shipped files).
+        protocol: ``standard`` or ``split_train``.
+        val_fraction, split_seed: the ``split_train`` protocol's held-out share and seed.
+        max_length: codes per example, specials included (pairs are truncated longest-first).
+        batch_size: training examples per batch on each device; ``eval_batch_size`` (default the
+            same) for validation and test.
+        pretokenize: ``mecab`` splits Japanese text into words (fugashi + unidic-lite) before the
+            tokenizer, for tokenizers that expect pre-split input.
+        trust_remote_code: let the tokenizer run the code its hub repository ships (LINE's Japanese
+            DistilBERT tokenizer runs MeCab that way; it needs ``pip install 'lit-embed[ja]'``).
+        num_workers: DataLoader worker processes.
+    """
+
+    #: Log ``{stage}/average/{metric}`` over the evaluation sets (XNLI's languages).
+    average_eval_sets = False
+
+    def __init__(
+        self,
+        task: str,
+        tokenizer: str | None = None,
+        data_dir: str | None = None,
+        protocol: Literal["standard", "split_train"] = "standard",
+        val_fraction: float = 0.1,
+        split_seed: int = 42,
+        max_length: int = 128,
+        batch_size: int = 32,
+        eval_batch_size: int | None = None,
+        pretokenize: Literal["mecab"] | None = None,
+        trust_remote_code: bool = False,
+        num_workers: int = 0,
+    ) -> None:
+        super().__init__()
+        self.task: Task = get_task(task)
+        if protocol not in ("standard", "split_train"):
+            raise ValueError(f"protocol={protocol!r} is not known: use 'standard' or 'split_train'")
+        if not 0.0 < val_fraction < 1.0:
+            raise ValueError(f"val_fraction={val_fraction} must lie strictly between 0 and 1")
+        if max_length < 3 + (len(self.task.text_columns) > 1):
+            raise ValueError(f"max_length={max_length} leaves no room for text between the special tokens")
+        if pretokenize not in (None, "mecab"):
+            raise ValueError(f"pretokenize={pretokenize!r} is not known: use 'mecab' or leave it unset")
+        self.save_hyperparameters()
+        self.tokenizer = tokenizer
+        self.data_dir = Path(data_dir).expanduser() if data_dir else None
+        if self.data_dir is not None and not self.data_dir.is_dir():
+            raise FileNotFoundError(f"data_dir {data_dir!r} is not a folder: check the path")
+        self.protocol = protocol
+        self.val_fraction = val_fraction
+        self.split_seed = split_seed
+        self.max_length = max_length
+        self.batch_size = batch_size
+        self.eval_batch_size = eval_batch_size or batch_size
+        self.pretokenize = pretokenize
+        self.trust_remote_code = trust_remote_code
+        self.num_workers = num_workers
+        self.text_encoder: TextEncoder | None = None
+        self.collate = None
+        self.train_set = None
+        self.eval_sets: dict[str, dict[str, datasets.Dataset]] = {}
+
+    # -- what the task reads ---------------------------------------------------------------------
+    def train_sources(self) -> list[tuple[str | None, str]]:
+        """The ``(config, split)`` pairs concatenated into the training data."""
+        return [(self.task.config, "train")]
+
+    def validation_sources(self) -> Sources:
+        return {name: (self.task.config, split) for name, split in self.task.validation.items()}
+
+    def test_sources(self) -> Sources:
+        splits = self.task.test or self.task.validation
+        if self.protocol == "split_train":
+            splits = self.task.heldout_test or self.task.validation
+        return {name: (self.task.config, split) for name, split in splits.items()}
+
+    def eval_set_names(self, stage: str) -> list[str]:
+        """Names of the evaluation sets of ``stage`` (``val`` or ``test``) in dataloader order;
+        ``""`` for a single unnamed set (metrics are then logged as ``{stage}/{metric}``)."""
+        if stage == "val" and self.protocol == "split_train":
+            return [""]
+        return list((self.validation_sources() if stage == "val" else self.test_sources()).keys())
+
+    def train_texts(self) -> Iterator[str]:
+        """Every text of the training data as the model sees it (both sides of a pair, after any
+        ``pretokenize``), for counting token frequencies (post-hoc compression). Needs no model."""
+        rows = self._train_rows()
+        split = _Pretokenizer(self.pretokenize)
+        for batch in rows.select_columns(list(self.task.text_columns)).iter(batch_size=1000):
+            for column in self.task.text_columns:
+                yield from split([_text(t) for t in batch[column]])
+
+    # -- Lightning hooks -------------------------------------------------------------------------
+    def prepare_data(self) -> None:
+        self._train_rows()  # downloads once per node; every rank reuses the datasets cache
+
+    def setup(self, stage: str | None = None) -> None:
+        module = self.trainer.lightning_module if self.trainer is not None else None
+        self._check_module(module)
+        encoder = self._text_encoder(module)
+        self.collate = TaskCollator(encoder, self.task.regression)
+        separators = 2 if module is not None and module.encoder.config.model_type in ("roberta", "xlm-roberta") else 1
+        build = ExampleBuilder(encoder, self.task, self.max_length, separators, self.pretokenize)
+        needs_train = stage in (None, "fit", "validate")
+        train_rows, heldout = self._train_rows(with_heldout=True) if needs_train else (None, None)
+        if stage in (None, "fit"):
+            self.train_set = self._encode(train_rows, build, "train")
+        if stage in (None, "fit", "validate"):
+            rows = {"": heldout} if heldout is not None else self._load_all(self.validation_sources())
+            self.eval_sets["val"] = {name: self._encode(r, build, name, index=True) for name, r in rows.items()}
+        if stage in (None, "test"):
+            rows = self._load_all(self.test_sources())
+            self.eval_sets["test"] = {name: self._encode(r, build, name, index=True) for name, r in rows.items()}
+
+    def train_dataloader(self) -> DataLoader:
+        return self._loader(self.train_set, self.batch_size, shuffle=True)
+
+    def val_dataloader(self) -> list[DataLoader]:
+        return [self._loader(d, self.eval_batch_size, shuffle=False) for d in self.eval_sets["val"].values()]
+
+    def test_dataloader(self) -> list[DataLoader]:
+        return [self._loader(d, self.eval_batch_size, shuffle=False) for d in self.eval_sets["test"].values()]
+
+    # -- pipeline --------------------------------------------------------------------------------
+    def _check_module(self, module) -> None:
+        task = getattr(module, "task", None)
+        if task is not None and getattr(task, "name", task) != self.task.name:
+            raise ValueError(
+                f"the model is built for task {getattr(task, 'name', task)!r} but the data is {self.task.name!r}: "
+                f"set the same task in model.init_args.task and data.init_args.task"
+            )
+
+    def _text_encoder(self, module) -> TextEncoder:
+        if self.text_encoder is None:
+            with trusting_remote_code(self.trust_remote_code):
+                name = self._tokenizer_name(module)
+                self.text_encoder = module.text_encoder(name) if module is not None else VocabTextEncoder(name)
+            self.tokenizer = name  # recorded in checkpoints: a later fine-tuning must use the same
+        return self.text_encoder
+
+    def _tokenizer_name(self, module) -> str:
+        """The data's tokenizer, checked against the one the model's weights were trained with."""
+        expected = getattr(module, "expected_tokenizer", None)
+        if self.tokenizer is None:
+            if expected is None:
+                raise ValueError(
+                    "no tokenizer: the model starts from scratch, so name one in data.init_args.tokenizer "
+                    "(e.g. all-MiniLM-L6-v2, roberta-base)"
+                )
+            return expected
+        if expected is not None and not same_vocabulary(self.tokenizer, expected):
+            raise ValueError(
+                f"data.tokenizer={self.tokenizer!r} differs from the model's tokenizer {expected!r} (its "
+                f"vocabulary ids would mean other tokens): leave data.init_args.tokenizer unset to use the model's"
+            )
+        return self.tokenizer
+
+    def _train_rows(self, with_heldout: bool = False):
+        """The training rows under the protocol (and the held-out rows of ``split_train``)."""
+        parts = [self._load(config, split, "train") for config, split in self.train_sources()]
+        rows = datasets.concatenate_datasets(parts) if len(parts) > 1 else parts[0]
+        heldout = None
+        if self.protocol == "split_train":
+            count = math.ceil(self.val_fraction * len(rows))
+            if not 1 <= count < len(rows):
+                raise ValueError(
+                    f"{self.task.name}: val_fraction={self.val_fraction} of {len(rows)} training rows leaves "
+                    f"nothing to train or validate on: add rows or change val_fraction"
+                )
+            parts = rows.train_test_split(test_size=self.val_fraction, seed=self.split_seed, shuffle=True)
+            rows, heldout = parts["train"], parts["test"]
+        return (rows, heldout) if with_heldout else rows
+
+    def _load_all(self, sources: Sources) -> dict[str, datasets.Dataset]:
+        return {name: self._load(config, split, name or split) for name, (config, split) in sources.items()}
+
+    def _load(self, config: str | None, split: str, what: str) -> datasets.Dataset:
+        where = self.data_dir or (SAMPLE_DIR / "topics" if self.task.benchmark == "sample" else None)
+        if where is not None:
+            files = split_files(where, config, split)
+            origin = f"{files[0].parent}/{split}*"
+            try:
+                rows = load_files([str(f) for f in files], split=split)
+            except ValueError as error:  # datasets refuses files with a header and no rows
+                if "corresponds to no data" not in str(error):
+                    raise
+                rows = datasets.Dataset.from_dict({})
+        else:
+            rows = load_from_hub(self.task, config, split)
+            origin = f"{self.task.hub} ({config}, {split})"
+        if len(rows) == 0:
+            raise ValueError(f"{origin}: the {what} split of task {self.task.name!r} has no rows: give it data")
+        missing = [c for c in self.task.columns if c not in rows.column_names]
+        if missing:
+            raise ValueError(
+                f"{origin}: no column(s) {missing} (columns: {rows.column_names}); task {self.task.name!r} "
+                f"expects {list(self.task.columns)}"
+            )
+        return rows
+
+    def _encode(self, rows: datasets.Dataset, build: ExampleBuilder, name: str, index: bool = False):
+        key = "|".join(
+            [rows._fingerprint, build.fingerprint(), self.task.name, str(index), str(PIPELINE_VERSION)]
+        )
+        mapped = rows.map(
+            build,
+            batched=True,
+            batch_size=1000,
+            with_indices=True,
+            fn_kwargs={"label_names": _label_names(rows, self.task), "keep_index": index},
+            remove_columns=rows.column_names,
+            new_fingerprint=hashlib.sha256(key.encode()).hexdigest()[:32],
+            desc=f"Encoding {self.task.name} {name}".rstrip(),
+        )
+        return mapped.with_format("numpy")
+
+    def _loader(self, dataset, batch_size: int, shuffle: bool) -> DataLoader:
+        return DataLoader(
+            dataset,
+            batch_size=batch_size,
+            shuffle=shuffle,
+            collate_fn=self.collate,
+            num_workers=self.num_workers,
+            persistent_workers=self.num_workers > 0,
+        )
+
+
+class XNLIDataModule(TaskDataModule):
+    """XNLI in the papers' two settings (Huang et al. 2019, followed by the k-sub-embedding paper).
+
+    * ``cross_lingual``: fine-tune on the English training set, evaluate every language.
+    * ``translate_train_all``: fine-tune on the (machine-translated) training sets of all
+      languages together, evaluate every language.
+
+    Metrics are logged per language (``test/de/accuracy``) and averaged (``test/average/accuracy``).
+
+    Args:
+        mode: ``cross_lingual`` or ``translate_train_all``.
+        train_languages: override the mode's training languages.
+        val_languages: languages that validate (select checkpoints); default English for
+            cross-lingual transfer (no target-language data is used) and all for translate-train-all.
+        test_languages: languages tested (default all 15).
+        The rest: see :class:`TaskDataModule`.
+    """
+
+    average_eval_sets = True
+
+    def __init__(
+        self,
+        mode: Literal["cross_lingual", "translate_train_all"] = "cross_lingual",
+        train_languages: list[str] | None = None,
+        val_languages: list[str] | None = None,
+        test_languages: list[str] | None = None,
+        tokenizer: str | None = None,
+        data_dir: str | None = None,
+        protocol: Literal["standard", "split_train"] = "standard",
+        val_fraction: float = 0.1,
+        split_seed: int = 42,
+        max_length: int = 128,
+        batch_size: int = 32,
+        eval_batch_size: int | None = None,
+        num_workers: int = 0,
+    ) -> None:
+        super().__init__(
+            "xnli", tokenizer=tokenizer, data_dir=data_dir, protocol=protocol, val_fraction=val_fraction,
+            split_seed=split_seed, max_length=max_length, batch_size=batch_size,
+            eval_batch_size=eval_batch_size, num_workers=num_workers,
+        )
+        if mode not in ("cross_lingual", "translate_train_all"):
+            raise ValueError(f"mode={mode!r} is not known: use 'cross_lingual' or 'translate_train_all'")
+        everything = list(XNLI_LANGUAGES)
+        self.mode = mode
+        self.train_languages = _languages(train_languages or (["en"] if mode == "cross_lingual" else everything))
+        self.val_languages = _languages(val_languages or (["en"] if mode == "cross_lingual" else everything))
+        self.test_languages = _languages(test_languages or everything)
+
+    def train_sources(self) -> list[tuple[str | None, str]]:
+        return [(lang, "train") for lang in self.train_languages]
+
+    def validation_sources(self) -> Sources:
+        return {lang: (lang, "validation") for lang in self.val_languages}
+
+    def test_sources(self) -> Sources:
+        return {lang: (lang, "validation" if self.protocol == "split_train" else "test") for lang in self.test_languages}
+
+
+def _languages(names: list[str]) -> list[str]:
+    unknown = [n for n in names if n not in XNLI_LANGUAGES]
+    if unknown:
+        raise ValueError(f"XNLI has no language(s) {unknown}: use some of {list(XNLI_LANGUAGES)}")
+    return list(names)
+
+
+# -- where rows come from ----------------------------------------------------------------------------
+
+
+def split_files(root: Path, config: str | None, split: str) -> list[Path]:
+    """The files of ``split`` under ``root`` in the hub's layout (``[<config>/]<split>...``)."""
+    folders = [root / name for name in dict.fromkeys([config, (config or "").lower()]) if name and (root / name).is_dir()]
+    folders.append(root)
+    for folder in folders:
+        for name in (split, *SPLIT_ALIASES.get(split, ())):
+            found = [p for p in (folder / name).glob("*") if p.suffix in DATA_SUFFIXES] if (folder / name).is_dir() else []
+            found += [
+                p for p in folder.iterdir()
+                if p.is_file() and p.suffix in DATA_SUFFIXES and (p.stem == name or p.name.startswith(name + "-"))
+            ]
+            if found:
+                return sorted(found)
+    where = " or ".join(str(f) for f in folders)
+    raise FileNotFoundError(
+        f"no {split!r} files in {where}: expected {split}.{{parquet,csv,tsv,jsonl}}, {split}-*.parquet or "
+        f"{split}/*.parquet (the hub's layout)"
+    )
+
+
+def load_from_hub(task: Task, config: str | None, split: str) -> datasets.Dataset:
+    try:
+        if task.benchmark == "jglue":
+            files = task.hub.format(config=config, split=split)
+            return datasets.load_dataset("parquet", data_files={split: files}, split=split)
+        return datasets.load_dataset(task.hub, config, split=split)
+    except (ConnectionError, FileNotFoundError, OSError, ValueError) as error:
+        if task.benchmark == "jglue":
+            how = (
+                "The hub's JGLUE (shunk031/JGLUE) is a loading script that datasets 4+ refuses, so lit-embed "
+                f"reads its parquet conversion ({files}). Without it, download JGLUE "
+                "(github.com/yahoojapan/JGLUE, e.g. datasets/jnli-v1.3/train-v1.3.json and valid-v1.3.json) "
+                "and pass the folder as data.init_args.data_dir"
+            )
+        else:
+            how = (
+                f"Offline? Save it once where the hub is reachable (load_dataset({task.hub!r}, {config!r})"
+                f"[split].to_parquet('DIR/{config}/{split}.parquet')) and pass data.init_args.data_dir DIR"
+            )
+        raise OSError(f"could not load {task.name} {split} from the hub: {how}. Cause: {error}") from error
+
+
+# -- rows -> examples ----------------------------------------------------------------------------------
+
+
+def _text(value) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _label_names(rows: datasets.Dataset, task: Task) -> list[str] | None:
+    """Names of the integer labels in ``rows``: the file's ClassLabel names, else the hub's order."""
+    feature = rows.features.get(task.label_column)
+    if isinstance(feature, datasets.ClassLabel):
+        return list(feature.names)
+    return list(task.source_labels or task.labels or []) or None
+
+
+class _Pretokenizer:
+    """Splits Japanese text into MeCab words (fugashi + unidic-lite), or leaves text as it is."""
+
+    def __init__(self, kind: str | None) -> None:
+        self.kind = kind
+        self._tagger = None
+
+    def __call__(self, texts: list[str]) -> list[str]:
+        if self.kind is None:
+            return texts
+        if self._tagger is None:
+            try:
+                import fugashi
+                import unidic_lite  # noqa: F401  (fugashi finds its dictionary)
+            except ImportError as error:
+                raise ImportError(
+                    "pretokenize: mecab needs fugashi and unidic-lite: pip install 'lit-embed[ja]'"
+                ) from error
+            self._tagger = fugashi.Tagger("-Owakati")
+        return [self._tagger.parse(t).strip() for t in texts]
+
+    def __getstate__(self):
+        return {"kind": self.kind, "_tagger": None}
+
+
+class ExampleBuilder:
+    """Batched map: text (or a pair) -> ``cls A sep [sep B sep]`` codes, segment ids, label, row index.
+
+    Pairs are truncated longest-first to ``max_length``; RoBERTa-family encoders separate the pair
+    with two ``sep`` (``separators=2``) as in their pre-training. Labels become the model's ids:
+    integer labels are read in the file's order (ClassLabel names, else the hub's order, which for
+    JNLI differs from MNLI/XNLI's) and string labels by name; anything else is refused by row.
+    """
+
+    def __init__(self, encoder: TextEncoder, task: Task, max_length: int, separators: int, pretokenize) -> None:
+        self.encoder = encoder
+        self.task = task
+        self.max_length = max_length
+        self.separators = separators
+        self.split = _Pretokenizer(pretokenize)
+        self.cls = encoder.special_code("cls")
+        self.sep = encoder.special_code("sep")
+
+    def fingerprint(self) -> str:
+        return f"{self.encoder.fingerprint()}|{self.max_length}|{self.separators}|{self.split.kind}"
+
+    def __call__(self, batch: dict[str, list], indices: list[int], label_names, keep_index: bool) -> dict:
+        sides = [self.encoder.encode(self.split([_text(t) for t in batch[c]])) for c in self.task.text_columns]
+        out = {"codes": [], "token_type_ids": [], "labels": self.labels(batch[self.task.label_column], indices, label_names)}
+        for parts in zip(*sides):
+            codes, segments = self.join(list(parts))
+            out["codes"].append(codes)
+            out["token_type_ids"].append(segments)
+        if keep_index:
+            out["index"] = list(indices)
+        return out
+
+    def join(self, parts: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        specials = 2 + (len(parts) - 1) * self.separators
+        lengths = truncate_longest_first([len(p) for p in parts], self.max_length - specials)
+        pieces, segments = [self.cls[None]], [0]
+        for number, (part, length) in enumerate(zip(parts, lengths)):
+            seps = 1 if number == len(parts) - 1 else self.separators
+            pieces += [part[:length], np.stack([self.sep] * seps)]
+            segments += [number] * (length + seps)
+        return np.concatenate(pieces), np.asarray(segments, dtype=np.int64)
+
+    def labels(self, values: list, indices: list[int], names: list[str] | None) -> list:
+        task = self.task
+        if task.regression:
+            low, high = task.value_range or (-math.inf, math.inf)
+            out = []
+            for row, value in zip(indices, values):
+                number = _as_float(value)
+                if number is None or not low <= number <= high:
+                    raise ValueError(
+                        f"{task.name}: row {row} has label {value!r}; the task's scores are numbers in [{low}, {high}]"
+                    )
+                out.append(number)
+            return out
+        ours = {name: i for i, name in enumerate(task.labels)}
+        out = []
+        for row, value in zip(indices, values):
+            name = value.strip() if isinstance(value, str) else None
+            if name is None and isinstance(value, (int, np.integer)) and names and 0 <= value < len(names):
+                name = names[value]
+            if name not in ours and isinstance(name, str) and name.lower() in ours:
+                name = name.lower()
+            if name not in ours:
+                hidden = " (-1 marks a hidden test label: evaluate on a labelled split)" if value == -1 else ""
+                raise ValueError(
+                    f"{task.name}: row {row} has label {value!r}, outside the label set {list(task.labels)} "
+                    f"(or ids 0..{len(task.labels) - 1}){hidden}"
+                )
+            out.append(ours[name])
+        return out
+
+
+def _as_float(value) -> float | None:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None
+
+
+def truncate_longest_first(lengths: list[int], budget: int) -> list[int]:
+    """Lengths that fit ``budget``, taking tokens from the longest part first (HF's ``longest_first``)."""
+    lengths = list(lengths)
+    while sum(lengths) > budget:
+        longest = max(range(len(lengths)), key=lambda i: (lengths[i], -i))
+        excess = sum(lengths) - budget
+        others = sorted((n for i, n in enumerate(lengths) if i != longest), reverse=True)
+        floor = others[0] if others else 0
+        lengths[longest] -= max(1, min(excess, lengths[longest] - floor))
+    return lengths
+
+
+class TaskCollator(PadCollator):
+    """Pads codes and segment ids; adds ``labels`` (class ids, or float scores) and the row ``index``."""
+
+    def __init__(self, text_encoder: TextEncoder, regression: bool) -> None:
+        super().__init__(text_encoder)
+        self.label_dtype = torch.float32 if regression else torch.long
+
+    def __call__(self, items: list[dict]) -> dict[str, Tensor]:
+        batch = super().__call__([{k: v for k, v in item.items() if k != "labels"} for item in items])
+        batch["labels"] = torch.as_tensor(np.asarray([item["labels"] for item in items]), dtype=self.label_dtype)
+        if "index" in items[0]:
+            batch["index"] = torch.as_tensor(np.asarray([item["index"] for item in items]), dtype=torch.long)
+        return batch
+
+
+def same_vocabulary(a: str, b: str) -> bool:
+    """Whether two tokenizer names give the same ids (same name or folder, else the same vocabulary)."""
+    if a == b or resolve_pretrained(a, what="tokenizer") == resolve_pretrained(b, what="tokenizer"):
+        return True
+    return VocabTextEncoder(a).fingerprint() == VocabTextEncoder(b).fingerprint()

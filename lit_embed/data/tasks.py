@@ -1,0 +1,131 @@
+"""The fine-tuning task table: GLUE, JGLUE, XNLI and the shipped demo task, one row each.
+
+A row says where the task lives on the HuggingFace hub, which columns hold the text and the label,
+the label names (in the order every model of lit-embed uses; ``None`` for regression), the metrics
+(the first selects checkpoints) and which splits evaluate it. Local files in the hub's layout are
+read the same way (see :mod:`lit_embed.data.finetune`).
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field
+
+#: The 15 XNLI languages, in the order of the papers' tables.
+XNLI_LANGUAGES = ("en", "fr", "es", "de", "el", "bg", "ru", "tr", "ar", "vi", "th", "zh", "hi", "sw", "ur")
+NLI_LABELS = ("entailment", "neutral", "contradiction")  # MNLI's and XNLI's ids 0, 1, 2
+JGLUE_PARQUET = "hf://datasets/shunk031/JGLUE@refs%2Fconvert%2Fparquet/{config}/{split}/*.parquet"
+
+
+@dataclass(frozen=True)
+class Task:
+    """One fine-tuning task.
+
+    Args:
+        name: the name configs use (``rte``, ``jnli``, ``xnli``).
+        benchmark: ``glue``, ``jglue``, ``xnli`` or ``sample``.
+        hub: the hub dataset; for JGLUE a pattern of its parquet files (the hub's dataset is a
+            loading script that ``datasets`` 4+ refuses).
+        config: the hub configuration (``rte``; ``JNLI``); XNLI's is the language.
+        text_columns: one column (single sentence) or two (a pair).
+        labels: label names in model order; ``None`` for regression.
+        source_labels: the order of the integer labels in the hub's files where it differs from
+            ``labels`` (JNLI's hub order is entailment, contradiction, neutral).
+        value_range: the scores a regression label may take (STS-B and JSTS: 0 to 5).
+        metrics: metric names; the first one selects checkpoints (logged as ``val/score``).
+        validation: evaluation sets ``{name: split}``; a single set is named ``""``.
+        test: labelled test sets; ``None`` where the labels are hidden (GLUE, JGLUE), in which case
+            ``test`` scores the validation sets (what the papers report as dev results).
+        heldout_test: the test sets of the train-split protocol (original validation as test);
+            default ``validation``.
+        source: where the task comes from, for the README and errors.
+    """
+
+    name: str
+    benchmark: str
+    hub: str
+    config: str | None
+    text_columns: tuple[str, ...]
+    labels: tuple[str, ...] | None
+    metrics: tuple[str, ...] = ("accuracy",)
+    label_column: str = "label"
+    source_labels: tuple[str, ...] | None = None
+    value_range: tuple[float, float] | None = None
+    validation: dict[str, str] = field(default_factory=lambda: {"": "validation"})
+    test: dict[str, str] | None = None
+    heldout_test: dict[str, str] | None = None
+    source: str = ""
+
+    @property
+    def regression(self) -> bool:
+        return self.labels is None
+
+    @property
+    def num_outputs(self) -> int:
+        return 1 if self.labels is None else len(self.labels)
+
+    @property
+    def main_metric(self) -> str:
+        return self.metrics[0]
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        return (*self.text_columns, self.label_column)
+
+
+def _glue(name, columns, labels, metrics=("accuracy",), **kwargs) -> Task:
+    return Task(name, "glue", "nyu-mll/glue", name, columns, labels, metrics, source="GLUE", **kwargs)
+
+
+def _jglue(name, config, columns, labels, metrics=("accuracy",), **kwargs) -> Task:
+    return Task(name, "jglue", JGLUE_PARQUET, config, columns, labels, metrics, source="JGLUE", **kwargs)
+
+
+TASKS: dict[str, Task] = {
+    t.name: t
+    for t in (
+        _glue("cola", ("sentence",), ("unacceptable", "acceptable"), ("matthews", "accuracy")),
+        _glue("sst2", ("sentence",), ("negative", "positive")),
+        _glue("mrpc", ("sentence1", "sentence2"), ("not_equivalent", "equivalent"), ("f1", "accuracy")),
+        _glue("qqp", ("question1", "question2"), ("not_duplicate", "duplicate"), ("f1", "accuracy")),
+        _glue("stsb", ("sentence1", "sentence2"), None, ("spearman", "pearson"), value_range=(0.0, 5.0)),
+        _glue(
+            "mnli", ("premise", "hypothesis"), NLI_LABELS,
+            validation={"matched": "validation_matched", "mismatched": "validation_mismatched"},
+        ),
+        _glue("qnli", ("question", "sentence"), ("entailment", "not_entailment")),
+        _glue("rte", ("sentence1", "sentence2"), ("entailment", "not_entailment")),
+        _glue("wnli", ("sentence1", "sentence2"), ("not_entailment", "entailment")),
+        _jglue(
+            "jcola", "JCoLA", ("sentence",), ("unacceptable", "acceptable"), ("accuracy", "matthews"),
+            validation={"in_domain": "validation", "out_of_domain": "validation_out_of_domain"},
+            heldout_test={"": "validation_out_of_domain"},  # the sparse-coding paper's JCoLA test set
+        ),
+        _jglue("jsts", "JSTS", ("sentence1", "sentence2"), None, ("spearman", "pearson"), value_range=(0.0, 5.0)),
+        _jglue(
+            "jnli", "JNLI", ("sentence1", "sentence2"), NLI_LABELS,
+            source_labels=("entailment", "contradiction", "neutral"),
+        ),
+        _jglue("marc_ja", "MARC-ja", ("sentence",), ("positive", "negative")),
+        Task(
+            "xnli", "xnli", "facebook/xnli", "en", ("premise", "hypothesis"), NLI_LABELS,
+            validation={lang: "validation" for lang in XNLI_LANGUAGES},
+            test={lang: "test" for lang in XNLI_LANGUAGES}, source="XNLI",
+        ),
+        Task(
+            "topics", "sample", "sample-topics", None, ("text",),
+            ("city", "forest", "garden", "kitchen", "school", "sea"),
+            test={"": "test"}, source="generated by tools/make_sample_corpus.py, ships with lit-embed",
+        ),
+    )
+}
+
+
+def get_task(name: str) -> Task:
+    """The task called ``name`` (case-insensitive; ``sst-2``, ``sts-b``, ``MARC-ja`` are accepted)."""
+    key = name.lower().replace("-", "_").replace("sst_2", "sst2").replace("sts_b", "stsb")
+    if key in TASKS:
+        return TASKS[key]
+    near = difflib.get_close_matches(key, TASKS, n=1, cutoff=0.5)
+    hint = f"did you mean {near[0]!r}? " if near else ""
+    raise ValueError(f"unknown task {name!r}: {hint}known tasks: {', '.join(TASKS)}")

@@ -1,0 +1,234 @@
+"""Fine-tuning: a classification or regression head over any strategy and backbone.
+
+The model starts from one of three places:
+
+* a lit-embed pre-training checkpoint (``checkpoint:``): backbone and strategy weights and the
+  strategy's defining buffers (sub-embedding codes, hash seeds) are restored; its strategy,
+  vocabulary and tokenizer must be the ones the config builds;
+* a HuggingFace pretrained encoder (``encoder.init_args.pretrained``): its weights, with its word
+  embeddings handed to the strategy (the dense strategy copies them); its tokenizer is the data's;
+* scratch (ProFormer): neither of the two.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+from pytorch_lightning.trainer.states import TrainerFn
+from torch import Tensor, nn
+
+from lit_embed.data.tasks import Task, get_task
+from lit_embed.models.base import CHECKPOINT_FACTS, EmbeddingModule, StrategyFactory
+from lit_embed.models.encoder import Encoder
+from lit_embed.models.metrics import TaskEvaluation
+from lit_embed.models.optim import OptimConfig
+
+#: k-sub-embedding Table 6: peak 2e-5 with 6% warm-up and linear decay; the rest as in pre-training.
+FINETUNE_OPTIM = OptimConfig(lr=2e-5, warmup=0.06)
+STAGES = ("val", "test")
+
+
+class SequenceClassifier(EmbeddingModule):
+    """Sentence (pair) classification, or regression where the task says so (STS-B, JSTS).
+
+    The head reads the first (``cls``) position: through the backbone's pooler where it has one
+    (BERT, RoBERTa, XLM-R), else through a dense+tanh layer of the same shape (DistilBERT), then
+    dropout and a linear layer to the task's labels (one output for regression, MSE loss).
+
+    Metrics are logged as ``{stage}/{metric}`` for a single evaluation set and
+    ``{stage}/{set}/{metric}`` where there are several (``val/matched/accuracy``,
+    ``test/de/accuracy`` and ``test/average/accuracy``); ``val/score`` is the task's first metric
+    (averaged over the sets where the data averages them), for checkpoint selection. The task and
+    the run's seed are recorded in the hyper-parameters.
+
+    Args:
+        task: a task of :data:`lit_embed.data.tasks.TASKS`; must be the data's.
+        encoder, embedding, vocab_size, baseline_vocab_size: see :class:`EmbeddingModule`.
+        checkpoint: a lit-embed pre-training checkpoint to start from.
+        classifier_dropout: dropout before the output layer (default the backbone's hidden dropout).
+        optim: default the k-sub-embedding paper's fine-tuning (Table 6).
+        seed: the run's seed, for the record: filled in from ``seed_everything`` when fitting starts
+            (so checkpoints and logs carry it); it seeds nothing itself.
+        tokenizer: the tokenizer the weights expect, for the record: filled in from the data when
+            fitting starts, so validating or testing the fine-tuned checkpoint needs no other file.
+    """
+
+    def __init__(
+        self,
+        task: str,
+        encoder: Encoder,
+        embedding: StrategyFactory | None = None,
+        vocab_size: int | None = None,
+        checkpoint: str | None = None,
+        classifier_dropout: float | None = None,
+        optim: OptimConfig | None = None,
+        baseline_vocab_size: int | None = None,
+        seed: int | None = None,
+        tokenizer: str | None = None,
+    ) -> None:
+        super().__init__(
+            encoder=encoder, embedding=embedding, vocab_size=vocab_size, optim=optim or FINETUNE_OPTIM,
+            baseline_vocab_size=baseline_vocab_size,
+        )
+        self.task: Task = get_task(task)
+        self.checkpoint = checkpoint  # read when fitting starts, so a fine-tuned model restores without it
+        self.tokenizer = tokenizer
+        hidden = encoder.hidden_size
+        config = encoder.config
+        dropout = classifier_dropout
+        if dropout is None:
+            dropout = getattr(config, "hidden_dropout_prob", None) or getattr(config, "dropout", 0.1)
+        self.pre_classifier = None if encoder.has_pooler else nn.Sequential(nn.Dropout(dropout), nn.Linear(hidden, hidden), nn.Tanh())
+        self.classifier = nn.Sequential(nn.Dropout(dropout), nn.Linear(hidden, self.task.num_outputs))
+        num_classes = None if self.task.regression else self.task.num_outputs
+        self.evaluation = nn.ModuleDict({stage: TaskEvaluation(self.task.metrics, num_classes) for stage in STAGES})
+        self._pretraining: dict[str, Any] | None = None
+        self._restored = False
+
+    # -- starting points -------------------------------------------------------------------------
+    @property
+    def expected_tokenizer(self) -> str | None:
+        """The tokenizer the weights were trained with: the pretrained encoder's, or the checkpoint's."""
+        if self.encoder.pretrained is not None:
+            return self.encoder.pretrained
+        if self.tokenizer is not None:  # recorded by an earlier fit (restored from its hyper-parameters)
+            return self.tokenizer
+        fitting = self._trainer is None or self.trainer.state.fn == TrainerFn.FITTING
+        if self.checkpoint is None or self._restored or not fitting:
+            return None
+        return checkpoint_facts(self._read_checkpoint()).get("tokenizer")
+
+    def _read_checkpoint(self) -> dict[str, Any]:
+        if self._pretraining is None:
+            path = Path(self.checkpoint).expanduser()
+            if not path.is_file():
+                raise FileNotFoundError(
+                    f"pre-training checkpoint {self.checkpoint!r} does not exist: check the path (the demo "
+                    f"writes runs/demo/checkpoints/last.ckpt with `lit-embed fit --config configs/demo.yaml`)"
+                )
+            # A Lightning checkpoint holds its hyper-parameters as Python objects: load only your own.
+            self._pretraining = torch.load(path, map_location="cpu", weights_only=False)
+        return self._pretraining
+
+    def load_pretraining_checkpoint(self) -> None:
+        """Restore backbone and strategy from ``checkpoint``, refusing one built differently."""
+        raw = self._read_checkpoint()
+        facts = checkpoint_facts(raw)
+        name = self.checkpoint
+        ours = f"{type(self.embedding).__module__}.{type(self.embedding).__qualname__}"
+        if facts.get("strategy") not in (None, ours):
+            raise ValueError(
+                f"checkpoint {name!r} was trained with strategy {facts['strategy']} but the config builds {ours}: "
+                f"set model.init_args.embedding to the pre-training's strategy (e.g. configs/embedding/...yaml)"
+            )
+        if facts.get("vocab_size") != self.embedding.vocab_size and "vocab_size" in facts:
+            raise ValueError(
+                f"checkpoint {name!r} has vocab_size={facts['vocab_size']} but the config sets "
+                f"{self.embedding.vocab_size}: set model.init_args.vocab_size {facts['vocab_size']}"
+            )
+        state = {k: v for k, v in raw["state_dict"].items() if k.startswith(("encoder.", "embedding."))}
+        mine = {k: v for k, v in self.state_dict().items() if k.startswith(("encoder.", "embedding."))}
+        wrong = [f"{k} {tuple(state[k].shape)} vs {tuple(v.shape)}" for k, v in mine.items() if k in state and state[k].shape != v.shape]
+        missing = sorted(set(mine) - set(state))
+        extra = sorted(set(state) - set(mine))
+        if wrong or missing or extra:
+            details = "; ".join(filter(None, [
+                f"shapes differ: {wrong[:3]}" if wrong else "",
+                f"missing: {missing[:3]}" if missing else "",
+                f"unexpected: {extra[:3]}" if extra else "",
+            ]))
+            raise ValueError(
+                f"checkpoint {name!r} does not fit the configured backbone and strategy ({details}): use the "
+                f"pre-training config's model.init_args.encoder, embedding and vocab_size"
+            )
+        self.load_state_dict(state, strict=False)
+        self._pretraining, self._restored = None, True
+
+    def setup(self, stage: str) -> None:
+        if stage == "fit" and self.checkpoint is not None and not self._restored:
+            self.load_pretraining_checkpoint()
+        if stage == "fit":
+            seed = os.environ.get("PL_GLOBAL_SEED")
+            self.hparams["seed"] = int(seed) if seed is not None else None
+            self.tokenizer = getattr(self.trainer.datamodule, "tokenizer", None) or self.expected_tokenizer
+            self.hparams["tokenizer"] = self.tokenizer
+        super().setup(stage)
+
+    # -- forward and steps -----------------------------------------------------------------------
+    def forward(self, batch: dict[str, Tensor]) -> Tensor:
+        """Logits ``(B, labels)``, or scores ``(B,)`` for regression."""
+        out = self.encode(batch)
+        if self.pre_classifier is None:
+            features = out.pooler_output
+        else:
+            features = self.pre_classifier(out.last_hidden_state[:, 0])
+        logits = self.classifier(features)
+        return logits.squeeze(-1) if self.task.regression else logits
+
+    def losses(self, outputs: Tensor, labels: Tensor) -> Tensor:
+        """One loss per example: cross-entropy, or squared error for regression."""
+        if self.task.regression:
+            return nn.functional.mse_loss(outputs.float(), labels.float(), reduction="none")
+        return nn.functional.cross_entropy(outputs.float(), labels, reduction="none")
+
+    def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
+        loss = self.losses(self(batch), batch["labels"]).mean()
+        self.log("train/loss", loss, prog_bar=True)
+        return loss
+
+    def validation_step(self, batch: dict[str, Tensor], batch_idx: int, dataloader_idx: int = 0) -> None:
+        self._evaluate("val", batch, dataloader_idx)
+
+    def test_step(self, batch: dict[str, Tensor], batch_idx: int, dataloader_idx: int = 0) -> None:
+        self._evaluate("test", batch, dataloader_idx)
+
+    def predict_step(self, batch: dict[str, Tensor], batch_idx: int, dataloader_idx: int = 0) -> Tensor:
+        outputs = self(batch)
+        return outputs if self.task.regression else outputs.argmax(-1)
+
+    def _evaluate(self, stage: str, batch: dict[str, Tensor], set_id: int) -> None:
+        if "index" not in batch:
+            raise ValueError("evaluation batches need each example's row 'index' (TaskCollator adds it)")
+        outputs = self(batch)
+        preds = outputs.float() if self.task.regression else outputs.argmax(-1)
+        self.evaluation[stage].update(set_id, batch["index"], preds, batch["labels"], self.losses(outputs, batch["labels"]))
+
+    def on_validation_epoch_end(self) -> None:
+        self._log_evaluation("val")
+
+    def on_test_epoch_end(self) -> None:
+        self._log_evaluation("test")
+
+    def _log_evaluation(self, stage: str) -> None:
+        results = self.evaluation[stage].compute()
+        self.evaluation[stage].reset()
+        if not results:
+            return
+        datamodule = getattr(self.trainer, "datamodule", None)
+        names = datamodule.eval_set_names(stage) if hasattr(datamodule, "eval_set_names") else [""]
+        if len(names) < len(results):
+            names = [str(i) for i in range(max(results) + 1)]
+        metrics = (*self.task.metrics, "loss")
+        for set_id, values in results.items():
+            for metric in metrics:
+                self.log("/".join(p for p in (stage, names[set_id], metric) if p), values[metric], add_dataloader_idx=False)
+        averaged = getattr(datamodule, "average_eval_sets", False)
+        if averaged:
+            for metric in metrics:
+                mean = torch.stack([values[metric] for values in results.values()]).mean()
+                self.log(f"{stage}/average/{metric}", mean, add_dataloader_idx=False)
+        main = self.task.main_metric
+        first = results[min(results)][main]
+        score = torch.stack([v[main] for v in results.values()]).mean() if averaged else first
+        self.log(f"{stage}/score", score, prog_bar=stage == "val", add_dataloader_idx=False)
+
+
+def checkpoint_facts(checkpoint: dict[str, Any]) -> dict[str, Any]:
+    """What a checkpoint says about its strategy, vocabulary and tokenizer (older ones: from hparams)."""
+    facts = dict(checkpoint.get(CHECKPOINT_FACTS) or {})
+    if "tokenizer" not in facts or facts["tokenizer"] is None:
+        facts["tokenizer"] = (checkpoint.get("datamodule_hyper_parameters") or {}).get("tokenizer")
+    return facts

@@ -1,0 +1,509 @@
+"""Fine-tuning: every task's data in the hub's layout, labels, metrics (exact under DDP), the
+classifier from a pre-training checkpoint, from the packaged MiniLM and from DistilBERT, bad input."""
+
+from __future__ import annotations
+
+import functools
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from lit_embed.cli import LitEmbedCLI, main
+from lit_embed.data.finetune import TaskDataModule, XNLIDataModule, truncate_longest_first
+from lit_embed.data.tasks import TASKS, XNLI_LANGUAGES, Task, get_task
+from lit_embed.embeddings import SubspaceEmbedding
+from lit_embed.models import Encoder, MaskedLM, SequenceClassifier
+from lit_embed.models.metrics import TaskEvaluation
+
+from .conftest import CONFIGS
+
+WORDS = ["the", "river", "city", "quiet", "bridge", "market", "owl", "runs", "green", "late"]
+FORMATS = ["parquet", "tsv", "jsonl", "csv"]
+
+
+def tiny_encoder(**kwargs) -> Encoder:
+    return Encoder(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64, max_position_embeddings=66, **kwargs)
+
+
+def label_values(task: Task, count: int, as_names: bool) -> list:
+    if task.regression:
+        return [round(5.0 * i / max(1, count - 1), 2) for i in range(count)]
+    names = task.source_labels or task.labels
+    return [names[i % len(names)] if as_names else i % len(names) for i in range(count)]
+
+
+def write_split(folder: Path, task: Task, split: str, fmt: str, count: int = 12, seed: int = 0) -> Path:
+    """A split of ``task`` as the hub lays it out (``<split>-00000-of-00001.parquet``) or as a plain file."""
+    rng = np.random.default_rng(seed)
+    rows = {c: [" ".join(rng.choice(WORDS, rng.integers(3, 9))) for _ in range(count)] for c in task.text_columns}
+    rows[task.label_column] = label_values(task, count, as_names=fmt == "jsonl")
+    rows["idx"] = list(range(count))
+    folder.mkdir(parents=True, exist_ok=True)
+    if fmt == "parquet":
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        path = folder / f"{split}-00000-of-00001.parquet"
+        pq.write_table(pa.table(rows), path)
+    elif fmt == "jsonl":
+        path = folder / f"{split}.jsonl"
+        path.write_text("".join(json.dumps(dict(zip(rows, values))) + "\n" for values in zip(*rows.values())))
+    else:
+        sep = "\t" if fmt == "tsv" else ","
+        path = folder / f"{split}.{fmt}"
+        lines = [sep.join(rows)] + [sep.join(str(v) for v in values) for values in zip(*rows.values())]
+        path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def write_task(root: Path, task: Task, fmt: str) -> Path:
+    """Every split the task reads, under ``root/<config>/`` (the hub's layout)."""
+    splits = {"train", *task.validation.values(), *(task.test or {}).values(), *(task.heldout_test or {}).values()}
+    for number, split in enumerate(sorted(splits)):
+        write_split(root / (task.config or ""), task, split, fmt, seed=number)
+    return root
+
+
+# -- the task table and every task's data -----------------------------------------------------------
+
+
+def test_the_table_has_every_task_of_the_issue():
+    glue = {"cola", "sst2", "mrpc", "qqp", "stsb", "mnli", "qnli", "rte", "wnli"}
+    assert glue | {"jcola", "jsts", "jnli", "marc_ja", "xnli"} <= set(TASKS)
+    assert [t for t in TASKS.values() if t.regression] == [TASKS["stsb"], TASKS["jsts"]]
+    assert TASKS["cola"].main_metric == "matthews" and TASKS["jsts"].main_metric == "spearman"
+    assert set(TASKS["mrpc"].metrics) == {"f1", "accuracy"} and TASKS["qqp"].main_metric == "f1"
+    assert TASKS["jnli"].labels == TASKS["mnli"].labels == TASKS["xnli"].labels
+    assert get_task("SST-2") is TASKS["sst2"] and get_task("MARC-ja") is TASKS["marc_ja"]
+
+
+@pytest.mark.parametrize("name", [n for n in TASKS if n not in ("xnli", "topics")])
+def test_each_task_reads_local_files_in_the_hubs_layout(name, tmp_path):
+    task = TASKS[name]
+    fmt = FORMATS[sorted(TASKS).index(name) % len(FORMATS)]  # every format across the tasks
+    write_task(tmp_path, task, fmt)
+    dm = TaskDataModule(name, tokenizer="all-MiniLM-L6-v2", data_dir=str(tmp_path), batch_size=4, max_length=16)
+    dm.setup()
+    batch = next(iter(dm.train_dataloader()))
+    assert batch["codes"].shape[0] == 4 and batch["codes"].shape[1] <= 16
+    assert (batch["codes"][:, 0] == 101).all()  # [CLS]
+    assert batch["labels"].dtype == (torch.float32 if task.regression else torch.long)
+    if len(task.text_columns) == 2:
+        assert (batch["token_type_ids"] == 1).any()  # the second segment
+    assert dm.eval_set_names("val") == list(task.validation)
+    for loaders in (dm.val_dataloader(), dm.test_dataloader()):
+        assert all(len(loader.dataset) == 12 for loader in loaders)
+        assert sorted(next(iter(loaders[0]))["index"].tolist()) == [0, 1, 2, 3]
+    assert len(list(dm.train_texts())) == 12 * len(task.text_columns)
+
+
+def test_split_train_protocol_holds_out_ten_percent_with_seed_42(tmp_path):
+    write_task(tmp_path, TASKS["rte"], "parquet")
+    write_split(tmp_path / "rte", TASKS["rte"], "train", "parquet", count=50)
+    dm = TaskDataModule("rte", tokenizer="all-MiniLM-L6-v2", data_dir=str(tmp_path), protocol="split_train")
+    dm.setup()
+    assert (len(dm.train_set), len(dm.eval_sets["val"][""])) == (45, 5)
+    assert dm.eval_set_names("val") == [""] and dm.eval_set_names("test") == [""]
+    assert len(dm.eval_sets["test"][""]) == 12  # GLUE's validation split is the test set
+    again = TaskDataModule("rte", tokenizer="all-MiniLM-L6-v2", data_dir=str(tmp_path), protocol="split_train")
+    assert list(again.train_texts()) == list(dm.train_texts())  # the same 90% every time
+
+
+def test_jcola_tests_on_out_of_domain_under_split_train(tmp_path):
+    write_task(tmp_path, TASKS["jcola"], "jsonl")
+    dm = TaskDataModule("jcola", tokenizer="all-MiniLM-L6-v2", data_dir=str(tmp_path), protocol="split_train")
+    assert dm.test_sources() == {"": ("JCoLA", "validation_out_of_domain")}
+    assert TaskDataModule("jcola", tokenizer="x").eval_set_names("test") == ["in_domain", "out_of_domain"]
+
+
+def test_xnli_cross_lingual_and_translate_train_all(tmp_path):
+    task = TASKS["xnli"]
+    for number, lang in enumerate(XNLI_LANGUAGES):
+        for split in ("train", "validation", "test"):
+            write_split(tmp_path / lang, task, split, "parquet", count=6, seed=number)
+    cross = XNLIDataModule("cross_lingual", tokenizer="all-MiniLM-L6-v2", data_dir=str(tmp_path))
+    cross.setup()
+    assert len(cross.train_set) == 6 and cross.eval_set_names("val") == ["en"]
+    assert cross.eval_set_names("test") == list(XNLI_LANGUAGES) and len(cross.test_dataloader()) == 15
+    everything = XNLIDataModule("translate_train_all", tokenizer="all-MiniLM-L6-v2", data_dir=str(tmp_path))
+    everything.setup("fit")
+    assert len(everything.train_set) == 6 * 15 and len(everything.val_dataloader()) == 15
+    with pytest.raises(ValueError, match=r"XNLI has no language\(s\) \['xx'\]"):
+        XNLIDataModule(test_languages=["en", "xx"])
+
+
+def test_jnli_labels_are_normalised_to_mnli_order(tmp_path):
+    """JNLI's hub order is entailment, contradiction, neutral; ours (MNLI/XNLI) entailment, neutral, contradiction."""
+    import datasets
+
+    task = TASKS["jnli"]
+    hub_order = ["entailment", "contradiction", "neutral"]
+    names = [hub_order[i % 3] for i in range(12)]
+    expected = [TASKS["mnli"].labels.index(n) for n in names]
+    as_ids = datasets.Features({"sentence1": datasets.Value("string"), "sentence2": datasets.Value("string"),
+                                "label": datasets.ClassLabel(names=hub_order)})
+    layouts = {
+        "jsonl": lambda d, split: write_split(d, task, split, "jsonl"),  # label names, as JGLUE's own files
+        "csv": lambda d, split: write_split(d, task, split, "csv"),  # integer ids in the hub's order
+        "classlabel": lambda d, split: datasets.Dataset.from_dict(
+            {"sentence1": ["a"] * 12, "sentence2": ["b"] * 12, "label": [hub_order.index(n) for n in names]},
+            features=as_ids).to_parquet(str(d / f"{split}.parquet")),
+    }
+    for kind, write in layouts.items():
+        folder = tmp_path / kind
+        folder.mkdir()
+        for split in ("train", "validation"):
+            write(folder, split)
+        dm = TaskDataModule("jnli", tokenizer="all-MiniLM-L6-v2", data_dir=str(folder))
+        dm.setup("validate")
+        assert list(dm.eval_sets["val"][""]["labels"]) == expected, kind
+
+
+def test_mecab_pretokenisation_splits_japanese_words(tmp_path):
+    pytest.importorskip("fugashi")
+    pytest.importorskip("unidic_lite")
+    task = TASKS["jsts"]
+    folder = tmp_path / "JSTS"
+    folder.mkdir()
+    line = json.dumps({"sentence1": "日本語の文を単語に分けます。", "sentence2": "猫が寝ている。", "label": 1.5}, ensure_ascii=False)
+    for split in ("train", "validation"):
+        (folder / f"{split}.jsonl").write_text((line + "\n") * 4)
+    dm = TaskDataModule(task.name, tokenizer="all-MiniLM-L6-v2", data_dir=str(tmp_path), pretokenize="mecab")
+    texts = list(dm.train_texts())
+    assert texts[0] == "日本 語 の 文 を 単語 に 分け ます 。"
+
+
+def test_pairs_truncate_longest_first():
+    assert truncate_longest_first([100, 10], 50) == [40, 10]
+    assert truncate_longest_first([30, 30], 50) == [25, 25]
+    assert truncate_longest_first([5, 7], 50) == [5, 7]
+    assert truncate_longest_first([80], 20) == [20]
+
+
+# -- metrics ----------------------------------------------------------------------------------------------
+
+
+def evaluate(metrics, num_classes, preds, target, index=None, set_id=0, evaluation=None):
+    evaluation = evaluation or TaskEvaluation(metrics, num_classes)
+    index = torch.arange(len(preds)) if index is None else index
+    evaluation.update(set_id, index, preds, target, torch.zeros(len(preds)))
+    return evaluation
+
+
+def test_classification_metrics_equal_scikit_learn():
+    from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
+
+    rng = np.random.default_rng(0)
+    target = rng.integers(0, 2, 200)
+    preds = np.where(rng.random(200) < 0.7, target, 1 - target)
+    result = evaluate(("accuracy", "f1", "matthews"), 2, torch.tensor(preds), torch.tensor(target)).compute()[0]
+    assert float(result["accuracy"]) == pytest.approx(accuracy_score(target, preds), abs=1e-6)
+    assert float(result["f1"]) == pytest.approx(f1_score(target, preds), abs=1e-6)
+    assert float(result["matthews"]) == pytest.approx(matthews_corrcoef(target, preds), abs=1e-5)
+    three = rng.integers(0, 3, 150)
+    guess = np.where(rng.random(150) < 0.5, three, rng.integers(0, 3, 150))
+    result = evaluate(("accuracy", "matthews"), 3, torch.tensor(guess), torch.tensor(three)).compute()[0]
+    assert float(result["matthews"]) == pytest.approx(matthews_corrcoef(three, guess), abs=1e-5)
+
+
+def test_regression_metrics_equal_scipy():
+    from scipy.stats import pearsonr, spearmanr
+
+    rng = np.random.default_rng(1)
+    target = rng.uniform(0, 5, 300)
+    preds = target + rng.normal(0, 1.0, 300)
+    result = evaluate(("spearman", "pearson"), None, torch.tensor(preds, dtype=torch.float32),
+                      torch.tensor(target, dtype=torch.float32)).compute()[0]
+    assert float(result["pearson"]) == pytest.approx(pearsonr(preds, target)[0], abs=1e-5)
+    assert float(result["spearman"]) == pytest.approx(spearmanr(preds, target)[0], abs=1e-5)
+
+
+def test_duplicates_padded_by_a_distributed_sampler_are_not_counted():
+    """Two ranks of a DistributedSampler over 7 examples: rank 1 gets example 0 again as padding."""
+    from sklearn.metrics import accuracy_score
+    from torch.utils.data import DistributedSampler
+
+    target = torch.tensor([1, 0, 1, 1, 0, 0, 1])
+    preds = torch.tensor([1, 1, 0, 0, 0, 1, 1])  # example 0 right: counting its duplicate inflates accuracy
+    ranks = []
+    for rank in range(2):
+        index = torch.tensor(list(DistributedSampler(range(7), num_replicas=2, rank=rank, shuffle=False)))
+        ranks.append(evaluate(("accuracy",), 2, preds[index], target[index], index=index))
+    assert sum(len(torch.cat(r.index)) for r in ranks) == 8  # the sampler padded one duplicate in
+    ranks[0].merge_state(ranks[1])  # what the DDP gather hands to compute()
+    result = ranks[0].compute()[0]
+    assert int(result["count"]) == 7
+    assert float(result["accuracy"]) == pytest.approx(accuracy_score(target, preds))  # 3/7, not 4/8
+    naive = (preds[[0, 2, 4, 6, 1, 3, 5, 0]] == target[[0, 2, 4, 6, 1, 3, 5, 0]]).float().mean()
+    assert float(result["accuracy"]) != pytest.approx(float(naive))
+
+
+def test_evaluation_sets_are_kept_apart():
+    evaluation = evaluate(("accuracy",), 2, torch.tensor([1, 1]), torch.tensor([1, 1]), set_id=0)
+    evaluate(("accuracy",), 2, torch.tensor([0, 0, 1]), torch.tensor([1, 1, 1]), set_id=1, evaluation=evaluation)
+    result = evaluation.compute()
+    assert float(result[0]["accuracy"]) == 1.0 and float(result[1]["accuracy"]) == pytest.approx(1 / 3)
+
+
+# -- the classifier ----------------------------------------------------------------------------------------
+
+
+def batch_of(codes: torch.Tensor, labels: torch.Tensor) -> dict:
+    return {"codes": codes, "attention_mask": torch.ones_like(codes), "labels": labels,
+            "token_type_ids": torch.zeros_like(codes), "index": torch.arange(len(codes))}
+
+
+@pytest.mark.parametrize("name", ["stsb", "jsts"])
+def test_regression_head_outputs_one_score_and_learns(name):
+    torch.manual_seed(0)
+    model = SequenceClassifier(name, tiny_encoder(), vocab_size=200)
+    codes = torch.randint(5, 200, (8, 10))
+    target = torch.linspace(0, 5, 8)
+    batch = batch_of(codes, target)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    first = None
+    for _ in range(30):
+        out = model(batch)
+        assert out.shape == (8,)
+        loss = model.losses(out, target).mean()
+        first = first if first is not None else float(loss)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    assert float(loss) < 0.5 * first
+
+
+def pretrain_checkpoint(tmp_path: Path, embedding=None, vocab_size: int = 30522) -> Path:
+    """A real lit-embed pre-training checkpoint: two MLM steps on the shipped corpus."""
+    import pytorch_lightning as pl
+
+    from lit_embed.data.corpus import CorpusDataModule
+
+    model = MaskedLM(tiny_encoder(), vocab_size=vocab_size, embedding=embedding)
+    data = CorpusDataModule("all-MiniLM-L6-v2", files=["sample-corpus"], max_length=32, batch_size=4, val_size=2, max_texts=50)
+    trainer = pl.Trainer(accelerator="cpu", max_steps=2, logger=False, enable_checkpointing=False,
+                         enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0)
+    trainer.fit(model, data)
+    path = tmp_path / "pretrain.ckpt"
+    trainer.save_checkpoint(path)
+    return path
+
+
+def fit_topics(model, tmp_path: Path, **data_args):
+    import pytorch_lightning as pl
+
+    dm = TaskDataModule("topics", max_length=64, batch_size=8, **data_args)
+    trainer = pl.Trainer(accelerator="cpu", max_steps=2, val_check_interval=2, limit_val_batches=2, logger=False,
+                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+                         default_root_dir=tmp_path)
+    trainer.fit(model, dm)
+    return trainer, dm
+
+
+def test_starts_from_a_pretraining_checkpoint_with_its_strategy_state(tmp_path):
+    subspace = functools.partial(SubspaceEmbedding, num_tables=3)
+    ckpt = pretrain_checkpoint(tmp_path, embedding=subspace)
+    state = torch.load(ckpt, map_location="cpu", weights_only=False)
+    assert state["lit_embed"]["tokenizer"] == "all-MiniLM-L6-v2"
+    model = SequenceClassifier("topics", tiny_encoder(), vocab_size=30522, embedding=subspace, checkpoint=str(ckpt))
+    assert model.expected_tokenizer == "all-MiniLM-L6-v2"  # the data needs no tokenizer of its own
+    trainer, dm = fit_topics(model, tmp_path)
+    assert dm.tokenizer == "all-MiniLM-L6-v2"
+    assert torch.equal(model.embedding.codes, state["state_dict"]["embedding.codes"])
+    assert trainer.callback_metrics["val/score"] >= 0 and model.hparams["task"] == "topics"
+    assert model.hparams["seed"] is None or isinstance(model.hparams["seed"], int)
+    fresh = SequenceClassifier("topics", tiny_encoder(), vocab_size=30522, embedding=subspace, checkpoint=str(ckpt))
+    fresh.load_pretraining_checkpoint()
+    weight = "encoder.model.encoder.layer.0.attention.self.query.weight"
+    assert torch.equal(fresh.state_dict()[weight], state["state_dict"][weight])
+
+
+def test_a_checkpoint_of_another_strategy_or_vocabulary_is_refused(tmp_path):
+    ckpt = pretrain_checkpoint(tmp_path, embedding=functools.partial(SubspaceEmbedding, num_tables=3))
+    dense = SequenceClassifier("topics", tiny_encoder(), vocab_size=30522, checkpoint=str(ckpt))
+    with pytest.raises(ValueError, match="trained with strategy lit_embed.embeddings.subspace.SubspaceEmbedding"):
+        dense.load_pretraining_checkpoint()
+    other = SequenceClassifier("topics", tiny_encoder(), vocab_size=40000,
+                               embedding=functools.partial(SubspaceEmbedding, num_tables=3), checkpoint=str(ckpt))
+    with pytest.raises(ValueError, match="has vocab_size=30522 but the config sets 40000"):
+        other.load_pretraining_checkpoint()
+    model = SequenceClassifier("topics", tiny_encoder(), vocab_size=30522,
+                               embedding=functools.partial(SubspaceEmbedding, num_tables=3), checkpoint=str(ckpt))
+    save_other_tokenizer(tmp_path / "other_tokenizer")
+    with pytest.raises(ValueError, match="differs from the model's tokenizer 'all-MiniLM-L6-v2'"):
+        fit_topics(model, tmp_path, tokenizer=str(tmp_path / "other_tokenizer"))
+
+
+def save_other_tokenizer(path: Path) -> None:
+    from transformers import AutoTokenizer
+
+    from lit_embed.hub import resolve_pretrained
+
+    tokenizer = AutoTokenizer.from_pretrained(resolve_pretrained("all-MiniLM-L6-v2"))
+    tokenizer.add_tokens(["zzzunseen"])
+    tokenizer.save_pretrained(path)
+
+
+def test_starts_from_the_packaged_minilm_with_its_word_embeddings(minilm_path, minilm_matrix, tmp_path):
+    encoder = Encoder(pretrained="all-MiniLM-L6-v2")
+    model = SequenceClassifier("topics", encoder, vocab_size=30522)
+    assert torch.equal(model.embedding.weight.detach(), minilm_matrix)
+    assert model.encoder.pretrained_word_embeddings is None  # handed over, not kept twice
+    assert model.pre_classifier is None  # BERT's pooler feeds the head
+    trainer, dm = fit_topics(model, tmp_path)
+    assert dm.tokenizer == "all-MiniLM-L6-v2"  # the model's tokenizer by default
+    with pytest.raises(ValueError, match="set vocab_size to 30522"):
+        SequenceClassifier("topics", Encoder(pretrained="all-MiniLM-L6-v2"), vocab_size=1000)
+
+
+def test_distilbert_loads_through_pretrained(tmp_path):
+    """DistilBERT (no pooler, no token types) from a local folder, as distilbert-base-uncased would be."""
+    from transformers import DistilBertConfig, DistilBertModel
+
+    config = DistilBertConfig(vocab_size=300, dim=32, n_layers=1, n_heads=2, hidden_dim=64, max_position_embeddings=64)
+    torch.manual_seed(0)
+    hf = DistilBertModel(config).eval()
+    hf.save_pretrained(tmp_path / "distil")
+    model = SequenceClassifier("rte", Encoder(pretrained=str(tmp_path / "distil")), vocab_size=300)
+    assert torch.equal(model.embedding.weight.detach(), hf.get_input_embeddings().weight.detach())
+    assert model.pre_classifier is not None and model.encoder.max_length == 64
+    codes = torch.randint(0, 300, (2, 9))
+    batch = batch_of(codes, torch.tensor([0, 1]))
+    batch["token_type_ids"][:, 5:] = 1  # dropped: DistilBERT has no segment embeddings
+    model.eval()
+    with torch.no_grad():
+        ours = model.encode(batch).last_hidden_state
+        theirs = hf(input_ids=codes, attention_mask=batch["attention_mask"]).last_hidden_state
+    assert torch.allclose(ours, theirs, atol=1e-5)
+    assert model(batch).shape == (2, 2)
+
+
+# -- configs and the command line --------------------------------------------------------------------
+
+
+ON_CPU = ["--trainer.accelerator", "cpu", "--trainer.devices", "1", "--trainer.strategy", "auto",
+          "--trainer.precision", "32-true", "--trainer.logger", "false"]
+
+
+@pytest.mark.parametrize("protocol", sorted((CONFIGS / "protocol").glob("*.yaml")), ids=lambda p: p.stem)
+def test_protocols_compose_with_every_experiment(protocol, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    for experiment in ("glue/stsb.yaml", "xnli/translate_train_all.yaml"):
+        args = ["--config", str(CONFIGS / "experiments/finetune" / experiment), "--config", str(protocol)]
+        cli = LitEmbedCLI(args=[*args, *ON_CPU, "--model.init_args.embedding", str(CONFIGS / "embedding/subspace_3.yaml")], run=False)
+        assert cli.trainer.max_epochs in (3, 5) and type(cli.model.embedding).__name__ == "SubspaceEmbedding"
+    if protocol.stem == "hashformers":
+        assert cli.model.optim.schedule == "cosine_restarts" and cli.model.optim.betas == (0.9, 0.999)
+    else:
+        assert cli.datamodule.protocol == "split_train" and cli.datamodule.split_seed == 42
+
+
+def test_glue_configs_cover_the_nine_tasks():
+    names = {p.stem for p in (CONFIGS / "experiments/finetune/glue").glob("*.yaml")}
+    assert names == {"cola", "sst2", "mrpc", "qqp", "stsb", "mnli", "qnli", "rte", "wnli"}
+    assert {p.stem for p in (CONFIGS / "experiments/finetune/jglue").glob("*.yaml")} == {"jcola", "jsts", "jnli", "marc_ja"}
+
+
+def cli_fit(tmp_path: Path, *extra: str) -> int:
+    args = ["fit", "--config", str(CONFIGS / "demo_finetune.yaml"), "--model.init_args.checkpoint", "null",
+            "--data.init_args.tokenizer", "all-MiniLM-L6-v2", "--trainer.fast_dev_run", "true", *extra]
+    return main(args)
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--data.init_args.task", "mrcp", "--model.init_args.task", "mrcp"], "unknown task 'mrcp': did you mean 'mrpc'?"),
+        (["--model.init_args.task", "sst2"], "the model is built for task 'sst2' but the data is 'topics'"),
+        (["--model.init_args.checkpoint", "missing/last.ckpt"], "pre-training checkpoint 'missing/last.ckpt' does not exist"),
+    ],
+)
+def test_bad_configuration_exits_non_zero_naming_the_fix(extra, message, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert cli_fit(tmp_path, *extra) == 2
+    assert message in capsys.readouterr().err
+    assert not list(tmp_path.rglob("*.ckpt"))
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ("drop_column", r"no column\(s\) \['label'\] .* task 'topics' expects \['text', 'label'\]"),
+        ("bad_label", r"row 3 has label 'volcano', outside the label set \['city'"),
+        ("empty", "the train split of task 'topics' has no rows"),
+    ],
+)
+def test_bad_data_exits_non_zero_naming_the_problem(change, message, tmp_path, monkeypatch, capsys):
+    import re
+
+    from lit_embed.data.sources import SAMPLE_DIR
+
+    monkeypatch.chdir(tmp_path)
+    data = tmp_path / "topics"
+    data.mkdir()
+    for split in ("train", "validation", "test"):
+        lines = (SAMPLE_DIR / "topics" / f"{split}.tsv").read_text().splitlines()[:20]
+        if split == "train" and change == "drop_column":
+            lines = [line.split("\t")[0] for line in lines]
+        if split == "train" and change == "bad_label":
+            lines[4] = lines[4].split("\t")[0] + "\tvolcano"
+        if split == "train" and change == "empty":
+            lines = lines[:1]
+        (data / f"{split}.tsv").write_text("\n".join(lines) + "\n")
+    assert cli_fit(tmp_path, "--data.init_args.data_dir", str(data)) == 2
+    assert re.search(message, capsys.readouterr().err)
+    assert not list(tmp_path.rglob("*.ckpt"))
+
+
+def test_demo_finetunes_the_demo_checkpoint_end_to_end(tmp_path, monkeypatch):
+    """configs/demo.yaml writes runs/demo/checkpoints/last.ckpt; configs/demo_finetune.yaml starts from it,
+    trains, and tests the best checkpoint after fit (both shortened here)."""
+    monkeypatch.chdir(tmp_path)
+    quiet = ["--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false"]
+    assert main(["fit", "--config", str(CONFIGS / "demo.yaml"), "--trainer.max_steps", "20",
+                 "--trainer.limit_val_batches", "1", *quiet]) == 0
+    assert (tmp_path / "runs/demo/checkpoints/last.ckpt").is_file()
+    assert main(["fit", "--config", str(CONFIGS / "demo_finetune.yaml"), "--trainer.max_epochs", "1",
+                 "--model.init_args.optim.lr", "3.0e-3", *quiet]) == 0
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(next((tmp_path / "runs/demo_finetune").rglob("events.out.tfevents*")).parent))
+    events.Reload()
+    tags = events.Tags()["scalars"]
+    assert {"val/accuracy", "val/score", "test/accuracy", "test/loss"} <= set(tags)
+    after_fit = events.Scalars("test/accuracy")[-1].value
+    assert after_fit > 0.3  # chance is 1/6
+    best = next((tmp_path / "runs/demo_finetune/checkpoints").glob("epoch=*.ckpt"))
+    (tmp_path / "runs/demo/checkpoints/last.ckpt").unlink()  # testing the fine-tuned model needs only its own
+    cli = LitEmbedCLI(args=["test", "--config", str(CONFIGS / "demo_finetune.yaml"), "--ckpt_path", str(best),
+                            "--trainer.logger", "false", *quiet])
+    assert float(cli.trainer.callback_metrics["test/accuracy"]) == pytest.approx(after_fit)
+    assert cli.datamodule.tokenizer == "all-MiniLM-L6-v2"  # from the fine-tuned checkpoint
+
+
+@pytest.mark.slow
+def test_full_demo_finetune_is_well_above_chance(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(["fit", "--config", str(CONFIGS / "demo.yaml")]) == 0
+    assert main(["fit", "--config", str(CONFIGS / "demo_finetune.yaml")]) == 0
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(next((tmp_path / "runs/demo_finetune").rglob("events.out.tfevents*")).parent))
+    events.Reload()
+    assert events.Scalars("test/accuracy")[-1].value > 0.6
+
+
+def test_readme_task_table_is_the_task_table():
+    from .conftest import REPO
+
+    section = (REPO / "README.md").read_text().split("## Fine-tuning\n", 1)[1].split("\n## ", 1)[0]
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in section.splitlines() if line.startswith("| ") and "---" not in line][1:]
+    by_metric = {row[0]: row[4].split(",")[0].split(" ")[0] for row in rows}
+    assert len(rows) == len(TASKS)
+    for task in TASKS.values():
+        shown = {"sst2": "SST-2", "stsb": "STS-B", "marc_ja": "MARC-ja", "topics": "topics"}.get(task.name)
+        name = shown or next(k for k in by_metric if k.lower() == task.name)
+        assert by_metric[name] == task.main_metric, name
