@@ -69,6 +69,7 @@ def demo_runs(tmp_path_factory) -> dict[str, Path]:
         callbacks = [
             {"class_path": "lit_embed.callbacks.EfficiencyMonitor", "init_args": {"warmup_steps": 2}},
             {"class_path": "lit_embed.callbacks.ResultsWriter", "init_args": {"baseline": str(dense)}},
+            {"class_path": "lit_embed.callbacks.EmbeddingAnalysis", "init_args": {"max_texts": 40, "points": 2000}},
         ]
         subspace = short_demo(root, "subspace", "--trainer.callbacks", json.dumps(callbacks))
     return {"dense": dense, "subspace": subspace}
