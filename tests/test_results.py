@@ -82,6 +82,22 @@ def test_a_run_too_short_to_measure_says_so(tmp_path):
         EfficiencyMonitor(warmup_steps=-1)
 
 
+def test_any_lightning_logger_gets_the_figures(tmp_path):
+    from pytorch_lightning.loggers import CSVLogger
+
+    logger = CSVLogger(tmp_path, name="csv")
+    trainer = pl.Trainer(max_steps=4, limit_val_batches=2, num_sanity_val_steps=0, logger=logger,
+                         callbacks=[EfficiencyMonitor(warmup_steps=1), ResultsWriter(label="tiny")],
+                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+    trainer.fit(TinyRegression(), loader(12, 3), loader(4, 2))
+    header = (tmp_path / "csv" / "version_0" / "metrics.csv").read_text().splitlines()[0].split(",")
+    assert {"efficiency/train_ms_per_sample", "efficiency/infer_ms_per_sample", "val/loss"} <= set(header)
+    assert "efficiency/train_ms_per_sample" in (tmp_path / "csv" / "version_0" / "hparams.yaml").read_text()
+    results = load_results(tmp_path / "csv" / "version_0")
+    assert results["label"] == "tiny" and results["parameters"] is None  # not an EmbeddingModule: no counts
+    assert results["efficiency"]["train"]["measured_steps"] == 3 and "val/loss" in results["metrics"]
+
+
 def test_demo_run_writes_complete_results(demo_runs):
     results = load_results(demo_runs["subspace"])
     baseline = load_results(demo_runs["dense"])

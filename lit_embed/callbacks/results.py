@@ -125,6 +125,8 @@ class ResultsWriter(pl.Callback):
 
     def results(self, trainer: pl.Trainer, pl_module: pl.LightningModule, run_dir: Path, efficiency: dict | None) -> dict:
         hparams = dict(pl_module.hparams)
+        if hparams.get("task") is None and trainer.datamodule is not None:
+            hparams["task"] = trainer.datamodule.hparams.get("task")  # task data modules may hold it instead
         return {
             "format": RESULTS_FORMAT,
             "label": self.label or _default_label(trainer, pl_module),
