@@ -219,6 +219,8 @@ class Report:
             notes.append("PRR (performance retention) needs a baseline: lit-embed report ... --baseline RUN_DIR")
         header += ["#Total Params", "#Emb Params", "PCR (All)", "PCR (Emb)", "PoEP"]
         base = self._parameters(self.baseline_label) if self.baseline_label else None
+        if self.baseline_label and base is None:
+            notes.append(f"baseline {self.baseline_label!r} has no parameter counts: PCR against each run's dense strategy")
         rows = []
         for label in labels:
             cells = [label]
@@ -250,8 +252,8 @@ class Report:
             return MISSING
         return f"{100 * mine / theirs:.{self.digits}f}"
 
-    def _parameters(self, label: str) -> dict:
-        return next(r["parameters"] for r in self.runs if r["label"] == label and r.get("parameters"))
+    def _parameters(self, label: str) -> dict | None:
+        return next((r["parameters"] for r in self.runs if r["label"] == label and r.get("parameters")), None)
 
     # -- speed (HashFormers Table 3) -------------------------------------------------------------
     def speed_table(self) -> Table | None:

@@ -237,3 +237,14 @@ def test_bad_input_is_refused_with_a_clear_message(setup, message, tmp_path, cap
         argv = ["report", str(tmp_path / "empty")]
     assert main(argv) == 2
     assert message in capsys.readouterr().err
+
+
+def test_a_baseline_without_parameter_counts_still_gives_prr(tmp_path):
+    base = write_run(tmp_path, "hf_model", "cola", 0, {"test/matthews": 0.5})
+    results = load_results(base)
+    results["parameters"] = None  # e.g. a module that is not a lit-embed EmbeddingModule
+    write_json_atomic(base / RESULTS_FILE, results)
+    mine = write_run(tmp_path, "3se", "cola", 0, {"test/matthews": 0.4}, counts=SUB3)
+    memory = table(report([base, mine], base).tables(), "Memory efficiency")
+    assert row(memory, "3se")["CoLA"] == "80.0" and row(memory, "3se")["PCR (Emb)"] == "99.9"
+    assert any("has no parameter counts" in note for note in memory.notes)

@@ -125,6 +125,7 @@ class ResultsWriter(pl.Callback):
 
     def results(self, trainer: pl.Trainer, pl_module: pl.LightningModule, run_dir: Path, efficiency: dict | None) -> dict:
         hparams = dict(pl_module.hparams)
+        embedding = getattr(pl_module, "embedding", None)
         if hparams.get("task") is None and trainer.datamodule is not None:
             hparams["task"] = trainer.datamodule.hparams.get("task")  # task data modules may hold it instead
         return {
@@ -133,7 +134,7 @@ class ResultsWriter(pl.Callback):
             "task": None if hparams.get("task") is None else str(hparams["task"]),
             "seed": _seed(hparams),
             "model": f"{type(pl_module).__module__}.{type(pl_module).__qualname__}",
-            "strategy": type(getattr(pl_module, "embedding", None)).__name__ if hasattr(pl_module, "embedding") else None,
+            "strategy": None if embedding is None else type(embedding).__name__,
             "backbone": backbone_of(pl_module),
             "parameters": self.parameters(pl_module),
             "efficiency": efficiency,
