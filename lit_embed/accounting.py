@@ -1,4 +1,4 @@
-"""Parameter accounting against the dense baseline: the papers' PCR_All, PCR_Emb and PoEP.
+"""The papers' figures against a baseline: PCR_All, PCR_Emb, PoEP (parameters), PRR (scores), speed-up.
 
 Position and token-type embeddings belong to the backbone, not to the embedding, for these figures.
 """
@@ -15,9 +15,23 @@ def compression(embedding: int, total: int, baseline_embedding: int, baseline_to
     }
 
 
-def parameter_report(model) -> dict:
-    """Counts of ``model`` (an :class:`~lit_embed.models.base.EmbeddingModule`) beside its dense baseline."""
-    own, base = model.parameter_counts(), model.baseline_counts()
+def performance_retention(score: float, baseline_score: float) -> float | None:
+    """PRR = score / baseline_score (HashFormers eq. 4); ``None`` where the baseline scored 0."""
+    return None if baseline_score == 0 else score / baseline_score
+
+
+def speed_up(time: float, baseline_time: float) -> float | None:
+    """Speed-up rate = 1 / (time / baseline_time) (HashFormers eq. 8); ``None`` without a time."""
+    return None if not time else baseline_time / time
+
+
+def parameter_report(model, baseline: dict[str, int] | None = None) -> dict:
+    """Counts of ``model`` (an :class:`~lit_embed.models.base.EmbeddingModule`) beside a baseline's.
+
+    ``baseline`` holds another model's ``total_params`` and ``embedding_params`` (a baseline run's);
+    by default the dense strategy on the same backbone and vocabulary.
+    """
+    own, base = model.parameter_counts(), baseline or model.baseline_counts()
     report = {
         "strategy": type(model.embedding).__name__,
         "vocab_size": model.embedding.vocab_size,

@@ -11,8 +11,7 @@ REPO = Path(__file__).resolve().parents[1]
 CONFIGS = REPO / "configs"
 
 
-@pytest.fixture(autouse=True)
-def offline(monkeypatch, tmp_path_factory):
+def go_offline(monkeypatch, tmp_path_factory) -> None:
     """No hub access, and caches that do not leak between test sessions."""
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
@@ -20,6 +19,11 @@ def offline(monkeypatch, tmp_path_factory):
     cache = tmp_path_factory.getbasetemp() / "cache"
     monkeypatch.setenv("LIT_EMBED_CACHE", str(cache / "lit_embed"))
     monkeypatch.setenv("HF_DATASETS_CACHE", str(cache / "datasets"))
+
+
+@pytest.fixture(autouse=True)
+def offline(monkeypatch, tmp_path_factory):
+    go_offline(monkeypatch, tmp_path_factory)
 
 
 @pytest.fixture(scope="session")
@@ -36,3 +40,36 @@ def minilm_matrix(minilm_path):
     from lit_embed.embeddings.pretrained import load_embedding_matrix
 
     return load_embedding_matrix(minilm_path)
+
+
+def short_demo(root: Path, name: str, *extra: str) -> Path:
+    """A 10-step run of the demo config under ``root``; returns its run folder."""
+    from lit_embed.cli import main
+
+    args = ["fit", "--config", str(CONFIGS / "demo.yaml"), "--trainer.default_root_dir", str(root),
+            "--trainer.logger.init_args.save_dir", str(root), "--trainer.logger.init_args.name", name,
+            "--trainer.max_steps", "10", "--trainer.val_check_interval", "10", "--trainer.limit_val_batches", "7",
+            "--data.init_args.batch_size", "4", "--trainer.enable_progress_bar", "false",
+            "--trainer.enable_model_summary", "false", *extra]
+    assert main(args) == 0
+    return root / name / "version_0"
+
+
+@pytest.fixture(scope="session")
+def demo_runs(tmp_path_factory) -> dict[str, Path]:
+    """Two short demo pre-trainings: a dense baseline (the demo's own callbacks), and the demo's
+    3-sub-embedding compared against it by its ResultsWriter."""
+    import json
+
+    root = tmp_path_factory.mktemp("demo_runs")
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        go_offline(monkeypatch, tmp_path_factory)
+        monkeypatch.chdir(root)
+        dense = short_demo(root, "dense", "--model.init_args.embedding", str(CONFIGS / "embedding" / "dense.yaml"))
+        callbacks = [
+            {"class_path": "lit_embed.callbacks.EfficiencyMonitor", "init_args": {"warmup_steps": 2}},
+            {"class_path": "lit_embed.callbacks.ResultsWriter", "init_args": {"baseline": str(dense)}},
+            {"class_path": "lit_embed.callbacks.EmbeddingAnalysis", "init_args": {"max_texts": 40, "points": 2000}},
+        ]
+        subspace = short_demo(root, "subspace", "--trainer.callbacks", json.dumps(callbacks))
+    return {"dense": dense, "subspace": subspace}

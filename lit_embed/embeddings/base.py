@@ -94,6 +94,14 @@ class EmbeddingStrategy(nn.Module, ABC):
             )
         return hidden @ weight.T
 
+    def component_codes(self) -> Tensor | None:
+        """``(vocab_size, k)`` indices of the shared components each vocabulary vector is built from.
+
+        For analysis (the PCA scatter colours tokens by their last component); ``None`` where the
+        vectors are not composed of shared components.
+        """
+        return None
+
     def code_sampler(self) -> Callable[[tuple[int, ...]], Tensor]:
         """A picklable ``shape -> codes`` function drawing uniformly random codes on the CPU.
 

@@ -120,6 +120,11 @@ class SubspaceEmbedding(EmbeddingStrategy):
         self.codes = torch.cat([self.codes, new])
         self.vocab_size = new_vocab_size
 
+    def component_codes(self) -> Tensor:
+        """Each token's row in each table (the pad token's is the extra row ``Q``)."""
+        self._check_ready()
+        return self.codes
+
     # -- vectors ---------------------------------------------------------------------------------
     def _check_ready(self) -> None:
         if not self._codes_ready:

@@ -1,0 +1,337 @@
+"""The embedding-space analysis of the k-sub-embedding paper, for any strategy.
+
+* PCA of the strategy's embedding vectors (its Figure 2): a 3-d scatter of the first three principal
+  components, coloured by each token's last sub-embedding where the strategy composes its vectors
+  from shared components, and the explained variance ratio ``r_p = sum_{i<=p} s_i / sum_i s_i`` of
+  the eigenvalues ``s_i`` of the vectors' covariance matrix.
+* Layer-wise similarity of hidden states (its Figure 3), on sample text: ``S_intra(l)`` is the mean
+  cosine between two occurrences of the same token type, averaged over types;
+  ``S_inter(l)`` the mean cosine between occurrences of two different types, averaged over pairs of
+  types (Cai et al. 2021 draw one occurrence per type; this is that draw's expectation, without
+  sampling noise). Special tokens and padding are left out; layer 0 is the embedding layer's output.
+
+``lit-embed analyze --ckpt FILE`` runs it on a checkpoint; :class:`lit_embed.callbacks.EmbeddingAnalysis`
+at the end of training. Both save PNGs and ``analysis.json`` and send the figures to TensorBoard.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from lit_embed.data.collate import PadCollator
+from lit_embed.results import write_atomic, write_json_atomic
+
+ANALYSIS_DIR = "analysis"
+
+
+# -- geometry --------------------------------------------------------------------------------------
+def type_sums(vectors: Tensor, types: Tensor, num_types: int) -> tuple[Tensor, Tensor]:
+    """Per type: the sum of its occurrences' unit vectors ``(T, d)`` and its count ``(T,)`` (float64)."""
+    units = torch.nn.functional.normalize(vectors.double(), dim=-1)
+    sums = torch.zeros(num_types, units.shape[-1], dtype=torch.float64, device=units.device)
+    sums.index_add_(0, types, units)
+    counts = torch.bincount(types, minlength=num_types).double()
+    return sums, counts
+
+
+def similarity_from_sums(sums: Tensor, counts: Tensor) -> tuple[float, float]:
+    """``(S_inter, S_intra)`` from :func:`type_sums` (``nan`` where too few types or repeats).
+
+    With ``S_t`` the sum of type t's unit vectors: the pairs of distinct occurrences of t add up to
+    ``|S_t|^2 - n_t``; the mean cosine between types a and b is ``m_a . m_b`` with ``m_t = S_t / n_t``.
+    """
+    present = counts > 0
+    sums, counts = sums[present], counts[present]
+    means = sums / counts[:, None]
+    types = len(counts)
+    inter = float("nan")
+    if types >= 2:
+        inter = float((means.sum(0).square().sum() - means.square().sum()) / (types * (types - 1)))
+    repeated = counts >= 2
+    intra = float("nan")
+    if repeated.any():
+        n = counts[repeated]
+        intra = float(((sums[repeated].square().sum(1) - n) / (n * (n - 1))).mean())
+    return inter, intra
+
+
+def inter_intra_similarity(vectors: Tensor, types: Tensor) -> tuple[float, float]:
+    """``(S_inter, S_intra)`` of ``vectors`` ``(n, d)`` whose token types are ``types`` ``(n,)``."""
+    unique, inverse = torch.unique(types, return_inverse=True)
+    return similarity_from_sums(*type_sums(vectors, inverse, len(unique)))
+
+
+@torch.no_grad()
+def embedding_pca(strategy, codes: Tensor | None = None, points: int = 10_000, chunk: int = 8192) -> dict:
+    """PCA of the strategy's vectors for every vocabulary id (or for ``codes``, where it has no vocabulary).
+
+    The covariance is accumulated in chunks (no ``N x d`` matrix is kept); ``points`` vectors, drawn
+    with a fixed seed, are projected for the scatter.
+    """
+    if codes is None:
+        if strategy.vocab_size is None:
+            raise ValueError(f"{type(strategy).__name__} has no vocabulary to enumerate: pass the codes to analyse")
+        codes = torch.arange(strategy.vocab_size)
+    device = strategy._device()
+    codes = codes.to(device)
+    count = len(codes)
+    if count < 2:
+        raise ValueError(f"PCA needs at least 2 embedding vectors, got {count}: give more text")
+    total = torch.zeros(strategy.hidden_size, dtype=torch.float64, device=device)
+    gram = torch.zeros(strategy.hidden_size, strategy.hidden_size, dtype=torch.float64, device=device)
+    for part in codes.split(chunk):
+        vectors = strategy(part).double()
+        total += vectors.sum(0)
+        gram += vectors.T @ vectors
+    mean = total / count
+    covariance = (gram - count * torch.outer(mean, mean)) / (count - 1)
+    eigenvalues, eigenvectors = torch.linalg.eigh(covariance)
+    eigenvalues, eigenvectors = eigenvalues.flip(0).clamp_min(0), eigenvectors.flip(1)
+    ratios = eigenvalues / eigenvalues.sum()
+    chosen = torch.randperm(count, generator=torch.Generator().manual_seed(0))[:points].sort().values.to(device)
+    projected = (strategy(codes[chosen]).double() - mean) @ eigenvectors[:, :3]
+    components = strategy.component_codes() if codes.dim() == 1 else None
+    colour = components[codes[chosen], -1] if components is not None else None
+    return {
+        "vectors": count,
+        "projected": projected.float().cpu(),
+        "colour": None if colour is None else colour.cpu(),
+        "explained_variance_ratio": ratios.cpu(),
+    }
+
+
+# -- hidden states on text -------------------------------------------------------------------------
+def text_batches(model, texts: list[str], tokenizer: str, batch_size: int = 16) -> list[dict[str, Tensor]]:
+    """``texts`` as the model's codes, wrapped in its specials, cut to the backbone's length, padded."""
+    encoder = model.text_encoder(tokenizer)
+    cls, sep = encoder.special_code("cls"), encoder.special_code("sep")
+    body = model.encoder.max_length - 2
+    items = [{"codes": np.concatenate([cls[None], codes[:body], sep[None]])} for codes in encoder.encode(texts) if len(codes)]
+    if not items:
+        raise ValueError("the sample text gives no tokens: pass a file with text (--text)")
+    collate = PadCollator(encoder)
+    return [collate(items[i : i + batch_size]) for i in range(0, len(items), batch_size)]
+
+
+@torch.no_grad()
+def hidden_state_similarity(model, batches: list[dict[str, Tensor]]) -> dict:
+    """``S_inter`` and ``S_intra`` of every layer's hidden states over the non-special tokens of ``batches``."""
+    kept = [b["attention_mask"].bool() & ~b["special_mask"] for b in batches]
+    codes = torch.cat([b["codes"][k] for b, k in zip(batches, kept)])
+    if not len(codes):
+        raise ValueError("the sample text has no tokens besides specials: pass a file with text (--text)")
+    unique, inverse = torch.unique(codes.reshape(len(codes), -1), dim=0, return_inverse=True)
+    device = model.device
+    sums = counts = None
+    start = 0
+    for batch, keep in zip(batches, kept):
+        inputs = {k: v.to(device) for k, v in batch.items()}
+        states = model.encode(inputs, output_hidden_states=True).hidden_states
+        types = inverse[start : start + int(keep.sum())].to(device)
+        start += len(types)
+        parts = [type_sums(layer[keep.to(device)], types, len(unique)) for layer in states]
+        if sums is None:
+            sums, counts = [p[0] for p in parts], parts[0][1]
+        else:
+            sums = [s + p[0] for s, p in zip(sums, parts)]
+            counts = counts + parts[0][1]
+    layers = []
+    for index, layer_sums in enumerate(sums):
+        inter, intra = similarity_from_sums(layer_sums, counts)
+        layers.append({"layer": index, "inter": inter, "intra": intra})
+    return {"tokens": len(codes), "types": len(unique), "layers": layers, "unique_codes": unique}
+
+
+def analyse(model, texts: list[str], tokenizer: str, points: int = 10_000, batch_size: int = 16) -> dict:
+    """Both analyses of ``model`` (an EmbeddingModule) on ``texts``; the model is left as it was."""
+    was_training = model.training
+    model.eval()
+    try:
+        model.embedding.prepare()
+        similarity = hidden_state_similarity(model, text_batches(model, texts, tokenizer, batch_size))
+        strategy = model.embedding
+        codes = None if strategy.vocab_size is not None else similarity["unique_codes"].reshape(-1, *strategy.code_shape)
+        pca = embedding_pca(strategy, codes, points=points)
+    finally:
+        model.train(was_training)
+    del similarity["unique_codes"]
+    return {"strategy": type(model.embedding).__name__, "texts": len(texts), "pca": pca, "similarity": similarity}
+
+
+# -- figures and files -----------------------------------------------------------------------------
+def pca_figure(result: dict):
+    from matplotlib.figure import Figure
+
+    pca = result["pca"]
+    ratios = pca["explained_variance_ratio"].numpy()
+    cumulative = np.cumsum(ratios)
+    figure = Figure(figsize=(11, 5), layout="constrained")
+    scatter_axes = figure.add_subplot(1, 2, 1, projection="3d")
+    xyz = pca["projected"].numpy()
+    if pca["colour"] is not None:
+        colour = pca["colour"].numpy()
+        drawn = scatter_axes.scatter(xyz[:, 0], xyz[:, 1], xyz[:, 2], c=colour, cmap="turbo", s=3, alpha=0.8)
+        figure.colorbar(drawn, ax=scatter_axes, shrink=0.6, label="last sub-embedding index")
+    else:
+        scatter_axes.scatter(xyz[:, 0], xyz[:, 1], xyz[:, 2], color="tab:blue", s=3, alpha=0.8)
+    for axis, setter in enumerate((scatter_axes.set_xlabel, scatter_axes.set_ylabel, scatter_axes.set_zlabel)):
+        setter(f"PC{axis + 1} ({100 * ratios[axis]:.1f}%)")
+    scatter_axes.set_title(f"{result['strategy']}: {len(xyz)} of {pca['vectors']} vectors, $r_3$ = {cumulative[2]:.3f}")
+    curve = figure.add_subplot(1, 2, 2)
+    curve.plot(np.arange(1, len(cumulative) + 1), cumulative, marker=".")
+    curve.set_xlabel("number of principal components p")
+    curve.set_ylabel("explained variance ratio $r_p$")
+    curve.set_ylim(0, 1.02)
+    curve.grid(alpha=0.3)
+    return figure
+
+
+def similarity_figure(result: dict):
+    from matplotlib.figure import Figure
+
+    layers = result["similarity"]["layers"]
+    x = [layer["layer"] for layer in layers]
+    figure = Figure(figsize=(6, 4), layout="constrained")
+    axes = figure.add_subplot()
+    axes.plot(x, [layer["inter"] for layer in layers], marker="o", label="$S_{inter}$")
+    axes.plot(x, [layer["intra"] for layer in layers], marker="s", label="$S_{intra}$")
+    axes.set_xticks(x, ["emb", *map(str, x[1:])])
+    axes.set_xlabel("layer")
+    axes.set_ylabel("mean cosine similarity")
+    axes.set_ylim(min(0.0, *(layer["inter"] for layer in layers)) - 0.05, 1.05)
+    axes.set_title(f"{result['strategy']}: hidden states of {result['similarity']['tokens']} tokens")
+    axes.legend()
+    axes.grid(alpha=0.3)
+    return figure
+
+
+def save_analysis(result: dict, out_dir: str | os.PathLike, writer=None, step: int = 0) -> list[Path]:
+    """Write ``embedding_pca.png``, ``similarity.png`` and ``analysis.json``; send the figures to ``writer``.
+
+    ``writer`` is a TensorBoard ``SummaryWriter`` (a TensorBoardLogger's ``experiment``) or ``None``.
+    """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for name, build in (("embedding_pca", pca_figure), ("similarity", similarity_figure)):
+        figure = build(result)
+        paths.append(_save_png(figure, out / f"{name}.png"))
+        if writer is not None:
+            writer.add_figure(f"analysis/{name}", figure, global_step=step)
+    pca = result["pca"]
+    ratios = pca["explained_variance_ratio"]
+    summary = {
+        "strategy": result["strategy"],
+        "texts": result["texts"],
+        "pca": {
+            "vectors": pca["vectors"],
+            "plotted": len(pca["projected"]),
+            "coloured_by_last_sub_embedding": pca["colour"] is not None,
+            "explained_variance_ratio": ratios[:10].tolist(),
+            "r_3": float(ratios[:3].sum()),
+        },
+        "similarity": result["similarity"],
+    }
+    paths.append(write_json_atomic(out / "analysis.json", summary))
+    return paths
+
+
+def _save_png(figure, path: Path) -> Path:
+    image = io.BytesIO()
+    figure.savefig(image, format="png", dpi=110)
+    return write_atomic(path, image.getvalue())
+
+
+# -- lit-embed analyze -----------------------------------------------------------------------------
+def read_texts(name: str, limit: int) -> list[str]:
+    """Up to ``limit`` non-empty texts from a local file or a shipped sample (``sample-corpus``)."""
+    from lit_embed.data.sources import load_files
+
+    texts = []
+    for text in load_files([name])["text"]:
+        if isinstance(text, str) and text.strip():
+            texts.append(text)
+            if len(texts) == limit:
+                break
+    return texts
+
+
+def load_checkpoint(path: str | os.PathLike):
+    """The EmbeddingModule of a ``lit-embed fit`` checkpoint (its class is the one the run's config named)."""
+    import importlib
+
+    from lit_embed.models.base import EmbeddingModule
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"checkpoint {str(path)!r} does not exist")
+    checkpoint = torch.load(path, map_location="cpu", weights_only=False)
+    class_path = (checkpoint.get("hyper_parameters") or {}).get("_class_path")
+    if class_path is None:
+        raise ValueError(
+            f"{path} does not record its model's class: it was not written by `lit-embed fit`. Load the model "
+            f"in Python and call lit_embed.analysis.analyse(model, texts, tokenizer)"
+        )
+    module, _, name = class_path.rpartition(".")
+    cls = getattr(importlib.import_module(module), name)
+    if not (isinstance(cls, type) and issubclass(cls, EmbeddingModule)):
+        raise ValueError(f"{path} holds a {class_path}, not a lit-embed EmbeddingModule: nothing to analyse")
+    return cls.load_from_checkpoint(path, map_location="cpu"), checkpoint
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="lit-embed analyze",
+        description="PCA of the embedding vectors and layer-wise hidden-state similarity of a checkpoint "
+        "(k-sub-embedding Figures 2 and 3): PNGs, analysis.json, and TensorBoard figures in the run folder.",
+    )
+    parser.add_argument("--ckpt", required=True, help="a checkpoint written by lit-embed fit")
+    parser.add_argument("--text", default="sample-corpus", help="text file for the hidden states (default: the shipped sample corpus)")
+    parser.add_argument("--tokenizer", help="tokenizer name or folder (default: the one the run's data used)")
+    parser.add_argument("--max-texts", type=int, default=200, help="texts to run through the model (default 200)")
+    parser.add_argument("--points", type=int, default=10_000, help="vectors drawn in the scatter (default 10000)")
+    parser.add_argument("--out", help="output folder (default: RUN_DIR/analysis beside the checkpoint's folder)")
+    parser.add_argument("--no-tensorboard", action="store_true", help="do not write the figures to TensorBoard")
+    args = parser.parse_args(argv)
+    if args.max_texts < 1 or args.points < 1:
+        raise ValueError(f"--max-texts={args.max_texts} and --points={args.points} must be positive")
+    model, checkpoint = load_checkpoint(args.ckpt)
+    tokenizer = args.tokenizer or (checkpoint.get("datamodule_hyper_parameters") or {}).get("tokenizer")
+    if tokenizer is None:
+        raise ValueError(f"{args.ckpt} does not name the tokenizer its data used: pass --tokenizer NAME_OR_FOLDER")
+    result = analyse(model, read_texts(args.text, args.max_texts), tokenizer, points=args.points)
+    ckpt = Path(args.ckpt)
+    run_dir = ckpt.parent.parent if ckpt.parent.name == "checkpoints" else ckpt.parent
+    out = Path(args.out) if args.out else run_dir / ANALYSIS_DIR
+    writer = None
+    if not args.no_tensorboard:
+        from torch.utils.tensorboard import SummaryWriter
+
+        writer = SummaryWriter(log_dir=str(run_dir))
+    try:
+        paths = save_analysis(result, out, writer, step=int(checkpoint.get("global_step", 0)))
+    finally:
+        if writer is not None:
+            writer.close()
+    print(json.dumps(_printable(result), indent=2))
+    print("\n".join(f"wrote {p}" for p in paths))
+    return 0
+
+
+def _printable(result: dict) -> dict[str, Any]:
+    ratios = result["pca"]["explained_variance_ratio"]
+    return {
+        "strategy": result["strategy"],
+        "r_3": round(float(ratios[:3].sum()), 4),
+        "similarity": [{k: round(v, 4) if isinstance(v, float) else v for k, v in layer.items()}
+                       for layer in result["similarity"]["layers"]],
+    }

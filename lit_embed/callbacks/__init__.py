@@ -1,0 +1,7 @@
+"""Callbacks: the papers' figures and results.json (on in the shipped trainer configs), and the plots."""
+
+from lit_embed.callbacks.analysis import EmbeddingAnalysis
+from lit_embed.callbacks.efficiency import EfficiencyMonitor
+from lit_embed.callbacks.results import ResultsWriter
+
+__all__ = ["EfficiencyMonitor", "EmbeddingAnalysis", "ResultsWriter"]

@@ -1,0 +1,155 @@
+"""Time per sample and peak memory, measured the way HashFormers' Table 3 defines them."""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any
+
+import pytorch_lightning as pl
+import torch
+from pytorch_lightning.utilities.data import extract_batch_size
+
+#: ``ru_maxrss`` is in kibibytes on Linux and in bytes on macOS.
+_RSS_UNIT = 1 if sys.platform == "darwin" else 1024
+
+
+class _Timer:
+    """Seconds and samples of the measured steps of one kind (after ``warmup`` unmeasured ones)."""
+
+    def __init__(self) -> None:
+        self.seen = 0
+        self.steps = 0
+        self.samples = 0
+        self.seconds = 0.0
+        self.started: float | None = None
+        self.batch_size = 0
+
+
+class EfficiencyMonitor(pl.Callback):
+    """Time per sample of training and inference steps, and peak memory.
+
+    * training: forward + backward of each step (from the batch's arrival on the device to the end
+      of its backward pass; the optimiser step is left out, as in HashFormers' "PT" time);
+    * inference: the forward pass of each validation, test and predict step (sanity checks excluded);
+    * the first ``warmup_steps`` steps of each kind are not measured (allocator, kernel selection);
+    * on a GPU the device is synchronised before each clock reading, so queued kernels are counted;
+    * peak memory: CUDA's maximum allocated bytes since the run started, else the process's peak
+      resident set size (the whole process's lifetime, data-loading workers not included).
+
+    Under DDP each rank times its own steps on its own batches; the figures sum seconds and samples
+    over ranks, so ``ms_per_sample`` is the mean time one device spends per sample, and peak memory is
+    the largest over ranks. Read them with :meth:`summary` (a collective: call it on every rank);
+    :class:`~lit_embed.callbacks.ResultsWriter` logs them and writes them to ``results.json``.
+
+    Args:
+        warmup_steps: steps of each kind (training, inference) left out of the timing.
+    """
+
+    KINDS = ("train", "infer")
+    #: The clock read before and after each measured step (a test may replace it).
+    clock = staticmethod(time.perf_counter)
+
+    def __init__(self, warmup_steps: int = 5) -> None:
+        if warmup_steps < 0:
+            raise ValueError(f"warmup_steps={warmup_steps} must be 0 or more")
+        self.warmup_steps = warmup_steps
+        self.timers = {kind: _Timer() for kind in self.KINDS}
+        self._device = torch.device("cpu")
+
+    # -- lifecycle -------------------------------------------------------------------------------
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        self._device = trainer.strategy.root_device
+        if self._device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(self._device)
+
+    # -- training steps --------------------------------------------------------------------------
+    def on_train_batch_start(self, trainer, pl_module, batch: Any, batch_idx: int) -> None:
+        self._start("train", batch)
+
+    def on_after_backward(self, trainer, pl_module) -> None:
+        self._stop("train")
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        self._stop("train")  # steps without a backward pass (manual optimisation that skipped it)
+
+    # -- inference steps -------------------------------------------------------------------------
+    def on_validation_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0) -> None:
+        if not trainer.sanity_checking:
+            self._start("infer", batch)
+
+    def on_validation_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0) -> None:
+        self._stop("infer")
+
+    def on_test_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0) -> None:
+        self._start("infer", batch)
+
+    def on_test_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0) -> None:
+        self._stop("infer")
+
+    def on_predict_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0) -> None:
+        self._start("infer", batch)
+
+    def on_predict_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0) -> None:
+        self._stop("infer")
+
+    # -- measuring -------------------------------------------------------------------------------
+    def _sync(self) -> None:
+        if self._device.type == "cuda":
+            torch.cuda.synchronize(self._device)
+
+    def _start(self, kind: str, batch: Any) -> None:
+        timer = self.timers[kind]
+        timer.seen += 1
+        timer.started = None
+        if timer.seen <= self.warmup_steps:
+            return
+        timer.batch_size = extract_batch_size(batch)
+        self._sync()
+        timer.started = self.clock()
+
+    def _stop(self, kind: str) -> None:
+        timer = self.timers[kind]
+        if timer.started is None:
+            return
+        self._sync()
+        timer.seconds += self.clock() - timer.started
+        timer.samples += timer.batch_size
+        timer.steps += 1
+        timer.started = None
+
+    def peak_memory_bytes(self) -> int | None:
+        if self._device.type == "cuda":
+            return int(torch.cuda.max_memory_allocated(self._device))
+        try:
+            import resource
+        except ImportError:  # Windows
+            return None
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * _RSS_UNIT
+
+    def summary(self, trainer: pl.Trainer) -> dict:
+        """The figures so far, reduced over ranks (a collective: every rank must call it)."""
+        local = [x for kind in self.KINDS for x in self._local(kind)] + [float(self.peak_memory_bytes() or 0)]
+        gathered = trainer.strategy.all_gather(torch.tensor(local, dtype=torch.float64, device=self._device))
+        rows = gathered.reshape(-1, len(local)).cpu()
+        totals = rows.sum(0)
+        figures: dict[str, Any] = {}
+        for index, kind in enumerate(self.KINDS):
+            seconds, samples, steps = totals[3 * index : 3 * index + 3].tolist()
+            figures[kind] = {
+                "ms_per_sample": 1000.0 * seconds / samples if samples else None,
+                "measured_steps": int(steps),
+                "samples": int(samples),
+                "warmup_steps": self.warmup_steps,
+            }
+        figures["peak_memory_mb"] = float(rows[:, -1].max()) / 2**20 or None
+        figures["memory"] = "cuda_max_allocated" if self._device.type == "cuda" else "process_peak_rss"
+        figures["device"] = torch.cuda.get_device_name(self._device) if self._device.type == "cuda" else "cpu"
+        figures["world_size"] = int(rows.shape[0])
+        figures["precision"] = str(trainer.precision)
+        figures["reduction"] = "seconds and samples summed over ranks; peak memory the largest rank's"
+        return figures
+
+    def _local(self, kind: str) -> tuple[float, float, float]:
+        timer = self.timers[kind]
+        return timer.seconds, float(timer.samples), float(timer.steps)

@@ -1,0 +1,278 @@
+"""The figures the papers report, logged to every logger and written to the run folder's ``results.json``."""
+
+from __future__ import annotations
+
+import datetime
+import os
+from pathlib import Path
+from typing import Any
+
+import pytorch_lightning as pl
+import torch
+from pytorch_lightning.loggers import TensorBoardLogger
+
+from lit_embed.accounting import parameter_report, performance_retention, speed_up
+from lit_embed.callbacks.efficiency import EfficiencyMonitor
+from lit_embed.results import (
+    RESULTS_FILE,
+    RESULTS_FORMAT,
+    backbone_of,
+    check_same_backbone,
+    is_score,
+    load_results,
+    versions,
+    write_json_atomic,
+)
+
+#: Lightning's name for an unnamed TensorBoard experiment: not a useful row label.
+_DEFAULT_LOGGER_NAME = "lightning_logs"
+
+
+class ResultsWriter(pl.Callback):
+    """Parameter figures, timings, final metrics and PRR: logged, and written to ``results.json``.
+
+    At the start of a run it logs the parameter counts and PCR_All, PCR_Emb, PoEP (``params/*``,
+    ``compression/*``); at the end of fit, validate, test or predict it logs the timings of an
+    :class:`EfficiencyMonitor` in the same trainer (``efficiency/*``), and against a ``baseline`` run
+    the speed-ups (``speedup/*``) and the PRR of every evaluation score (``prr/{stage}/...``). It then
+    records everything in TensorBoard's HPARAMS tab (other loggers get the figures as hyper-parameters)
+    and writes ``results.json`` to the run folder (``trainer.log_dir``) atomically, on rank 0 only.
+
+    Args:
+        baseline: a finished run folder to compare against (its ``results.json``): PCR against its
+            parameter counts, speed-up against its timings, PRR against its scores. Its backbone must
+            match. Without it, PCR compares with the dense strategy on the same backbone and
+            vocabulary, and there is no PRR or speed-up (``lit-embed report --baseline`` computes them
+            afterwards).
+        label: the run's row name in ``lit-embed report`` (default: the logger's experiment name,
+            else the strategy). Give the runs of one model the same label across tasks and seeds.
+    """
+
+    def __init__(self, baseline: str | None = None, label: str | None = None) -> None:
+        self.baseline = baseline
+        self.label = label
+        self._baseline: dict | None = None
+        self._metrics: dict[str, float] = {}
+
+    # -- hooks -----------------------------------------------------------------------------------
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        for logger in trainer.loggers:
+            if isinstance(logger, TensorBoardLogger):
+                # TensorBoard shows the first HPARAMS session summary of a run; without this, Lightning's
+                # placeholder (hp_metric = -1) would be that one and hide the figures written at the end.
+                logger._default_hp_metric = False
+        if self.baseline is not None and self._baseline is None:
+            baseline = load_results(self.baseline)
+            check_same_backbone({"backbone": backbone_of(pl_module), "run_dir": "this run"}, baseline)
+            if not baseline.get("parameters") and hasattr(pl_module, "parameter_counts"):
+                raise ValueError(f"baseline {self.baseline} has no parameter counts: pick a lit-embed model's run")
+            self._baseline = baseline
+
+    def on_fit_start(self, trainer, pl_module) -> None:
+        self._log_parameters(trainer, pl_module)
+
+    def on_validation_start(self, trainer, pl_module) -> None:
+        if _validating_alone(trainer):
+            self._log_parameters(trainer, pl_module)
+
+    def on_test_start(self, trainer, pl_module) -> None:
+        self._log_parameters(trainer, pl_module)
+
+    def on_predict_start(self, trainer, pl_module) -> None:
+        self._log_parameters(trainer, pl_module)
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        self._finish(trainer, pl_module)
+
+    def on_validation_end(self, trainer, pl_module) -> None:
+        if _validating_alone(trainer):
+            self._finish(trainer, pl_module)
+
+    def on_test_end(self, trainer, pl_module) -> None:
+        self._finish(trainer, pl_module)
+
+    def on_predict_end(self, trainer, pl_module) -> None:
+        self._finish(trainer, pl_module)
+
+    # -- figures ---------------------------------------------------------------------------------
+    def parameters(self, pl_module: pl.LightningModule) -> dict | None:
+        """:func:`~lit_embed.accounting.parameter_report` against the baseline run or the dense baseline."""
+        if not hasattr(pl_module, "parameter_counts"):
+            return None
+        baseline = None
+        if self._baseline is not None:
+            counts = self._baseline["parameters"]
+            baseline = {"total_params": counts["total_params"], "embedding_params": counts["embedding_params"]}
+        report = parameter_report(pl_module, baseline)
+        report["baseline"] = self.baseline or "dense"
+        return report
+
+    def _log_parameters(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        figures = _parameter_figures(self.parameters(pl_module))
+        for logger in trainer.loggers:
+            logger.log_metrics(figures, step=trainer.global_step)
+
+    def _finish(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        monitor = next((c for c in trainer.callbacks if isinstance(c, EfficiencyMonitor)), None)
+        efficiency = monitor.summary(trainer) if monitor is not None else None  # collective: every rank
+        run_dir = Path(trainer.log_dir or trainer.default_root_dir)  # collective too
+        if not trainer.is_global_zero:
+            return
+        self._metrics.update(_final_metrics(trainer))
+        results = self.results(trainer, pl_module, run_dir, efficiency)
+        write_json_atomic(run_dir / RESULTS_FILE, results)
+        self._publish(trainer, results)
+
+    def results(self, trainer: pl.Trainer, pl_module: pl.LightningModule, run_dir: Path, efficiency: dict | None) -> dict:
+        hparams = dict(pl_module.hparams)
+        embedding = getattr(pl_module, "embedding", None)
+        if hparams.get("task") is None and trainer.datamodule is not None:
+            hparams["task"] = trainer.datamodule.hparams.get("task")  # task data modules may hold it instead
+        return {
+            "format": RESULTS_FORMAT,
+            "label": self.label or _default_label(trainer, pl_module),
+            "task": None if hparams.get("task") is None else str(hparams["task"]),
+            "seed": _seed(hparams),
+            "model": f"{type(pl_module).__module__}.{type(pl_module).__qualname__}",
+            "strategy": None if embedding is None else type(embedding).__name__,
+            "backbone": backbone_of(pl_module),
+            "parameters": self.parameters(pl_module),
+            "efficiency": efficiency,
+            "metrics": dict(sorted(self._metrics.items())),
+            "baseline": self._comparison(efficiency),
+            "global_step": trainer.global_step,
+            "config": _config(trainer, pl_module, run_dir),
+            "versions": versions(),
+            "written_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        }
+
+    def _comparison(self, efficiency: dict | None) -> dict | None:
+        """PRR of every evaluation score and the speed-ups, against the baseline run."""
+        if self._baseline is None:
+            return None
+        theirs = self._baseline.get("metrics", {})
+        prr = {name: performance_retention(value, theirs[name]) for name, value in self._metrics.items()
+               if is_score(name) and name in theirs}
+        speed = {}
+        base_efficiency = self._baseline.get("efficiency") or {}
+        for kind in EfficiencyMonitor.KINDS:
+            mine = ((efficiency or {}).get(kind) or {}).get("ms_per_sample")
+            base = (base_efficiency.get(kind) or {}).get("ms_per_sample")
+            speed[kind] = speed_up(mine, base) if mine and base else None
+        return {"run_dir": self.baseline, "label": self._baseline.get("label"), "prr": prr, "speed_up": speed}
+
+    # -- loggers ---------------------------------------------------------------------------------
+    def _publish(self, trainer: pl.Trainer, results: dict) -> None:
+        ending = _end_figures(results)
+        figures = {**_parameter_figures(results["parameters"]), **ending}
+        for logger in trainer.loggers:
+            logger.log_metrics(ending, step=trainer.global_step)
+            if isinstance(logger, TensorBoardLogger):
+                _write_hparams_tab(logger, _run_hparams(results), {**figures, **results["metrics"]})
+            else:
+                logger.log_hyperparams(figures)
+
+
+def _validating_alone(trainer: pl.Trainer) -> bool:
+    """A ``validate`` run (not the validation inside ``fit``, nor its sanity check)."""
+    return trainer.state.fn == "validate" and not trainer.sanity_checking
+
+
+def _parameter_figures(parameters: dict | None) -> dict[str, float]:
+    if not parameters:
+        return {}
+    return {
+        "params/total": parameters["total_params"],
+        "params/embedding": parameters["embedding_params"],
+        "params/baseline_total": parameters["baseline_total_params"],
+        "params/baseline_embedding": parameters["baseline_embedding_params"],
+        "compression/pcr_all": parameters["pcr_all"],
+        "compression/pcr_emb": parameters["pcr_emb"],
+        "compression/poep": parameters["poep"],
+    }
+
+
+def _end_figures(results: dict) -> dict[str, float]:
+    figures: dict[str, Any] = {}
+    efficiency = results.get("efficiency") or {}
+    for kind in EfficiencyMonitor.KINDS:
+        figures[f"efficiency/{kind}_ms_per_sample"] = (efficiency.get(kind) or {}).get("ms_per_sample")
+    figures["efficiency/peak_memory_mb"] = efficiency.get("peak_memory_mb")
+    comparison = results.get("baseline") or {}
+    for kind, value in (comparison.get("speed_up") or {}).items():
+        figures[f"speedup/{kind}"] = value
+    for name, value in (comparison.get("prr") or {}).items():
+        figures[f"prr/{name}"] = value
+    return {name: float(value) for name, value in figures.items() if value is not None}
+
+
+def _final_metrics(trainer: pl.Trainer) -> dict[str, float]:
+    metrics = {}
+    for name, value in trainer.callback_metrics.items():
+        if isinstance(value, torch.Tensor) and value.numel() == 1:
+            metrics[name] = float(value)
+        elif isinstance(value, (int, float)):
+            metrics[name] = float(value)
+    return metrics
+
+
+def _seed(hparams: dict) -> int | None:
+    seed = hparams.get("seed", os.environ.get("PL_GLOBAL_SEED"))
+    return None if seed is None else int(seed)
+
+
+def _default_label(trainer: pl.Trainer, pl_module: pl.LightningModule) -> str:
+    for logger in trainer.loggers:
+        name = getattr(logger, "name", None)
+        if isinstance(name, str) and name and name != _DEFAULT_LOGGER_NAME:
+            return name
+    embedding = getattr(pl_module, "embedding", None)
+    if embedding is None:
+        return type(pl_module).__name__
+    details = embedding.extra_repr()
+    return f"{type(embedding).__name__}({details})" if details else type(embedding).__name__
+
+
+def _config(trainer: pl.Trainer, pl_module: pl.LightningModule, run_dir: Path) -> dict:
+    """The CLI's saved config when there is one (``config.yaml`` in the run folder), else the hparams."""
+    saved = run_dir / "config.yaml"
+    if saved.is_file():
+        import yaml
+
+        return yaml.safe_load(saved.read_text())
+    datamodule = trainer.datamodule
+    return {"model": dict(pl_module.hparams), "data": dict(datamodule.hparams) if datamodule is not None else None}
+
+
+def _run_hparams(results: dict) -> dict[str, Any]:
+    """Flat, TensorBoard-safe hyper-parameters of a run: who it is and the model's config."""
+    run = {"label": results["label"], "task": results["task"] or "", "seed": results["seed"] if results["seed"] is not None else -1,
+           "strategy": results["strategy"] or ""}
+    model = (results.get("config") or {}).get("model") or {}
+    return {**run, **_flatten(model, "model")}
+
+
+def _flatten(value: Any, prefix: str) -> dict[str, Any]:
+    if isinstance(value, dict):
+        flat: dict[str, Any] = {}
+        for key, item in value.items():
+            flat.update(_flatten(item, prefix if key == "init_args" else f"{prefix}/{key}"))
+        return flat
+    if isinstance(value, (bool, int, float, str)):
+        return {prefix: value}
+    return {prefix: str(value)}
+
+
+def _write_hparams_tab(logger: TensorBoardLogger, params: dict[str, Any], metrics: dict[str, float]) -> None:
+    """TensorBoard's HPARAMS tab: the run's hyper-parameters beside its figures and final metrics.
+
+    The metrics are scalar tags already logged; only the tab's session summary is written here (what
+    ``SummaryWriter.add_hparams`` does, without writing each value again as a new scalar).
+    """
+    from torch.utils.tensorboard.summary import hparams
+
+    experiment, start, end = hparams(params, metrics)
+    writer = logger.experiment._get_file_writer()
+    for summary in (experiment, start, end):
+        writer.add_summary(summary)
+    writer.flush()

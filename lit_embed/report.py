@@ -1,0 +1,400 @@
+"""``lit-embed report``: the papers' tables from run folders (their ``results.json``).
+
+* one score table per benchmark: GLUE and JGLUE by task, XNLI by language, each with the average
+  over its tasks; every cell the mean ± sample standard deviation over seeds, scores x 100;
+* the memory-efficiency table (HashFormers Table 2): PRR per task and on the average, parameter
+  counts, PCR_All, PCR_Emb, PoEP;
+* the speed table (HashFormers Table 3): time per sample of training and inference steps with the
+  speed-up against the baseline, and peak memory;
+* the final metrics of pre-training runs and of tasks outside the benchmarks.
+
+A table row is a run's ``label``: give the runs of one model the same label across tasks and seeds.
+Runs of different tasks never share a cell. What is missing (a task, a seed, a baseline figure) is
+shown as "–" or marked "*", and said in the table's notes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import statistics
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from lit_embed.accounting import compression, human
+from lit_embed.results import check_same_backbone, find_run_dirs, load_results, write_atomic
+from lit_embed.tables import FORMATS, MISSING, Table, render
+
+
+@dataclass(frozen=True)
+class Column:
+    """A benchmark column: its header, the task it comes from and the metric (first one logged wins)."""
+
+    header: str
+    task: str
+    metrics: tuple[str, ...]
+
+
+XNLI_LANGUAGES = ("en", "fr", "es", "de", "el", "bg", "ru", "tr", "ar", "vi", "th", "zh", "hi", "sw", "ur")
+#: The papers' columns and headline metrics (HashFormers §4.3: matched accuracy for MNLI, Matthews for
+#: CoLA, Spearman for STS-B, F1 for QQP, accuracy elsewhere; the sparse-coding paper's JGLUE choices).
+BENCHMARKS: dict[str, tuple[Column, ...]] = {
+    "GLUE": (
+        Column("MNLI", "mnli", ("matched/accuracy", "accuracy")),
+        Column("QNLI", "qnli", ("accuracy",)),
+        Column("QQP", "qqp", ("f1",)),
+        Column("RTE", "rte", ("accuracy",)),
+        Column("SST", "sst2", ("accuracy",)),
+        Column("MRPC", "mrpc", ("accuracy",)),
+        Column("CoLA", "cola", ("matthews",)),
+        Column("STS", "stsb", ("spearman",)),
+    ),
+    "JGLUE": (
+        Column("MARC-ja", "marcja", ("accuracy",)),
+        Column("JCoLA", "jcola", ("accuracy",)),
+        Column("JSTS", "jsts", ("spearman",)),
+        Column("JNLI", "jnli", ("accuracy",)),
+    ),
+    "XNLI": tuple(Column(language, "xnli", (f"{language}/accuracy",)) for language in XNLI_LANGUAGES),
+}
+TASK_ALIASES = {"sst": "sst2", "sts": "stsb", "marc": "marcja"}
+PRETRAINING = "pre-training"
+SPLITS = ("test", "val")
+#: Metrics whose last name part is one of these are scores, shown x 100.
+_SCORES = ("accuracy", "f1", "matthews", "pearson", "spearman", "exact_match")
+
+
+def normalise_task(task: str) -> str:
+    key = re.sub(r"[\s_\-]", "", task.lower())
+    return TASK_ALIASES.get(key, key)
+
+
+def benchmark_of(task: str) -> str | None:
+    if task.startswith("xnli"):
+        return "XNLI"
+    return next((name for name, columns in BENCHMARKS.items() if any(c.task == task for c in columns)), None)
+
+
+def mean_std(values: list[float]) -> tuple[float, float | None]:
+    """Mean and sample standard deviation (``None`` for a single value)."""
+    return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else None
+
+
+RowKey = tuple[str, str]  # (label, task variant: XNLI's protocol, else "")
+
+
+@dataclass
+class BenchmarkScores:
+    """Scores of one benchmark: cell (row, column header) -> {seed: score}."""
+
+    name: str
+    columns: list[Column]
+    rows: list[RowKey]
+    cells: dict[tuple[RowKey, str], dict] = field(default_factory=dict)
+    splits: dict[tuple[RowKey, str], set] = field(default_factory=dict)
+
+    def mean(self, row: RowKey, header: str) -> float | None:
+        seeds = self.cells.get((row, header))
+        return statistics.fmean(seeds.values()) if seeds else None
+
+    def average(self, row: RowKey) -> tuple[float | None, float | None]:
+        """The row's average over the table's columns, and its std over the seeds that ran every task."""
+        cells = [self.cells.get((row, c.header)) for c in self.columns]
+        if not all(cells):
+            return None, None
+        mean = statistics.fmean(statistics.fmean(c.values()) for c in cells)
+        complete = set.intersection(*(set(c) for c in cells))
+        per_seed = [statistics.fmean(c[seed] for c in cells) for seed in complete]
+        return mean, statistics.stdev(per_seed) if len(per_seed) > 1 else None
+
+
+class Report:
+    """The tables for ``runs`` (loaded ``results.json`` dicts), compared against ``baseline``'s label."""
+
+    def __init__(self, runs: list[dict], baseline: dict | None = None, digits: int = 1) -> None:
+        if not runs:
+            raise ValueError("no runs to report: give run folders (or folders that hold them)")
+        self.baseline_label = baseline["label"] if baseline else None
+        self.baseline = baseline
+        self.runs = sorted(runs, key=lambda r: r["label"] != self.baseline_label)  # the baseline's rows first
+        self.digits = digits
+        for run in self.runs:
+            run["_task"] = normalise_task(run["task"]) if run.get("task") else None
+        self._check()
+        self.scores = [s for s in (self._scores(name) for name in BENCHMARKS) if s is not None]
+
+    # -- bad input -------------------------------------------------------------------------------
+    def _check(self) -> None:
+        counts: dict[str, tuple[dict, tuple]] = {}
+        cells: dict[tuple, str] = {}
+        for run in self.runs:
+            params = run.get("parameters")
+            if params:
+                mine = (params["total_params"], params["embedding_params"])
+                first = counts.setdefault(run["label"], (run, mine))
+                if first[1] != mine:
+                    raise ValueError(
+                        f"runs labelled {run['label']!r} are different models: {first[0]['run_dir']} has "
+                        f"{first[1][0]:,} parameters ({first[1][1]:,} embedding), {run['run_dir']} has {mine[0]:,} "
+                        f"({mine[1]:,}). Give each model its own label (ResultsWriter's `label`, or the logger's name)"
+                    )
+            if run["_task"] is not None:
+                key = (run["label"], run["_task"], run.get("seed"))
+                if key in cells:
+                    raise ValueError(
+                        f"{cells[key]} and {run['run_dir']} are both {run['label']!r} on task {run['task']!r} with "
+                        f"seed {run.get('seed')}: one cell cannot hold both; leave one out or give it another label"
+                    )
+                cells[key] = run["run_dir"]
+            if self.baseline is not None:
+                check_same_backbone(run, self.baseline)
+
+    # -- scores ----------------------------------------------------------------------------------
+    def _scores(self, name: str) -> BenchmarkScores | None:
+        runs = [r for r in self.runs if r["_task"] and benchmark_of(r["_task"]) == name]
+        if not runs:
+            return None
+        scores = BenchmarkScores(name, [], [])
+        for run in runs:
+            variant = run["task"] if name == "XNLI" and run["_task"] != "xnli" else ""
+            row = (run["label"], variant)
+            if row not in scores.rows:
+                scores.rows.append(row)
+            for column in BENCHMARKS[name]:
+                if name != "XNLI" and column.task != run["_task"]:
+                    continue
+                found = _score(run, column.metrics)
+                if found is not None:
+                    scores.cells.setdefault((row, column.header), {})[run.get("seed")] = found[0]
+                    scores.splits.setdefault((row, column.header), set()).add(found[1])
+        scores.columns = [c for c in BENCHMARKS[name] if any(header == c.header for _, header in scores.cells)]
+        return scores
+
+    def score_table(self, scores: BenchmarkScores) -> Table:
+        notes: list[str] = []
+        rows = []
+        for row in scores.rows:
+            name = _row_name(row)
+            seen = [scores.cells.get((row, c.header)) or {} for c in scores.columns]
+            expected = set().union(*seen)
+            cells = [name]
+            for column, seeds in zip(scores.columns, seen):
+                if not seeds:
+                    cells.append(MISSING)
+                    notes.append(f"{name}: no {column.header} result")
+                    continue
+                incomplete = set(seeds) != expected
+                cells.append(self._score_cell(*mean_std(list(seeds.values()))) + ("*" if incomplete else ""))
+                if incomplete:
+                    missing = ", ".join(str(s) for s in sorted(expected - set(seeds), key=str))
+                    notes.append(f"{name} / {column.header}: {len(seeds)} of {len(expected)} seeds (missing seed {missing})")
+            average, spread = scores.average(row)
+            cells.append(MISSING if average is None else self._score_cell(average, spread))
+            if average is None:
+                notes.append(f"{name}: no average without every task of the table")
+            rows.append(cells)
+        notes.append(_split_note(scores))
+        title = f"{scores.name}: scores x 100, mean ± std over seeds"
+        return Table(title, ["Model", *(c.header for c in scores.columns), "Avg"], rows, notes)
+
+    # -- memory efficiency (HashFormers Table 2) -------------------------------------------------
+    def memory_table(self) -> Table | None:
+        labels = list(dict.fromkeys(r["label"] for r in self.runs if r.get("parameters")))
+        if not labels:
+            return None
+        notes = []
+        header = ["Model"]
+        prr_columns: list[tuple[BenchmarkScores, str, str | None]] = []  # (scores, variant, column header or None=Avg)
+        if self.baseline_label is not None:
+            for scores in self.scores:
+                for variant in dict.fromkeys(v for _, v in scores.rows):
+                    suffix = f" [{variant}]" if variant else ""
+                    for column in scores.columns:
+                        prr_columns.append((scores, variant, column.header))
+                        header.append(f"{column.header}{suffix}")
+                    prr_columns.append((scores, variant, None))
+                    header.append(f"{scores.name} Avg{suffix}")
+        else:
+            notes.append("PRR (performance retention) needs a baseline: lit-embed report ... --baseline RUN_DIR")
+        header += ["#Total Params", "#Emb Params", "PCR (All)", "PCR (Emb)", "PoEP"]
+        base = self._parameters(self.baseline_label) if self.baseline_label else None
+        if self.baseline_label and base is None:
+            notes.append(f"baseline {self.baseline_label!r} has no parameter counts: PCR against each run's dense strategy")
+        rows = []
+        for label in labels:
+            cells = [label]
+            for scores, variant, column in prr_columns:
+                cells.append(self._prr_cell(scores, (label, variant), (self.baseline_label, variant), column, notes))
+            params = self._parameters(label)
+            if base is not None:
+                figures = compression(params["embedding_params"], params["total_params"],
+                                      base["embedding_params"], base["total_params"])
+            else:
+                figures = params
+            cells += [human(params["total_params"]), human(params["embedding_params"]),
+                      _percent(figures["pcr_all"]), _percent(figures["pcr_emb"]), _percent(figures["poep"])]
+            rows.append(cells)
+        against = f"the baseline {self.baseline_label!r}" if base else "the dense strategy on each run's backbone and vocabulary"
+        notes.append(f"PCR against {against}; PRR, PCR and PoEP in %")
+        return Table("Memory efficiency and performance retention (%)", header, rows, notes)
+
+    def _prr_cell(self, scores: BenchmarkScores, row: RowKey, base_row: RowKey, column: str | None, notes: list) -> str:
+        if column is None:
+            mine, theirs = scores.average(row)[0], scores.average(base_row)[0]
+        else:
+            mine, theirs = scores.mean(row, column), scores.mean(base_row, column)
+        if mine is None or not theirs:
+            if theirs is None and row != base_row:
+                note = f"baseline {_row_name(base_row)!r} has no {column or scores.name + ' Avg'} result: no PRR"
+                if note not in notes:
+                    notes.append(note)
+            return MISSING
+        return f"{100 * mine / theirs:.{self.digits}f}"
+
+    def _parameters(self, label: str) -> dict | None:
+        return next((r["parameters"] for r in self.runs if r["label"] == label and r.get("parameters")), None)
+
+    # -- speed (HashFormers Table 3) -------------------------------------------------------------
+    def speed_table(self) -> Table | None:
+        groups: dict[tuple[str, str], list[dict]] = defaultdict(list)
+        for run in self.runs:
+            if run.get("efficiency"):
+                groups[(run["label"], run.get("task") or PRETRAINING)].append(run)
+        if not groups:
+            return None
+        notes: list[str] = []
+        header = ["Model", "Runs", "Train (ms/sample)", "Infer (ms/sample)", "Peak memory (MB)", "Device"]
+        if self.baseline_label is not None:
+            header[3:3] = ["Train speed-up"]
+            header[5:5] = ["Infer speed-up"]
+        rows = []
+        for (label, phase), runs in groups.items():
+            times = {kind: _mean_time(runs, kind) for kind in ("train", "infer")}
+            devices = sorted({r["efficiency"].get("device", "?") for r in runs})
+            peaks = [r["efficiency"]["peak_memory_mb"] for r in runs if r["efficiency"].get("peak_memory_mb")]
+            cells = [f"{label} ({phase})", str(len(runs)), _time(times["train"]), _time(times["infer"]),
+                     f"{max(peaks):.0f}" if peaks else MISSING, ", ".join(devices)]
+            if self.baseline_label is not None:
+                base_runs = groups.get((self.baseline_label, phase))
+                if not base_runs:
+                    notes.append(f"baseline {self.baseline_label!r} has no {phase} run: no speed-up for {label}")
+                elif sorted({r["efficiency"].get("device", "?") for r in base_runs}) != devices:
+                    notes.append(f"{label} ({phase}) and the baseline ran on different devices: its speed-ups compare machines")
+                for kind, index in (("train", 3), ("infer", 5)):
+                    base = _mean_time(base_runs or [], kind)
+                    mine = times[kind]
+                    cells.insert(index, f"{base / mine:.1f}x" if base and mine else MISSING)
+            rows.append(cells)
+        notes.append("time per sample: training = forward + backward, inference = forward; warm-up steps excluded; "
+                     "under DDP the mean time one device spends per sample")
+        return Table("Training and inference speed", header, rows, notes)
+
+    # -- other metrics ---------------------------------------------------------------------------
+    def metrics_table(self, title: str, runs: list[dict]) -> Table | None:
+        """Every evaluation metric of ``runs`` by (label, task): pre-training and tasks outside the benchmarks."""
+        groups: dict[str, list[dict]] = defaultdict(list)
+        for run in runs:
+            groups[f"{run['label']} ({run.get('task') or PRETRAINING})"].append(run)
+        names = sorted({m for r in runs for m in r.get("metrics", {}) if m.split("/")[0] in SPLITS})
+        if not names:
+            return None
+        rows = []
+        for row, members in groups.items():
+            cells = [row]
+            for name in names:
+                values = [r["metrics"][name] for r in members if name in r.get("metrics", {})]
+                if not values:
+                    cells.append(MISSING)
+                elif name.rsplit("/", 1)[-1] in _SCORES:
+                    cells.append(self._score_cell(*mean_std(values)))
+                else:
+                    mean, spread = mean_std(values)
+                    cells.append(f"{mean:.4g}" + (f" ± {spread:.2g}" if spread is not None else ""))
+            rows.append(cells)
+        return Table(title, ["Model", *names], rows, ["scores x 100; mean ± std over runs"])
+
+    # -- all -------------------------------------------------------------------------------------
+    def tables(self) -> list[Table]:
+        tables = [self.score_table(s) for s in self.scores]
+        others = [r for r in self.runs if r["_task"] and benchmark_of(r["_task"]) is None]
+        pretraining = [r for r in self.runs if r["_task"] is None]
+        tables += [
+            self.metrics_table("Other tasks: final metrics", others),
+            self.memory_table(),
+            self.speed_table(),
+            self.metrics_table("Pre-training: final metrics", pretraining),
+        ]
+        return [t for t in tables if t is not None]
+
+    def _score_cell(self, mean: float, spread: float | None) -> str:
+        text = f"{100 * mean:.{self.digits}f}"
+        return text if spread is None else f"{text} ± {100 * spread:.{self.digits}f}"
+
+
+def _score(run: dict, metrics: tuple[str, ...]) -> tuple[float, str] | None:
+    """The first of ``metrics`` the run logged, on the test split if it has it, else validation."""
+    logged = run.get("metrics", {})
+    for split in SPLITS:
+        for metric in metrics:
+            if f"{split}/{metric}" in logged:
+                return logged[f"{split}/{metric}"], split
+    return None
+
+
+def _row_name(row: RowKey) -> str:
+    label, variant = row
+    return f"{label} [{variant}]" if variant else label
+
+
+def _split_note(scores: BenchmarkScores) -> str:
+    used = set().union(*scores.splits.values()) if scores.splits else set()
+    if used == {"test"}:
+        return "scores on the test split"
+    if used == {"val"}:
+        return "scores on the validation split (no test metrics were logged)"
+    on_val = sorted({f"{_row_name(row)} / {header}" for (row, header), s in scores.splits.items() if "val" in s})
+    return "test split where logged, else validation: " + ", ".join(on_val) + " use validation"
+
+
+def _percent(fraction: float) -> str:
+    value = 100 * fraction
+    return f"{value:.2f}" if 0 < abs(value) < 1 else f"{value:.1f}"
+
+
+def _mean_time(runs: list[dict], kind: str) -> float | None:
+    times = [t for r in runs if (t := ((r["efficiency"].get(kind) or {}).get("ms_per_sample")))]
+    return statistics.fmean(times) if times else None
+
+
+def _time(value: float | None) -> str:
+    return MISSING if value is None else f"{value:.3g}"
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="lit-embed report",
+        description="The papers' tables from run folders: scores per benchmark (mean ± std over seeds), "
+        "memory efficiency with PRR and PCR (HashFormers Table 2), speed (HashFormers Table 3).",
+    )
+    parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run folders, or folders holding them")
+    parser.add_argument("--baseline", metavar="RUN_DIR", help="a run of the baseline model: its label's runs are the baseline")
+    parser.add_argument("--format", choices=FORMATS, default="md", help="md (default), csv or latex")
+    parser.add_argument("--digits", type=int, default=1, help="decimals of scores and PRR (default 1)")
+    parser.add_argument("--output", "-o", help="write to this file instead of printing")
+    args = parser.parse_args(argv)
+    if not 0 <= args.digits <= 6:
+        raise ValueError(f"--digits={args.digits}: use 0 to 6")
+    dirs = find_run_dirs(args.run_dirs)
+    baseline = None
+    if args.baseline is not None:
+        baseline = load_results(args.baseline)
+        if Path(args.baseline).resolve() not in {d.resolve() for d in dirs}:
+            dirs.append(Path(args.baseline))
+    runs = [load_results(d) for d in dirs]
+    text = render(Report(runs, baseline, args.digits).tables(), args.format)
+    if args.output:
+        write_atomic(args.output, text)
+    else:
+        print(text, end="")
+    return 0

@@ -1,0 +1,145 @@
+"""Run results: one ``results.json`` per run folder, written atomically, read back by ``lit-embed report``.
+
+The file holds what a table row needs without the checkpoint: the config, seed, task and label, the
+library versions, the final metrics, the parameter figures and the timings (see
+:class:`lit_embed.callbacks.ResultsWriter`, which writes it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import platform
+import tempfile
+from pathlib import Path
+from typing import Any
+
+RESULTS_FILE = "results.json"
+#: Bumped when the layout of ``results.json`` changes incompatibly.
+RESULTS_FORMAT = 1
+#: The last component of a metric name that is a score (higher is better): PRR is defined for these.
+SCORE_METRICS = ("accuracy", "f1", "matthews", "pearson", "spearman", "exact_match")
+#: Stages whose metrics are evaluations (PRR is computed for these, not for training metrics).
+EVAL_STAGES = ("val", "test")
+
+
+def write_atomic(path: str | os.PathLike, content: str | bytes) -> Path:
+    """Write ``content`` to ``path`` through a temporary file and ``os.replace``.
+
+    A reader sees the old file or the new one, never half of one, even if the process dies mid-write.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(handle, "wb" if isinstance(content, bytes) else "w") as out:
+            out.write(content)
+            out.flush()
+            os.fsync(out.fileno())
+        os.chmod(temporary, 0o644)  # mkstemp makes it private; results are for everyone who reads the runs
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temporary)
+        raise
+    return path
+
+
+def write_json_atomic(path: str | os.PathLike, data: Any) -> Path:
+    return write_atomic(path, json.dumps(data, indent=2, default=str) + "\n")
+
+
+def versions() -> dict[str, str]:
+    """The versions a result depends on."""
+    import pytorch_lightning
+    import torch
+    import transformers
+
+    import lit_embed
+
+    return {
+        "lit_embed": lit_embed.__version__,
+        "torch": torch.__version__,
+        "pytorch_lightning": pytorch_lightning.__version__,
+        "transformers": transformers.__version__,
+        "python": platform.python_version(),
+    }
+
+
+def is_score(name: str) -> bool:
+    """Whether metric ``name`` (``{stage}/...{metric}``) is an evaluation score that PRR applies to."""
+    parts = name.split("/")
+    return len(parts) >= 2 and parts[0] in EVAL_STAGES and parts[-1] in SCORE_METRICS
+
+
+def load_results(run_dir: str | os.PathLike) -> dict:
+    """The results of one run folder, with ``run_dir`` set; a clear error when there are none."""
+    path = Path(run_dir) / RESULTS_FILE
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"{run_dir}: no {RESULTS_FILE}. The run did not finish, or ran without the "
+            f"lit_embed.callbacks.ResultsWriter callback (the shipped trainer configs enable it): "
+            f"rerun it, or leave the folder out"
+        )
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{path} is not valid JSON ({error}): rerun the run or delete the file") from error
+    if not isinstance(data, dict) or data.get("format") != RESULTS_FORMAT:
+        found = data.get("format") if isinstance(data, dict) else type(data).__name__
+        raise ValueError(f"{path} has format {found!r}, expected {RESULTS_FORMAT}: it was not written by this lit-embed")
+    data["run_dir"] = str(run_dir)
+    return data
+
+
+def find_run_dirs(paths: list[str]) -> list[Path]:
+    """Run folders among ``paths``: each path is a run folder, or a folder holding run folders at any depth."""
+    found: list[Path] = []
+    for name in paths:
+        path = Path(name)
+        if not path.is_dir():
+            raise FileNotFoundError(f"{name}: no such run folder")
+        if (path / RESULTS_FILE).is_file():
+            found.append(path)
+            continue
+        nested = sorted(p.parent for p in path.rglob(RESULTS_FILE))
+        if not nested:
+            load_results(path)  # raises the "no results.json" explanation
+        found.extend(nested)
+    unique: dict[Path, Path] = {}
+    for path in found:
+        unique.setdefault(path.resolve(), path)
+    return list(unique.values())
+
+
+def backbone_of(module) -> dict | None:
+    """The shape of a module's encoder, as compared between a run and its baseline."""
+    encoder = getattr(module, "encoder", None)
+    config = getattr(encoder, "config", None)
+    if config is None:
+        return None
+    return {
+        "arch": config.model_type,
+        "layers": config.num_hidden_layers,
+        "hidden": config.hidden_size,
+        "heads": config.num_attention_heads,
+        "ffn": config.intermediate_size,
+    }
+
+
+def describe_backbone(backbone: dict | None) -> str:
+    if not backbone:
+        return "unknown backbone"
+    return f"{backbone['arch']} {backbone['layers']}x{backbone['hidden']} ({backbone['heads']} heads, FFN {backbone['ffn']})"
+
+
+def check_same_backbone(run: dict, baseline: dict) -> None:
+    """Refuse a baseline whose encoder differs: PCR and speed-up compare embeddings on one backbone."""
+    mine, theirs = run.get("backbone"), baseline.get("backbone")
+    if mine and theirs and mine != theirs:
+        raise ValueError(
+            f"baseline {baseline.get('run_dir', '?')} has backbone {describe_backbone(theirs)} but "
+            f"{run.get('run_dir', 'this run')} has {describe_backbone(mine)}: compare against a baseline run "
+            f"with the same backbone (the dense strategy on it, as the papers do)"
+        )

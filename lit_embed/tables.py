@@ -1,0 +1,71 @@
+"""Tables as Markdown, CSV or LaTeX: a title, a header, rows of cells, and notes on what is missing."""
+
+from __future__ import annotations
+
+import csv
+import io
+from dataclasses import dataclass, field
+
+FORMATS = ("md", "csv", "latex")
+MISSING = "–"
+
+
+@dataclass
+class Table:
+    title: str
+    header: list[str]
+    rows: list[list[str]]
+    notes: list[str] = field(default_factory=list)
+
+
+def render(tables: list[Table], fmt: str = "md") -> str:
+    if fmt not in FORMATS:
+        raise ValueError(f"format {fmt!r} is not one of {', '.join(FORMATS)}")
+    if fmt == "csv":
+        return _csv(tables)
+    one = _markdown if fmt == "md" else _latex
+    return "\n".join(one(table) for table in tables)
+
+
+def _markdown(table: Table) -> str:
+    def line(cells: list[str]) -> str:
+        return "| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |"
+
+    lines = [f"### {table.title}", "", line(table.header), "|" + "|".join(["---"] * len(table.header)) + "|"]
+    lines += [line(row) for row in table.rows]
+    lines += [""] + [f"- {note}" for note in table.notes] + ([""] if table.notes else [])
+    return "\n".join(lines)
+
+
+def _csv(tables: list[Table]) -> str:
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    for number, table in enumerate(tables):
+        if number:
+            writer.writerow([])
+        writer.writerow([f"# {table.title}"])
+        writer.writerow(table.header)
+        writer.writerows(table.rows)
+        for note in table.notes:
+            writer.writerow([f"# note: {note}"])
+    return out.getvalue()
+
+
+_LATEX_ESCAPES = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
+                  "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}
+
+
+def _tex(text: str) -> str:
+    escaped = "".join(_LATEX_ESCAPES.get(char, char) for char in text)
+    return escaped.replace("±", r"$\pm$").replace(MISSING, "--")
+
+
+def _latex(table: Table) -> str:
+    lines = [r"\begin{table}[t]", r"\centering", rf"\caption{{{_tex(table.title)}}}",
+             r"\begin{tabular}{l" + "r" * (len(table.header) - 1) + "}", r"\toprule",
+             " & ".join(_tex(cell) for cell in table.header) + r" \\", r"\midrule"]
+    lines += [" & ".join(_tex(cell) for cell in row) + r" \\" for row in table.rows]
+    lines += [r"\bottomrule", r"\end{tabular}"]
+    lines += [rf"\par\footnotesize {_tex(note)}" for note in table.notes]
+    lines += [r"\end{table}", ""]
+    return "\n".join(lines)

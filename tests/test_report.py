@@ -1,0 +1,250 @@
+"""`lit-embed report`: the papers' tables from fixture run folders (and from real runs), bad input."""
+
+from __future__ import annotations
+
+import csv
+import io
+import statistics
+from pathlib import Path
+
+import pytest
+
+from lit_embed.accounting import compression
+from lit_embed.cli import main
+from lit_embed.report import XNLI_LANGUAGES, Report
+from lit_embed.results import RESULTS_FILE, load_results, write_json_atomic
+
+from .conftest import REPO
+
+ROBERTA_S = {"arch": "roberta", "layers": 8, "hidden": 512, "heads": 8, "ffn": 2048}
+DENSE = (51_482_112, 25_735_680)  # RoBERTa_S: total, embedding (k-sub-embedding Table 1)
+SUB3 = (25_765_376, 18_944)       # + 3-sub-embedding
+# The metrics each GLUE task logs (issue 4's names) and a base score per task.
+GLUE_METRICS = {
+    "mnli": {"matched/accuracy": 0.80, "mismatched/accuracy": 0.79},
+    "qnli": {"accuracy": 0.88}, "qqp": {"f1": 0.86, "accuracy": 0.89}, "rte": {"accuracy": 0.66},
+    "sst2": {"accuracy": 0.90}, "mrpc": {"accuracy": 0.85, "f1": 0.89}, "cola": {"matthews": 0.40},
+    "stsb": {"spearman": 0.87, "pearson": 0.88},
+}
+HEADLINE = {"mnli": "matched/accuracy", "qnli": "accuracy", "qqp": "f1", "rte": "accuracy", "sst2": "accuracy",
+            "mrpc": "accuracy", "cola": "matthews", "stsb": "spearman"}
+
+
+def parameters(counts: tuple[int, int]) -> dict:
+    total, embedding = counts
+    return {"total_params": total, "embedding_params": embedding, "baseline_total_params": DENSE[0],
+            "baseline_embedding_params": DENSE[1], **compression(embedding, total, DENSE[1], DENSE[0])}
+
+
+def write_run(root: Path, label: str, task: str | None, seed: int | None, metrics: dict, counts=DENSE,
+              efficiency: dict | None = None, backbone: dict = ROBERTA_S) -> Path:
+    folder = root / f"{label}-{task}-{seed}"
+    write_json_atomic(folder / RESULTS_FILE, {
+        "format": 1, "label": label, "task": task, "seed": seed, "backbone": backbone,
+        "parameters": parameters(counts), "efficiency": efficiency, "metrics": metrics,
+    })
+    return folder
+
+
+def score(label: str, task: str, seed: int) -> float:
+    """A made-up score: the task's base, lower for the compressed model, varying with the seed."""
+    return GLUE_METRICS[task][HEADLINE[task]] - (0.05 if label == "3se" else 0.0) + 0.01 * seed - 0.002 * seed**2
+
+
+def glue_runs(root: Path, skip: set[tuple[str, str, int]] = frozenset()) -> list[Path]:
+    folders = []
+    for label, counts in (("roberta_s", DENSE), ("3se", SUB3)):
+        for task, metrics in GLUE_METRICS.items():
+            for seed in (0, 1, 2):
+                if (label, task, seed) in skip:
+                    continue
+                logged = {f"test/{name}": value for name, value in metrics.items()}
+                logged[f"test/{HEADLINE[task]}"] = score(label, task, seed)
+                logged["test/loss"] = 0.5
+                folders.append(write_run(root, label, task, seed, logged, counts))
+    return folders
+
+
+def report(folders: list[Path], baseline: Path | None = None, digits: int = 1) -> Report:
+    return Report([load_results(f) for f in folders], load_results(baseline) if baseline else None, digits)
+
+
+def table(tables, title_start: str):
+    return next(t for t in tables if t.title.startswith(title_start))
+
+
+def row(table, name: str) -> dict[str, str]:
+    found = next(r for r in table.rows if r[0] == name)
+    return dict(zip(table.header, found))
+
+
+def cell(values: list[float]) -> str:
+    return f"{100 * statistics.fmean(values):.1f} ± {100 * statistics.stdev(values):.1f}"
+
+
+def test_glue_table_has_the_papers_columns_mean_and_std_over_seeds_and_notes_a_missing_seed(tmp_path):
+    folders = glue_runs(tmp_path, skip={("3se", "cola", 2)})
+    glue = table(report(folders).tables(), "GLUE")
+    assert glue.header == ["Model", "MNLI", "QNLI", "QQP", "RTE", "SST", "MRPC", "CoLA", "STS", "Avg"]
+    assert [r[0] for r in glue.rows] == ["roberta_s", "3se"]
+    base, mine = row(glue, "roberta_s"), row(glue, "3se")
+    assert base["MNLI"] == cell([score("roberta_s", "mnli", s) for s in (0, 1, 2)])  # matched accuracy
+    assert base["QQP"] == cell([score("roberta_s", "qqp", s) for s in (0, 1, 2)])    # F1, not accuracy
+    assert mine["CoLA"] == cell([score("3se", "cola", s) for s in (0, 1)]) + "*"
+    assert "3se / CoLA: 2 of 3 seeds (missing seed 2)" in glue.notes
+    # the average over the 8 tasks; its std over the seeds that ran every task (0 and 1 for 3se)
+    means = [statistics.fmean(score("3se", t, s) for s in ((0, 1) if t == "cola" else (0, 1, 2))) for t in HEADLINE]
+    per_seed = [statistics.fmean(score("3se", t, s) for t in HEADLINE) for s in (0, 1)]
+    assert mine["Avg"] == f"{100 * statistics.fmean(means):.1f} ± {100 * statistics.stdev(per_seed):.1f}"
+    assert "scores on the test split" in glue.notes
+
+
+def test_a_missing_task_is_shown_and_the_average_left_out(tmp_path):
+    folders = glue_runs(tmp_path, skip={("3se", "rte", s) for s in (0, 1, 2)})
+    glue = table(report(folders).tables(), "GLUE")
+    assert row(glue, "3se")["RTE"] == "–" and row(glue, "3se")["Avg"] == "–"
+    assert "3se: no RTE result" in glue.notes and "3se: no average without every task of the table" in glue.notes
+    assert row(glue, "roberta_s")["Avg"] != "–"
+
+
+def test_memory_table_gives_prr_per_task_and_on_the_average_with_pcr_against_the_baseline(tmp_path):
+    folders = glue_runs(tmp_path)
+    baseline = folders[0]
+    memory = table(report(folders, baseline, digits=2).tables(), "Memory efficiency")
+    assert memory.header == ["Model", "MNLI", "QNLI", "QQP", "RTE", "SST", "MRPC", "CoLA", "STS", "GLUE Avg",
+                             "#Total Params", "#Emb Params", "PCR (All)", "PCR (Emb)", "PoEP"]
+    mine = row(memory, "3se")
+    cola = [statistics.fmean(score(label, "cola", s) for s in (0, 1, 2)) for label in ("3se", "roberta_s")]
+    assert mine["CoLA"] == f"{100 * cola[0] / cola[1]:.2f}"
+    averages = [statistics.fmean(statistics.fmean(score(label, t, s) for s in (0, 1, 2)) for t in HEADLINE)
+                for label in ("3se", "roberta_s")]
+    assert mine["GLUE Avg"] == f"{100 * averages[0] / averages[1]:.2f}"  # HashFormers: PRR of the average
+    assert (mine["#Total Params"], mine["#Emb Params"]) == ("25.8M", "18.9K")
+    assert (mine["PCR (All)"], mine["PCR (Emb)"], mine["PoEP"]) == ("50.0", "99.9", "0.07")
+    assert row(memory, "roberta_s")["CoLA"] == "100.00" and row(memory, "roberta_s")["PCR (All)"] == "0.0"
+
+
+def test_without_a_baseline_the_memory_table_says_prr_needs_one(tmp_path):
+    memory = table(report(glue_runs(tmp_path)).tables(), "Memory efficiency")
+    assert "CoLA" not in memory.header and "PCR (Emb)" in memory.header
+    assert any("PRR (performance retention) needs a baseline" in note for note in memory.notes)
+    assert row(memory, "3se")["PCR (Emb)"] == "99.9"  # against the dense strategy each run recorded
+
+
+def test_xnli_table_by_language_and_protocol(tmp_path):
+    folders = []
+    for label, task, drop in (("xlmr_s", "xnli", 0.0), ("3se", "xnli_translate_train_all", 0.04)):
+        for seed in (0, 1):
+            metrics = {f"test/{lang}/accuracy": 0.70 - 0.01 * i - drop + 0.002 * seed for i, lang in enumerate(XNLI_LANGUAGES)}
+            metrics["test/average/accuracy"] = statistics.fmean(metrics.values())
+            folders.append(write_run(tmp_path, label, task, seed, metrics))
+    tables = report(folders, folders[0]).tables()
+    xnli = table(tables, "XNLI")
+    assert xnli.header == ["Model", *XNLI_LANGUAGES, "Avg"]
+    assert [r[0] for r in xnli.rows] == ["xlmr_s", "3se [xnli_translate_train_all]"]
+    assert row(xnli, "xlmr_s")["de"] == cell([0.70 - 0.03 + 0.002 * s for s in (0, 1)])
+    expected = statistics.fmean(0.70 - 0.01 * i + 0.001 for i in range(15))
+    assert row(xnli, "xlmr_s")["Avg"].startswith(f"{100 * expected:.1f} ± ")
+    memory = table(tables, "Memory efficiency")  # PRR needs the baseline on the same protocol
+    assert "baseline 'xlmr_s [xnli_translate_train_all]' has no en result: no PRR" in memory.notes
+
+
+def test_jglue_table_takes_spearman_for_jsts(tmp_path):
+    folders = [write_run(tmp_path, "distilbert", task, seed, {f"test/{m}": value + 0.01 * seed, "test/pearson": 0.1})
+               for task, m, value in (("jcola", "accuracy", 0.77), ("JSTS", "spearman", 0.85), ("jnli", "accuracy", 0.88))
+               for seed in (0, 1, 2)]
+    jglue = table(report(folders).tables(), "JGLUE")
+    assert jglue.header == ["Model", "JCoLA", "JSTS", "JNLI", "Avg"]
+    assert row(jglue, "distilbert")["JSTS"] == cell([0.85, 0.86, 0.87])
+
+
+def test_speed_table_gives_time_per_sample_and_speed_up(tmp_path):
+    def efficiency(train, infer, device="cpu"):
+        return {"train": {"ms_per_sample": train}, "infer": {"ms_per_sample": infer}, "peak_memory_mb": 900.0, "device": device}
+
+    base = write_run(tmp_path, "bert_mlm", None, 0, {"val/loss": 2.0}, efficiency=efficiency(24.9, 4.6))
+    fast = write_run(tmp_path, "proj", None, 0, {"val/loss": 2.5}, counts=SUB3, efficiency=efficiency(10.6, 1.8))
+    other = write_run(tmp_path, "proj_gpu", None, 0, {"val/loss": 2.5}, counts=(1, 1), efficiency=efficiency(1.0, 1.0, "H100"))
+    tables = report([base, fast, other], base).tables()
+    speed = table(tables, "Training and inference speed")
+    assert speed.header == ["Model", "Runs", "Train (ms/sample)", "Train speed-up", "Infer (ms/sample)",
+                            "Infer speed-up", "Peak memory (MB)", "Device"]
+    assert row(speed, "proj (pre-training)")["Train speed-up"] == "2.3x"  # 24.9 / 10.6
+    assert row(speed, "proj (pre-training)")["Infer speed-up"] == "2.6x"  # 4.6 / 1.8: HashFormers' Proj
+    assert row(speed, "bert_mlm (pre-training)")["Train (ms/sample)"] == "24.9"
+    assert any("proj_gpu (pre-training) and the baseline ran on different devices" in n for n in speed.notes)
+    pretraining = table(tables, "Pre-training")
+    assert row(pretraining, "proj (pre-training)")["val/loss"] == "2.5"
+
+
+def test_formats_markdown_csv_and_latex(tmp_path, capsys):
+    folders = glue_runs(tmp_path)
+    assert main(["report", str(tmp_path), "--baseline", str(folders[0]), "--format", "csv"]) == 0
+    rows = list(csv.reader(io.StringIO(capsys.readouterr().out)))
+    assert rows[0] == ["# GLUE: scores x 100, mean ± std over seeds"]
+    assert rows[1][:3] == ["Model", "MNLI", "QNLI"] and rows[2][0] == "roberta_s"
+    assert main(["report", str(tmp_path), "--format", "latex"]) == 0
+    latex = capsys.readouterr().out
+    assert r"\begin{tabular}{lrrrrrrrrr}" in latex and r"$\pm$" in latex and r"\#Total Params" in latex
+    out = tmp_path / "tables.md"
+    assert main(["report", *map(str, folders), "-o", str(out)]) == 0
+    text = out.read_text()
+    assert text.startswith("### GLUE") and "| roberta_s |" in text and "| 3se |" in text
+
+
+def test_report_of_real_runs_against_the_dense_baseline_is_the_readmes(demo_runs, capsys):
+    assert main(["report", str(demo_runs["subspace"]), "--baseline", str(demo_runs["dense"])]) == 0
+    out = capsys.readouterr().out
+    readme = (REPO / "README.md").read_text()
+    example = readme.split("gives this memory table:\n\n```\n", 1)[1].split("```", 1)[0]
+    assert example.strip() and example in out  # 32 x 64 embedding parameters of 81,664 for the demo
+    assert "| dense (pre-training) | 1 |" in out and "| subspace (pre-training) | 1 |" in out
+
+
+@pytest.mark.parametrize(
+    ("setup", "message"),
+    [
+        ("no_results", "no results.json. The run did not finish"),
+        ("not_json", "is not valid JSON"),
+        ("one_label_two_models", "runs labelled 'x' are different models"),
+        ("same_cell_twice", "are both 'x' on task 'cola' with seed 0: one cell cannot hold both"),
+        ("other_backbone", "has backbone bert 12x768 (12 heads, FFN 3072) but"),
+        ("empty_folder", "no results.json"),
+    ],
+)
+def test_bad_input_is_refused_with_a_clear_message(setup, message, tmp_path, capsys):
+    good = write_run(tmp_path, "x", "cola", 0, {"test/matthews": 0.4})
+    argv = ["report", str(good)]
+    if setup == "no_results":
+        (tmp_path / "crashed").mkdir()
+        argv.append(str(tmp_path / "crashed"))
+    elif setup == "not_json":
+        (tmp_path / "broken").mkdir()
+        (tmp_path / "broken" / RESULTS_FILE).write_text("{")
+        argv.append(str(tmp_path / "broken"))
+    elif setup == "one_label_two_models":
+        argv.append(str(write_run(tmp_path, "x", "sst2", 0, {"test/accuracy": 0.9}, counts=SUB3)))
+    elif setup == "same_cell_twice":
+        twin = tmp_path / "twin"
+        twin.mkdir()
+        (twin / RESULTS_FILE).write_text((good / RESULTS_FILE).read_text())
+        argv.append(str(twin))
+    elif setup == "other_backbone":
+        bert = {"arch": "bert", "layers": 12, "hidden": 768, "heads": 12, "ffn": 3072}
+        argv += ["--baseline", str(write_run(tmp_path, "bert", "cola", 0, {"test/matthews": 0.5}, backbone=bert))]
+    elif setup == "empty_folder":
+        (tmp_path / "empty").mkdir()
+        argv = ["report", str(tmp_path / "empty")]
+    assert main(argv) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_a_baseline_without_parameter_counts_still_gives_prr(tmp_path):
+    base = write_run(tmp_path, "hf_model", "cola", 0, {"test/matthews": 0.5})
+    results = load_results(base)
+    results["parameters"] = None  # e.g. a module that is not a lit-embed EmbeddingModule
+    write_json_atomic(base / RESULTS_FILE, results)
+    mine = write_run(tmp_path, "3se", "cola", 0, {"test/matthews": 0.4}, counts=SUB3)
+    memory = table(report([base, mine], base).tables(), "Memory efficiency")
+    assert row(memory, "3se")["CoLA"] == "80.0" and row(memory, "3se")["PCR (Emb)"] == "99.9"
+    assert any("has no parameter counts" in note for note in memory.notes)

@@ -1,0 +1,169 @@
+"""The papers' figures: formulas by hand, timing rules, results.json after a run, TensorBoard, bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+from types import SimpleNamespace
+
+import pytest
+import pytorch_lightning as pl
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from lit_embed.accounting import compression, performance_retention, speed_up
+from lit_embed.callbacks import EfficiencyMonitor, ResultsWriter
+from lit_embed.results import RESULTS_FILE, is_score, load_results, write_atomic, write_json_atomic
+
+from .conftest import CONFIGS
+from .test_cli import run_params
+
+
+def test_figures_match_the_papers_hand_computations():
+    # HashFormers Table 2/3, against BERT-MLM: CANINE-C's GLUE average 70.4 vs 79.5 is a PRR of 88.6%;
+    # ProFormer's 15.1M of 124.6M parameters a PCR_All of 87.9%; Proj's 99.1K of 38.6M embedding
+    # parameters a PCR_Emb of 99.7%; S+R's 11.6 ms against 24.9 ms a 2.1x pre-training speed-up.
+    assert round(100 * performance_retention(70.4, 79.5), 1) == 88.6
+    figures = compression(embedding=322_600, total=15_100_000, baseline_embedding=38_600_000, baseline_total=124_600_000)
+    assert round(100 * figures["pcr_all"], 1) == 87.9
+    assert round(100 * compression(99_100, 86_100_000, 38_600_000, 124_600_000)["pcr_emb"], 1) == 99.7
+    assert round(100 * compression(99_100, 86_100_000, 38_600_000, 124_600_000)["poep"], 1) == 0.1
+    assert round(speed_up(11.6, 24.9), 1) == 2.1
+    assert performance_retention(0.5, 0.0) is None and speed_up(0.0, 3.0) is None
+    assert is_score("test/matched/accuracy") and is_score("val/de/accuracy") and is_score("val/spearman")
+    assert not is_score("val/loss") and not is_score("train/accuracy")
+
+
+class TinyRegression(pl.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.layer = nn.Linear(4, 1)
+
+    def training_step(self, batch, batch_idx):
+        return nn.functional.mse_loss(self.layer(batch[0]), batch[1])
+
+    def validation_step(self, batch, batch_idx):
+        self.log("val/loss", nn.functional.mse_loss(self.layer(batch[0]), batch[1]))
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+
+def loader(count: int, batch_size: int) -> DataLoader:
+    generator = torch.Generator().manual_seed(0)
+    data = TensorDataset(torch.randn(count, 4, generator=generator), torch.randn(count, 1, generator=generator))
+    return DataLoader(data, batch_size=batch_size)
+
+
+def test_timer_leaves_out_warm_up_and_sanity_steps_and_counts_samples(tmp_path):
+    monitor = EfficiencyMonitor(warmup_steps=2)
+    ticks = iter(range(0, 10_000, 1))
+    monitor.clock = lambda: next(ticks) * 0.5  # every measured step lasts exactly one tick of 0.5 s
+    trainer = pl.Trainer(max_steps=7, limit_val_batches=4, num_sanity_val_steps=2, callbacks=[monitor],
+                         logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                         enable_model_summary=False, default_root_dir=tmp_path)
+    trainer.fit(TinyRegression(), loader(21, 3), loader(20, 5))
+    summary = monitor.summary(trainer)
+    assert summary["train"] == {"ms_per_sample": 1000 * 0.5 / 3, "measured_steps": 5, "samples": 15, "warmup_steps": 2}
+    # 4 validation batches of 5 after the sanity check; the first 2 are warm-up.
+    assert summary["infer"] == {"ms_per_sample": 1000 * 0.5 / 5, "measured_steps": 2, "samples": 10, "warmup_steps": 2}
+    assert summary["world_size"] == 1 and summary["device"] == "cpu" and summary["peak_memory_mb"] > 10
+
+
+def test_a_run_too_short_to_measure_says_so(tmp_path):
+    monitor = EfficiencyMonitor(warmup_steps=5)
+    trainer = pl.Trainer(max_steps=2, limit_val_batches=1, num_sanity_val_steps=0, callbacks=[monitor],
+                         logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                         enable_model_summary=False, default_root_dir=tmp_path)
+    trainer.fit(TinyRegression(), loader(6, 3), loader(5, 5))
+    assert monitor.summary(trainer)["train"]["ms_per_sample"] is None
+    with pytest.raises(ValueError, match="warmup_steps=-1"):
+        EfficiencyMonitor(warmup_steps=-1)
+
+
+def test_any_lightning_logger_gets_the_figures(tmp_path):
+    from pytorch_lightning.loggers import CSVLogger
+
+    logger = CSVLogger(tmp_path, name="csv")
+    trainer = pl.Trainer(max_steps=4, limit_val_batches=2, num_sanity_val_steps=0, logger=logger,
+                         callbacks=[EfficiencyMonitor(warmup_steps=1), ResultsWriter(label="tiny")],
+                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+    trainer.fit(TinyRegression(), loader(12, 3), loader(4, 2))
+    header = (tmp_path / "csv" / "version_0" / "metrics.csv").read_text().splitlines()[0].split(",")
+    assert {"efficiency/train_ms_per_sample", "efficiency/infer_ms_per_sample", "val/loss"} <= set(header)
+    assert "efficiency/train_ms_per_sample" in (tmp_path / "csv" / "version_0" / "hparams.yaml").read_text()
+    results = load_results(tmp_path / "csv" / "version_0")
+    assert results["label"] == "tiny" and results["parameters"] is None  # not an EmbeddingModule: no counts
+    assert results["efficiency"]["train"]["measured_steps"] == 3 and "val/loss" in results["metrics"]
+
+
+def test_demo_run_writes_complete_results(demo_runs):
+    results = load_results(demo_runs["subspace"])
+    baseline = load_results(demo_runs["dense"])
+    assert results["label"] == "subspace" and results["seed"] == 0 and results["task"] is None
+    assert set(results["versions"]) >= {"lit_embed", "torch", "pytorch_lightning", "transformers"}
+    assert set(results["config"]) >= {"model", "data", "trainer", "seed_everything"}
+    assert results["backbone"] == {"arch": "roberta", "layers": 2, "hidden": 64, "heads": 4, "ffn": 128}
+    assert set(results["metrics"]) >= {"train/loss", "val/loss", "val/accuracy", "val/perplexity"}
+    assert results["global_step"] == 10
+    # the parameter figures are `lit-embed params`'s, here against the dense run (the same counts as dense)
+    expected = run_params(CONFIGS / "demo.yaml")
+    for key in ("total_params", "embedding_params", "baseline_total_params", "pcr_all", "pcr_emb", "poep"):
+        assert results["parameters"][key] == pytest.approx(expected[key]), key
+    assert results["parameters"]["baseline"] == str(demo_runs["dense"])
+    assert baseline["parameters"]["baseline"] == "dense" and baseline["parameters"]["pcr_emb"] == 0.0
+    train = results["efficiency"]["train"]
+    assert (train["measured_steps"], train["samples"], train["warmup_steps"]) == (8, 32, 2)
+    assert train["ms_per_sample"] > 0 and results["efficiency"]["infer"]["measured_steps"] == 5
+    assert baseline["efficiency"]["train"]["measured_steps"] == 5  # the demo's own monitor: 5 warm-up steps
+    comparison = results["baseline"]
+    assert comparison["prr"] == {"val/accuracy": results["metrics"]["val/accuracy"] / baseline["metrics"]["val/accuracy"]}
+    for kind in ("train", "infer"):
+        assert comparison["speed_up"][kind] == pytest.approx(
+            baseline["efficiency"][kind]["ms_per_sample"] / results["efficiency"][kind]["ms_per_sample"])
+    assert not [p for p in os.listdir(demo_runs["subspace"]) if p.endswith(".tmp")]
+
+
+def test_figures_reach_tensorboard_scalars_and_hparams_tab(demo_runs):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.plugins.hparams import metadata
+
+    events = EventAccumulator(str(demo_runs["subspace"]))
+    events.Reload()
+    scalars = events.Tags()["scalars"]
+    assert events.Scalars("params/embedding")[0].value == 32 * 64  # Q=32 rows of the demo's 3 tables, d=64
+    assert {"compression/pcr_emb", "efficiency/train_ms_per_sample", "speedup/train", "prr/val/accuracy"} <= set(scalars)
+    experiment = metadata.parse_experiment_plugin_data(events.SummaryMetadata(metadata.EXPERIMENT_TAG).plugin_data.content)
+    columns = {m.name.tag for m in experiment.metric_infos}
+    assert {"compression/pcr_all", "compression/poep", "efficiency/peak_memory_mb", "val/loss", "prr/val/accuracy"} <= columns
+    assert columns <= set(scalars)  # every HPARAMS column is a logged scalar
+    assert {"label", "seed", "strategy", "model/embedding/num_tables"} <= {h.name for h in experiment.hparam_infos}
+    assert "hp_metric" not in scalars  # Lightning's placeholder would have hidden ours
+
+
+def test_results_writer_refuses_a_baseline_of_another_backbone(tmp_path):
+    from lit_embed.models import Encoder, MaskedLM
+
+    model = MaskedLM(Encoder(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64), vocab_size=100)
+    trainer = SimpleNamespace(loggers=[])
+    other = {"format": 1, "label": "bert", "backbone": {"arch": "bert", "layers": 12, "hidden": 768, "heads": 12, "ffn": 3072},
+             "parameters": {"total_params": 1, "embedding_params": 1}}
+    write_json_atomic(tmp_path / "bert" / RESULTS_FILE, other)
+    with pytest.raises(ValueError, match=r"has backbone bert 12x768 .* but this run has roberta 1x32"):
+        ResultsWriter(baseline=str(tmp_path / "bert")).setup(trainer, model, "fit")
+    with pytest.raises(FileNotFoundError, match="no results.json"):
+        ResultsWriter(baseline=str(tmp_path)).setup(trainer, model, "fit")
+
+
+def test_results_are_replaced_whole_or_not_at_all(tmp_path, monkeypatch):
+    path = write_json_atomic(tmp_path / RESULTS_FILE, {"format": 1, "label": "old"})
+
+    def crash(*args):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(os, "replace", crash)
+    with pytest.raises(OSError, match="disk full"):
+        write_atomic(path, json.dumps({"format": 1, "label": "new"}))
+    assert json.loads(path.read_text())["label"] == "old"
+    assert os.listdir(tmp_path) == [RESULTS_FILE]  # the temporary file is gone

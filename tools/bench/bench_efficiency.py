@@ -1,0 +1,73 @@
+"""What measuring time per sample costs: MLM training steps of RoBERTa_S + 3-sub-embedding with the
+EfficiencyMonitor's hooks around forward + backward, against the same steps unmeasured.
+
+On a GPU the monitor synchronises the device before each clock reading, which stops the host from
+queueing the next step's kernels early; this is the price of a correct figure. The monitor's own
+figure (forward + backward per sample) is given beside the whole step's (with the optimiser step).
+Measured and unmeasured steps alternate on one model; figures are means over the repeats.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from types import SimpleNamespace
+
+import torch
+
+from bench_mlm_step import CONFIGS, batch, build
+
+TITLE = "Time-per-sample measurement: EfficiencyMonitor against unmeasured MLM steps"
+
+
+def step_timer(model, data: dict, ctx, monitor=None):
+    from lit_embed.models.optim import configure_adamw
+
+    model.to(ctx.device).train()
+    data = {k: v.to(ctx.device) for k, v in data.items()}
+    optimizer = configure_adamw(model, model.optim, 10_000)["optimizer"]
+
+    def step():
+        optimizer.zero_grad(set_to_none=True)
+        if monitor is not None:
+            monitor.on_train_batch_start(None, model, data, 0)
+        loss, _, _ = model(data)
+        loss.backward()
+        if monitor is not None:
+            monitor.on_after_backward(None, model)
+        optimizer.step()
+
+    return step
+
+
+def run(ctx) -> list[dict]:
+    """Measured and unmeasured steps alternate, so a load change on the machine hits both alike."""
+    from lit_embed.callbacks import EfficiencyMonitor
+
+    size = (4, 32) if ctx.smoke else (32, 128)
+    warmup, repeat = (1, 1) if ctx.smoke else (2, 7)
+    model = build(CONFIGS / "experiments" / "subspace" / "roberta_s_3se.yaml", ctx.smoke)
+    data = batch(model, size)
+    monitor = EfficiencyMonitor(warmup_steps=warmup)
+    monitor.setup(SimpleNamespace(strategy=SimpleNamespace(root_device=torch.device(ctx.device))), model, "fit")
+    steps = {"unmeasured (baseline)": step_timer(model, data, ctx), "EfficiencyMonitor": step_timer(model, data, ctx, monitor)}
+    seconds: dict[str, list[float]] = {name: [] for name in steps}
+    for round_ in range(warmup + repeat):
+        for name, step in steps.items():
+            ctx.sync()
+            start = time.perf_counter()
+            step()
+            ctx.sync()
+            if round_ >= warmup:
+                seconds[name].append(time.perf_counter() - start)
+    plain, measured = (statistics.fmean(seconds[name]) for name in steps)
+    timer = monitor.timers["train"]
+    label = f"{size[0]}x{size[1]}"
+    return [
+        {"steps": "unmeasured (baseline)", "batch": label, "seconds per step": plain,
+         "whole step ms/sample": 1000 * plain / size[0]},
+        {"steps": "EfficiencyMonitor", "batch": label, "seconds per step": measured,
+         "whole step ms/sample": 1000 * measured / size[0],
+         "monitor's ms/sample (forward + backward)": 1000 * timer.seconds / timer.samples,
+         "time vs unmeasured": measured / plain},
+    ]
