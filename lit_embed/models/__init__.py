@@ -4,5 +4,6 @@ from lit_embed.models.base import EmbeddingModule
 from lit_embed.models.encoder import Encoder
 from lit_embed.models.mlm import MaskedLM
 from lit_embed.models.optim import OptimConfig
+from lit_embed.models.shuffle_random import ShuffleRandom
 
-__all__ = ["EmbeddingModule", "Encoder", "MaskedLM", "OptimConfig"]
+__all__ = ["EmbeddingModule", "Encoder", "MaskedLM", "OptimConfig", "ShuffleRandom"]
