@@ -340,3 +340,19 @@ def test_full_demo_accuracy_beats_always_original(tmp_path):
     run_demo(tmp_path)
     accuracy, original = scalars(tmp_path, "val/accuracy")[-1], scalars(tmp_path, "val/original_rate")[-1]
     assert accuracy > original + 0.03, (accuracy, original)
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--model.init_args.embedding.init_args.num_bits", "0"], "num_bits=0 must be a positive number of hash bits (T)"),
+        (["--model.init_args.embedding", str(CONFIGS / "embedding" / "md5_pool.yaml"),
+          "--model.init_args.embedding.init_args.chunk_bits", "200"], "chunk_bits k=200 must lie between 1 and num_bits T=128"),
+        (["--model.init_args.embedding", str(CONFIGS / "embedding" / "md5_emb1k.yaml"),
+          "--model.init_args.embedding.init_args.num_buckets", "0"], "num_buckets=0 leaves no bucket for words"),
+        (["--model.init_args.vocab_size", "30522"], "vocab_size must be unset (got 30522)"),
+    ],
+)
+def test_bad_hash_arguments_exit_non_zero_with_the_fix(extra, message, capsys):
+    assert main(["params", "--config", str(DEMO), *extra]) == 2
+    assert message in capsys.readouterr().err

@@ -117,7 +117,7 @@ class HashTextEncoder:
     Encoding a batch tokenises every text, looks all tokens up in the cache at once, hashes only the
     new ones (in one vectorised call) and gathers the codes with one NumPy index. The cache is
     emptied when it would exceed ``cache_size`` tokens. Pickled (for DataLoader workers) it keeps the
-    NumPy snapshot of the hasher and drops the module.
+    NumPy snapshot of the hasher and drops the module and the cache.
 
     Args:
         hasher: the strategy's hasher (its state is fitted through :meth:`fit` where it needs that).
@@ -143,7 +143,12 @@ class HashTextEncoder:
         self._clear()
 
     def __getstate__(self) -> dict:
-        return {**self.__dict__, "_hasher": None}
+        cache = ("_index", "_table", "_piece_codes")
+        return {key: value for key, value in self.__dict__.items() if key not in cache} | {"_hasher": None}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._clear()
 
     # -- fitting (LSH's n-gram vocabulary) ------------------------------------------------------------
     @property

@@ -67,7 +67,8 @@ class HashStrategy(EmbeddingStrategy):
         if vocab_size is not None:
             raise ValueError(
                 f"{type(self).__name__} hashes an unlimited vocabulary, so vocab_size must be unset (got "
-                f"{vocab_size}); to compare against a dense table give the model baseline_vocab_size instead"
+                f"{vocab_size}): pre-train it with lit_embed.models.ShuffleRandom and give baseline_vocab_size "
+                f"to compare against a dense table"
             )
         if tokenization not in ("word", "subword"):
             raise ValueError(f"tokenization={tokenization!r} must be 'word' or 'subword'")
