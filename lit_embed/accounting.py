@@ -57,7 +57,7 @@ def human(n: float) -> str:
 def format_report(report: dict) -> str:
     rows = [
         ("strategy", report["strategy"]),
-        ("vocabulary x hidden", f"{report['vocab_size']} x {report['hidden_size']}"),
+        ("vocabulary x hidden", f"{report['vocab_size'] or 'unlimited'} x {report['hidden_size']}"),
         ("total params", f"{report['total_params']:,} ({human(report['total_params'])})"),
         ("embedding params", f"{report['embedding_params']:,} ({human(report['embedding_params'])})"),
         ("baseline total", f"{report['baseline_total_params']:,} ({human(report['baseline_total_params'])})"),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
@@ -38,7 +39,9 @@ def experiment_configs() -> list[Path]:
     return sorted((CONFIGS / "experiments").rglob("*.yaml"))
 
 
+@functools.cache
 def run_params(path: Path, *extra: str) -> dict:
+    """``lit-embed params --json`` on ``path`` (once per session: README and paper tables share it)."""
     return params_json(["params", "--config", str(path), "--json", *extra])
 
 

@@ -33,20 +33,37 @@ def test_quick_start_is_two_commands_and_ci_runs_the_test_one():
     assert ci[-1] == quick[1]
 
 
-def experiment_rows() -> list[list[str]]:
-    rows = [line.strip("|").split("|") for line in section("Experiments").splitlines() if line.startswith("| `")]
-    return [[cell.strip() for cell in row] for row in rows]
+def experiment_rows() -> list[tuple[str, list[str]]]:
+    """``(paper, cells)`` of every row of the Experiments tables; a header's "<paper> experiment" names the paper."""
+    rows, paper = [], None
+    for line in section("Experiments").splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if line.startswith("| ") and cells[0].endswith(" experiment"):
+            paper = cells[0].removesuffix(" experiment")
+        elif line.startswith("| `"):
+            rows.append((paper, cells))
+    return rows
 
 
-@pytest.mark.parametrize("row", experiment_rows(), ids=lambda row: row[0].strip("`"))
-def test_experiment_table_is_what_params_prints(row):
-    name, _, total, embedding, pcr_all, pcr_emb, poep = row
-    paper = "subspace"  # the table's first column names files of configs/experiments/<paper>/
+def test_every_experiment_has_a_row():
+    listed = {(paper, cells[0].strip("`")) for paper, cells in experiment_rows()}
+    assert listed == {(p.parent.name, p.stem) for p in (CONFIGS / "experiments").glob("*/*.yaml")}
+
+
+@pytest.mark.parametrize("paper,row", experiment_rows(), ids=lambda x: x if isinstance(x, str) else x[0].strip("`"))
+def test_experiment_table_is_what_params_prints(paper, row):
+    name, _, total, embedding, pcr_all, pcr_emb, poep, *published = row
     report = run_params(CONFIGS / "experiments" / paper / f"{name.strip('`')}.yaml")
     assert (total, embedding) == (human(report["total_params"]), human(report["embedding_params"]))
     assert pcr_all == f"{100 * report['pcr_all']:.1f}%"
     assert pcr_emb == f"{100 * report['pcr_emb']:.2f}%"
     assert poep == f"{100 * report['poep']:.3f}%"
+    if paper == "hashformers":  # the paper's Table 2 figures, as tests/test_hashformers.py checks them
+        from .test_hashformers import TABLE_2
+
+        if published != ["—"]:
+            total, embedding, *ratios = TABLE_2[name.strip("`")]
+            assert published == [" / ".join([total, embedding, *(f"{r:.1f}" for r in ratios)])]
 
 
 def test_the_plugin_example_counts_and_trains_as_written(tmp_path):

@@ -78,3 +78,48 @@ class MaskedLMCollator(PadCollator):
         codes[to_random] = self.random_codes((int(to_random.sum()),)).to(codes.dtype)
         batch["codes"], batch["labels"] = codes, labels
         return batch
+
+
+#: Shuffle+Random labels (Yamaguchi et al., 2021); specials and padding get -100.
+ORIGINAL, SHUFFLED, RANDOM = 0, 1, 2
+
+
+class ShuffleRandomCollator(PadCollator):
+    """Shuffle+Random corruption: each non-special position is shuffled with probability ``prob``
+    (one random permutation of the positions per batch); of the others, each becomes a random code
+    with probability ``prob``. A special token shuffled into a position is put back (the label stays
+    "shuffled"). ``labels``: 0 original, 1 shuffled, 2 random, -100 special or padding.
+
+    Random codes come from the strategy's ``code_sampler`` (vocabulary ids; random buckets or bits
+    for hash strategies), so the corruption works in any strategy's code space.
+
+    Args:
+        text_encoder: gives the pad code.
+        random_codes: draws random codes of a given shape (the strategy's ``code_sampler``).
+        prob: the shuffle and the random probability (0.10).
+    """
+
+    def __init__(
+        self, text_encoder: TextEncoder, random_codes: Callable[[tuple[int, ...]], Tensor], prob: float = 0.10
+    ) -> None:
+        super().__init__(text_encoder)
+        if not 0.0 < prob < 1.0:
+            raise ValueError(f"prob={prob} must lie strictly between 0 and 1")
+        self.random_codes = random_codes
+        self.prob = prob
+
+    def __call__(self, items: list[dict]) -> dict[str, Tensor]:
+        batch = super().__call__(items)
+        codes, special = batch["codes"], batch["special_mask"]
+        length = codes.shape[1]
+        shuffled = (torch.rand(special.shape) < self.prob) & ~special
+        randomised = (torch.rand(special.shape) < self.prob) & ~special & ~shuffled
+        order = torch.randperm(length)
+        moved = shuffled & ~special[:, order]  # a special moved in is put back
+        out = codes.clone()
+        out[moved] = codes[:, order][moved]
+        out[randomised] = self.random_codes((int(randomised.sum()),)).to(codes.dtype)
+        labels = torch.full(special.shape, ORIGINAL, dtype=torch.long)
+        labels[shuffled], labels[randomised], labels[special] = SHUFFLED, RANDOM, -100
+        batch["codes"], batch["labels"] = out, labels
+        return batch

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import datasets
@@ -12,7 +14,7 @@ from torch.utils.data import DataLoader
 
 from lit_embed.data.collate import PadCollator
 from lit_embed.data.sources import load_files, load_hub
-from lit_embed.embeddings.text import TextEncoder, VocabTextEncoder
+from lit_embed.embeddings.text import FittableTextEncoder, TextEncoder, VocabTextEncoder
 
 PIPELINE_VERSION = 1
 
@@ -23,10 +25,13 @@ class CorpusDataModule(pl.LightningDataModule):
     Texts are concatenated and cut into blocks of ``max_length - 2`` codes, each wrapped in the
     ``cls``/``sep`` specials (RoBERTa's FULL-SENTENCES). The block-building map runs once, in
     ``prepare_data`` (one process per node), and every rank reuses its ``datasets`` cache in ``setup``.
+    A text encoder whose codes depend on the corpus (LSH hashing) is first fitted on its texts, and
+    the fitted state is written beside the run (``lsh_ngrams.json``).
 
     Args:
         tokenizer: HF tokenizer name or folder (``all-MiniLM-L6-v2`` works offline); the model's
-            strategy decides how it is used (vocabulary ids, or hashed pieces).
+            strategy decides how it is used (vocabulary ids, or hashed pieces). Word-level hash
+            strategies need none.
         datasets: hub datasets, ``name`` or ``name:config``, e.g. ``wikimedia/wikipedia:20231101.en``.
         files: local files (txt: one text per line; jsonl/csv/parquet: ``text_column``), or ``sample-corpus``.
         text_column: column holding the text.
@@ -41,7 +46,7 @@ class CorpusDataModule(pl.LightningDataModule):
 
     def __init__(
         self,
-        tokenizer: str,
+        tokenizer: str | None = None,
         datasets: list[str] | None = None,
         files: list[str] | None = None,
         text_column: str = "text",
@@ -73,6 +78,7 @@ class CorpusDataModule(pl.LightningDataModule):
         self.num_workers = num_workers
         self.seed = seed
         self.text_encoder: TextEncoder | None = None
+        self._unsaved = False
         self.collate = None
         self.train_set = self.val_set = None
 
@@ -90,6 +96,11 @@ class CorpusDataModule(pl.LightningDataModule):
                     f"max_length={self.max_length} exceeds the backbone's {limit} positions: lower "
                     f"data.max_length or raise encoder.max_position_embeddings"
                 )
+        if self._unsaved and self.trainer is not None:
+            folder = self.trainer.log_dir or self.trainer.default_root_dir  # on every rank: log_dir broadcasts
+            if self.trainer.is_global_zero:
+                encoder.save(Path(folder))  # the fitted state (LSH n-grams) beside the run
+            self._unsaved = False
         self.collate = module.collator(encoder) if module is not None else PadCollator(encoder)
         blocks = self._blocks(encoder)
         if self.streaming:
@@ -110,10 +121,17 @@ class CorpusDataModule(pl.LightningDataModule):
     def _text_encoder(self) -> TextEncoder:
         if self.text_encoder is None:
             module = self.trainer.lightning_module if self.trainer is not None else None
-            self.text_encoder = (
-                module.text_encoder(self.tokenizer) if module is not None else VocabTextEncoder(self.tokenizer)
-            )
+            encoder = module.text_encoder(self.tokenizer) if module is not None else VocabTextEncoder(self.tokenizer)
+            if isinstance(encoder, FittableTextEncoder) and not encoder.fitted:
+                encoder.fit(self._text_stream())  # deterministic: every process fits the same
+                self._unsaved = True
+            self.text_encoder = encoder
         return self.text_encoder
+
+    def _text_stream(self) -> Iterator[str]:
+        """Every text of the corpus, in order (what a corpus-fitted text encoder learns from)."""
+        for batch in self._texts().iter(batch_size=1000):
+            yield from batch[self.text_column]
 
     def _texts(self):
         parts = [load_hub(name, streaming=self.streaming) for name in self.sources]

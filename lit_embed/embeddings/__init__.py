@@ -3,14 +3,35 @@
 from lit_embed.embeddings.assignment import Assignment, ClusterAssignment, RadixAssignment
 from lit_embed.embeddings.base import EmbeddingStrategy
 from lit_embed.embeddings.dense import DenseEmbedding
+from lit_embed.embeddings.hash_text import HashTextEncoder
+from lit_embed.embeddings.hashers import Hasher, LSHHasher, MD5Hasher
+from lit_embed.embeddings.hashformer import (
+    HashAdd,
+    HashEmbedding,
+    HashPool,
+    HashProj,
+    HashStrategy,
+    ProFormerEmbedding,
+)
 from lit_embed.embeddings.subspace import SubspaceEmbedding
-from lit_embed.embeddings.text import TextEncoder, VocabTextEncoder
+from lit_embed.embeddings.text import FittableTextEncoder, TextEncoder, VocabTextEncoder
 
 __all__ = [
     "Assignment",
     "ClusterAssignment",
     "DenseEmbedding",
     "EmbeddingStrategy",
+    "FittableTextEncoder",
+    "HashAdd",
+    "HashEmbedding",
+    "HashPool",
+    "HashProj",
+    "HashStrategy",
+    "HashTextEncoder",
+    "Hasher",
+    "LSHHasher",
+    "MD5Hasher",
+    "ProFormerEmbedding",
     "RadixAssignment",
     "SubspaceEmbedding",
     "TextEncoder",

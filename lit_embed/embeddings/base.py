@@ -50,7 +50,7 @@ class EmbeddingStrategy(nn.Module, ABC):
         """Map codes of shape ``(*batch, *code_shape)`` to vectors of shape ``(*batch, hidden_size)``."""
 
     # -- text side -------------------------------------------------------------------------------
-    def text_encoder(self, tokenizer: str) -> TextEncoder:
+    def text_encoder(self, tokenizer: str | None) -> TextEncoder:
         """How text becomes this strategy's codes; vocabulary strategies use the tokenizer's ids."""
         return VocabTextEncoder(tokenizer, max_vocab_size=self.vocab_size)
 

@@ -8,6 +8,8 @@ HuggingFace tokenizer's ids; hash strategies supply their own encoder.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable
+from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 import numpy as np
@@ -29,6 +31,25 @@ class TextEncoder(Protocol):
         """A stable string that changes whenever the codes would change (keys the datasets cache)."""
 
 
+@runtime_checkable
+class FittableTextEncoder(TextEncoder, Protocol):
+    """A text encoder whose codes depend on the corpus (LSH's n-gram vocabulary).
+
+    The data module calls :meth:`fit` on the training texts before encoding them, unless
+    ``fitted`` (the state came with the model, e.g. from a checkpoint), and :meth:`save` writes the
+    fitted state beside the run. The state lives in the strategy's persistent buffers, so the
+    checkpoint keeps it; fitting is deterministic, so every process fits the same.
+    """
+
+    fitted: bool
+
+    def fit(self, texts: Iterable[str]) -> None:
+        """Fit on the corpus's texts; the codes (and the fingerprint) change."""
+
+    def save(self, folder: Path) -> Path | None:
+        """Write the fitted state into ``folder``; the path written."""
+
+
 class VocabTextEncoder:
     """A HuggingFace tokenizer's vocabulary ids as codes.
 
@@ -37,8 +58,11 @@ class VocabTextEncoder:
         max_vocab_size: the embedding's vocabulary size; a tokenizer with more ids is refused.
     """
 
-    def __init__(self, tokenizer: str, max_vocab_size: int | None = None) -> None:
+    def __init__(self, tokenizer: str | None, max_vocab_size: int | None = None) -> None:
         from transformers import AutoTokenizer
+
+        if tokenizer is None:
+            raise ValueError("this strategy encodes text with a tokenizer: set data.init_args.tokenizer (e.g. roberta-base)")
 
         self.name = tokenizer
         try:

@@ -5,5 +5,6 @@ from lit_embed.models.classifier import SequenceClassifier
 from lit_embed.models.encoder import Encoder
 from lit_embed.models.mlm import MaskedLM
 from lit_embed.models.optim import OptimConfig
+from lit_embed.models.shuffle_random import ShuffleRandom
 
-__all__ = ["EmbeddingModule", "Encoder", "MaskedLM", "OptimConfig", "SequenceClassifier"]
+__all__ = ["EmbeddingModule", "Encoder", "MaskedLM", "OptimConfig", "SequenceClassifier", "ShuffleRandom"]

@@ -78,7 +78,7 @@ class EmbeddingModule(pl.LightningModule):
         self.save_hyperparameters(ignore=None if by_cli else ["encoder", "embedding"], frame=inspect.currentframe().f_back)
 
     # -- the seam in use -------------------------------------------------------------------------
-    def text_encoder(self, tokenizer: str) -> TextEncoder:
+    def text_encoder(self, tokenizer: str | None) -> TextEncoder:
         return self.embedding.text_encoder(tokenizer)
 
     def encode(self, batch: dict[str, Tensor], output_hidden_states: bool = False):
@@ -109,9 +109,13 @@ class EmbeddingModule(pl.LightningModule):
 
     # -- accounting ------------------------------------------------------------------------------
     def parameter_counts(self) -> dict[str, int]:
-        """Embedding and total parameters as the papers count them (backbone + strategy, no task heads)."""
+        """Embedding and total parameters as the papers count them (backbone + strategy, no task heads).
+
+        The total counts every parameter of the strategy, also those its embedding figure leaves out
+        (the HashFormers' special-token rows).
+        """
         embedding = self.embedding.num_embedding_parameters()
-        return {"embedding_params": embedding, "total_params": embedding + count_parameters(self.encoder)}
+        return {"embedding_params": embedding, "total_params": count_parameters(self.embedding) + count_parameters(self.encoder)}
 
     def baseline_counts(self) -> dict[str, int]:
         """The same counts for the dense baseline: same backbone, ``baseline_vocab_size x hidden`` table."""

@@ -1,0 +1,321 @@
+"""HashFormers (Xue & Aletras, 2022): vocabulary-free embeddings of hashed words, and ProFormer's.
+
+Every strategy here supports an unlimited vocabulary (``vocab_size`` is ``None``): its text encoder
+hashes each word (MD5 or LSH, see :mod:`lit_embed.embeddings.hashers`) in the data pipeline, once per
+unique word, and ``forward`` turns the codes into vectors with tensor operations only.
+
+* :class:`HashEmbedding` (Emb): a table of N rows; the specials are rows 0-4, words ``5 + bucket``.
+* :class:`HashPool`, :class:`HashAdd`, :class:`HashProj`: vectors computed from T hash bits. A 6-row
+  special-token table adds the specials' own vectors (rows 0-4) and one vector shared by every hashed
+  word (row 5); special tokens get only their row.
+* :class:`ProFormerEmbedding`: 420 LSH bits through a linear projection (Sankar et al., 2021).
+
+Parameter counts follow the paper's Appendix B, which leaves out what only special tokens use:
+Emb N*d; Pool (ceil(T/k) + 2^k + 1)*d; Add (2T + 1)*d; Proj (T + 1)*d (the +1 is the shared word
+row; this reproduces Table 2's 797.2K, 197.4K and 99.1K); ProFormer 420*d.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import abstractmethod
+from collections.abc import Callable
+from typing import Literal
+
+import torch
+from torch import Tensor, nn
+
+from lit_embed.embeddings.base import EmbeddingStrategy
+from lit_embed.embeddings.hash_text import (
+    NUM_SPECIAL,
+    SPECIAL_IDS,
+    WORD_ROW,
+    BitCodes,
+    BucketCodes,
+    HashTextEncoder,
+    unpack_bits,
+)
+from lit_embed.embeddings.hashers import Hasher, LSHHasher, MD5Hasher
+from lit_embed.embeddings.text import VocabTextEncoder
+
+#: A hasher still missing its number of outputs (N buckets or T bits), which the strategy gives.
+HasherFactory = Callable[[int], Hasher]
+Tokenization = Literal["word", "subword"]
+
+
+class HashStrategy(EmbeddingStrategy):
+    """What every hash strategy shares: the hasher, the text encoder, random codes, the vocabulary check.
+
+    Args:
+        vocab_size: must be ``None`` (the vocabulary is unlimited); the model passes it.
+        hidden_size: width of each vector.
+        codes: the code layout.
+        num_outputs: buckets or bits the hasher produces.
+        hasher: ``MD5Hasher`` (default) or ``LSHHasher``, without its number of outputs.
+        tokenization: ``word`` (the paper) or ``subword`` (hash the data tokenizer's pieces, Appendix C).
+    """
+
+    def __init__(
+        self,
+        vocab_size: int | None,
+        hidden_size: int,
+        codes: BucketCodes | BitCodes,
+        num_outputs: int,
+        hasher: HasherFactory | None = None,
+        tokenization: Tokenization = "word",
+    ) -> None:
+        if vocab_size is not None:
+            raise ValueError(
+                f"{type(self).__name__} hashes an unlimited vocabulary, so vocab_size must be unset (got "
+                f"{vocab_size}): pre-train it with lit_embed.models.ShuffleRandom and give baseline_vocab_size "
+                f"to compare against a dense table"
+            )
+        if tokenization not in ("word", "subword"):
+            raise ValueError(f"tokenization={tokenization!r} must be 'word' or 'subword'")
+        super().__init__(hidden_size=hidden_size, vocab_size=None)
+        self.codes = codes
+        self.code_shape = codes.code_shape
+        self.tokenization = tokenization
+        self.hasher = (hasher or MD5Hasher)(num_outputs)
+
+    def text_encoder(self, tokenizer: str | None) -> HashTextEncoder:
+        """Words (the data's ``tokenizer`` is not used), or that tokenizer's pieces with ``tokenization: subword``."""
+        pieces = VocabTextEncoder(tokenizer) if self.tokenization == "subword" else None
+        return HashTextEncoder(self.hasher, self.codes, pieces)
+
+    def code_sampler(self) -> Callable[[tuple[int, ...]], Tensor]:
+        return self.codes.random
+
+
+class HashEmbedding(HashStrategy):
+    """HashFormer-Emb: ``E[5 + H(t) % (N - 5)]`` from an N-row table; rows 0-4 are the special tokens.
+
+    With MD5, ``H(t)`` is the digest as a 128-bit integer (``hello`` -> 46797 for N = 50265); with
+    LSH, the index of the nearest of N - 5 hyperplanes.
+
+    Args:
+        num_buckets: N, the table's rows (specials included).
+        init_std: standard deviation of the normal initialisation.
+        hasher, tokenization: see :class:`HashStrategy`.
+    """
+
+    def __init__(
+        self,
+        vocab_size: int | None,
+        hidden_size: int,
+        num_buckets: int = 50265,
+        hasher: HasherFactory | None = None,
+        tokenization: Tokenization = "word",
+        init_std: float = 0.02,
+    ) -> None:
+        if num_buckets <= NUM_SPECIAL:
+            raise ValueError(
+                f"num_buckets={num_buckets} leaves no bucket for words after the {NUM_SPECIAL} special tokens: "
+                f"use at least {NUM_SPECIAL + 1}"
+            )
+        super().__init__(vocab_size, hidden_size, BucketCodes(num_buckets), num_buckets - NUM_SPECIAL, hasher, tokenization)
+        self.num_buckets = num_buckets
+        self.weight = nn.Parameter(torch.empty(num_buckets, hidden_size).normal_(0.0, init_std))
+
+    def forward(self, codes: Tensor) -> Tensor:
+        return nn.functional.embedding(codes, self.weight)
+
+    def extra_repr(self) -> str:
+        return f"num_buckets={self.num_buckets}, hidden_size={self.hidden_size}"
+
+
+class BitHashStrategy(HashStrategy):
+    """A strategy computing each word's vector from its T hash bits, plus the special-token table.
+
+    Subclasses define :meth:`word_vectors`. The table (before the backbone's LayerNorm, like the
+    token embedding it replaces) has rows 0-4 for the specials and, where ``shared_word_row``, row 5
+    added to every hashed word. Specials get only their row: the bit part is masked to zero.
+    """
+
+    #: Whether every hashed word gets the special table's row 5 (HashFormers) or nothing (ProFormer).
+    shared_word_row = True
+
+    def __init__(
+        self,
+        vocab_size: int | None,
+        hidden_size: int,
+        num_bits: int,
+        hasher: HasherFactory | None = None,
+        tokenization: Tokenization = "word",
+    ) -> None:
+        if num_bits < 1:
+            raise ValueError(f"num_bits={num_bits} must be a positive number of hash bits (T)")
+        super().__init__(vocab_size, hidden_size, BitCodes(num_bits), num_bits, hasher, tokenization)
+        limit = self.hasher.max_bits
+        if limit is not None and num_bits > limit:
+            raise ValueError(
+                f"num_bits={num_bits} exceeds the {limit} bits of {type(self.hasher).__name__}: use at most {limit} "
+                f"bits or the LSHHasher"
+            )
+        self.num_bits = num_bits
+        pad = SPECIAL_IDS["pad"]
+        self.special = nn.Embedding(NUM_SPECIAL + 1, hidden_size, padding_idx=pad)
+        nn.init.normal_(self.special.weight, 0.0, 0.02)
+        with torch.no_grad():
+            self.special.weight[pad].zero_()
+
+    @abstractmethod
+    def word_vectors(self, bits: Tensor) -> Tensor:
+        """``(..., T)`` 0/1 bits to ``(..., hidden_size)`` vectors."""
+
+    def forward(self, codes: Tensor) -> Tensor:
+        row = codes[..., 0]
+        is_word = row == WORD_ROW
+        bits = unpack_bits(codes[..., 1:], self.num_bits)
+        vectors = self.word_vectors(bits) * is_word.unsqueeze(-1)
+        if not self.shared_word_row:
+            row = row.masked_fill(is_word, SPECIAL_IDS["pad"])  # the pad row is a fixed zero
+        return vectors + self.special(row)
+
+    def num_embedding_parameters(self) -> int:
+        own = sum(p.numel() for name, p in self.named_parameters() if not name.startswith("special."))
+        return own + (self.hidden_size if self.shared_word_row else 0)
+
+    def _uniform(self, *shape: int) -> nn.Parameter:
+        """``nn.Linear``'s initialisation for T inputs: uniform in +-1/sqrt(T)."""
+        bound = 1.0 / math.sqrt(self.num_bits)
+        return nn.Parameter(torch.empty(*shape).uniform_(-bound, bound))
+
+    def extra_repr(self) -> str:
+        return f"num_bits={self.num_bits}, hidden_size={self.hidden_size}"
+
+
+class HashPool(BitHashStrategy):
+    """HashFormer-Pool: the T bits cut into ceil(T/k) chunks of k bits (the last one shorter), each
+    chunk's integer a row of a shared ``2^k x d`` codebook B, pooled with a softmax over chunks per
+    dimension: ``e = sum_j softmax(A)_j * B[c_j]`` with A learnable ``(ceil(T/k), d)``.
+
+    Args:
+        num_bits: T (128 for MD5).
+        chunk_bits: k (the paper: 10, so 13 chunks and 1024 codebook rows).
+        hasher, tokenization: see :class:`HashStrategy`.
+    """
+
+    def __init__(
+        self,
+        vocab_size: int | None,
+        hidden_size: int,
+        num_bits: int = 128,
+        chunk_bits: int = 10,
+        hasher: HasherFactory | None = None,
+        tokenization: Tokenization = "word",
+    ) -> None:
+        super().__init__(vocab_size, hidden_size, num_bits, hasher, tokenization)
+        if not 1 <= chunk_bits <= num_bits:
+            raise ValueError(f"chunk_bits k={chunk_bits} must lie between 1 and num_bits T={num_bits}")
+        if chunk_bits > 24:
+            raise ValueError(f"chunk_bits k={chunk_bits} makes a codebook of 2^{chunk_bits} rows: use k <= 24")
+        self.chunk_bits = chunk_bits
+        self.num_chunks = -(-num_bits // chunk_bits)
+        self.codebook = nn.Parameter(torch.empty(2**chunk_bits, hidden_size).normal_(0.0, 0.02))
+        self.chunk_weights = nn.Parameter(nn.init.trunc_normal_(torch.empty(self.num_chunks, hidden_size), 0.0, 0.02, -0.04, 0.04))
+        # Place values: bit i of chunk c weighs 2^(last bit of c - i), so a short last chunk reads as its own integer.
+        position = torch.arange(self.num_chunks * chunk_bits)
+        end = torch.clamp((position // chunk_bits + 1) * chunk_bits, max=num_bits)
+        places = torch.where(position < num_bits, 2 ** (end - 1 - position).clamp(min=0), 0)
+        self.register_buffer("places", places.view(self.num_chunks, chunk_bits), persistent=False)
+
+    def chunks(self, bits: Tensor) -> Tensor:
+        """``(..., T)`` bits to ``(..., ceil(T/k))`` chunk integers in ``[0, 2^k)``."""
+        padded = nn.functional.pad(bits, (0, self.places.numel() - self.num_bits))
+        return (padded.view(*bits.shape[:-1], self.num_chunks, self.chunk_bits) * self.places).sum(-1)
+
+    def word_vectors(self, bits: Tensor) -> Tensor:
+        weights = self.chunk_weights.softmax(dim=0)
+        return (nn.functional.embedding(self.chunks(bits), self.codebook) * weights).sum(-2)
+
+
+class HashAdd(BitHashStrategy):
+    """HashFormer-Add: T codebooks of two vectors, one per bit value, summed and scaled by 1/sqrt(T):
+    ``e = (B1^T b + B0^T (1 - b)) / sqrt(T)`` (the paper found sqrt(T) better than averaging).
+
+    Args:
+        num_bits: T (128 for MD5).
+        hasher, tokenization: see :class:`HashStrategy`.
+    """
+
+    def __init__(
+        self,
+        vocab_size: int | None,
+        hidden_size: int,
+        num_bits: int = 128,
+        hasher: HasherFactory | None = None,
+        tokenization: Tokenization = "word",
+    ) -> None:
+        super().__init__(vocab_size, hidden_size, num_bits, hasher, tokenization)
+        self.ones = self._uniform(num_bits, hidden_size)
+        self.zeros = self._uniform(num_bits, hidden_size)
+
+    def word_vectors(self, bits: Tensor) -> Tensor:
+        b = bits.to(self.ones.dtype)
+        return (b @ self.ones + (1.0 - b) @ self.zeros) / math.sqrt(self.num_bits)
+
+
+class HashProj(BitHashStrategy):
+    """HashFormer-Proj: dimension j is the Pearson correlation between the bits and learnable axis w_j.
+
+    ``e_j = <b - mean(b), w_j - mean(w_j)> / (|b - mean(b)| |w_j - mean(w_j)|)`` with W ``(T, d)``;
+    a constant bit vector has no correlation and gives 0.
+
+    Args:
+        num_bits: T (128 for MD5).
+        hasher, tokenization: see :class:`HashStrategy`.
+    """
+
+    def __init__(
+        self,
+        vocab_size: int | None,
+        hidden_size: int,
+        num_bits: int = 128,
+        hasher: HasherFactory | None = None,
+        tokenization: Tokenization = "word",
+    ) -> None:
+        super().__init__(vocab_size, hidden_size, num_bits, hasher, tokenization)
+        self.axes = self._uniform(num_bits, hidden_size)
+
+    def word_vectors(self, bits: Tensor) -> Tensor:
+        b = bits.to(self.axes.dtype)
+        b = b - b.mean(-1, keepdim=True)
+        b = b / b.norm(dim=-1, keepdim=True).clamp(min=1e-8)
+        w = self.axes - self.axes.mean(0, keepdim=True)
+        return b @ (w / w.norm(dim=0, keepdim=True).clamp(min=1e-8))
+
+
+class ProFormerEmbedding(BitHashStrategy):
+    """ProFormer's LSH projection embedding: T = 420 LSH bits through a linear map (no bias).
+
+    The baseline the HashFormers paper trains from scratch on each task, with 2 transformer layers
+    (``configs/backbone/proformer.yaml``): 420 * 768 = 322.6K embedding parameters.
+
+    Args:
+        num_bits: T, the LSH digest size.
+        hasher: default ``LSHHasher``.
+        tokenization: see :class:`HashStrategy`.
+    """
+
+    shared_word_row = False
+
+    def __init__(
+        self,
+        vocab_size: int | None,
+        hidden_size: int,
+        num_bits: int = 420,
+        hasher: HasherFactory | None = None,
+        tokenization: Tokenization = "word",
+    ) -> None:
+        super().__init__(vocab_size, hidden_size, num_bits, hasher or LSHHasher, tokenization)
+        self.projection = self._uniform(num_bits, hidden_size)
+
+    def word_vectors(self, bits: Tensor) -> Tensor:
+        return bits.to(self.projection.dtype) @ self.projection
+
+
+__all__ = [
+    "BitHashStrategy", "HashAdd", "HashEmbedding", "HashPool", "HashProj", "HashStrategy", "HasherFactory",
+    "ProFormerEmbedding",
+]

@@ -1,0 +1,358 @@
+"""HashFormer strategies, Shuffle+Random pre-training, ProFormer, the paper's Table 2 counts, the demo."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from lit_embed.accounting import human
+from lit_embed.cli import ModelOnlyCLI, main
+from lit_embed.data.collate import ShuffleRandomCollator
+from lit_embed.embeddings import (
+    DenseEmbedding,
+    HashAdd,
+    HashEmbedding,
+    HashPool,
+    HashProj,
+    LSHHasher,
+    ProFormerEmbedding,
+    VocabTextEncoder,
+)
+from lit_embed.embeddings.hash_text import unpack_bits
+from lit_embed.models import Encoder, ShuffleRandom
+
+from .conftest import CONFIGS
+from .test_cli import run_params
+
+DEMO = CONFIGS / "demo_hashformer.yaml"
+
+
+@contextlib.contextmanager
+def one_thread():
+    """Tiny models train many times faster on one thread of a busy 2-core machine."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def tiny_encoder(hidden: int = 32) -> Encoder:
+    return Encoder(hidden_size=hidden, num_layers=1, num_heads=2, intermediate_size=64, max_position_embeddings=66)
+
+
+def hash_codes(strategy, texts: list[str]) -> torch.Tensor:
+    encoder = strategy.text_encoder(None)
+    return torch.from_numpy(np.stack([np.concatenate(encoder.encode([t])) for t in texts]))
+
+
+# -- parameter counts: the paper's Table 2 and Appendix B --------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("strategy", "expected"),
+    [
+        (functools.partial(HashEmbedding, num_buckets=50265), 38_603_520),  # 38.6M, BERT's
+        (functools.partial(HashEmbedding, num_buckets=1038), 797_184),  # 797.2K
+        (HashPool, 797_184),  # (13 + 1024 + 1) x 768
+        (HashAdd, 197_376),  # (2 x 128 + 1) x 768 = 197.4K
+        (HashProj, 99_072),  # (128 + 1) x 768 = 99.1K
+        (ProFormerEmbedding, 322_560),  # 420 x 768 = 322.6K
+    ],
+    ids=["emb50k", "emb1k", "pool", "add", "proj", "proformer"],
+)
+def test_embedding_parameters_are_appendix_b(strategy, expected):
+    emb = strategy(None, 768)
+    assert emb.num_embedding_parameters() == expected
+    # Left out: the special-token rows (5 of the 6; ProFormer counts no shared word row, so all 6).
+    uncounted = {HashEmbedding: 0, ProFormerEmbedding: 6 * 768}.get(type(emb), 5 * 768)
+    assert sum(p.numel() for p in emb.parameters()) - expected == uncounted
+
+
+TABLE_2 = {  # #Total, #Emb, PCR (All), PCR (Emb), PoEP, against BERT-MLM
+    "bert_mlm": ("124.6M", "38.6M", 0.0, 0.0, 31.0),
+    "bert_sr": ("124.6M", "38.6M", 0.0, 0.0, 31.0),
+    "md5_emb50k": ("124.6M", "38.6M", 0.0, 0.0, 31.0),
+    "md5_emb1k": ("86.8M", "797.2K", 30.3, 97.9, 1.0),
+    "md5_pool": ("86.8M", "797.2K", 30.3, 97.9, 1.0),
+    "md5_add": ("86.2M", "197.4K", 30.8, 99.5, 0.2),
+    "md5_proj": ("86.1M", "99.1K", 30.9, 99.7, 0.1),
+    "lsh_emb50k": ("124.6M", "38.6M", 0.0, 0.0, 31.0),
+    "lsh_emb1k": ("86.8M", "797.2K", 30.3, 97.9, 1.0),
+    "lsh_pool": ("86.8M", "797.2K", 30.3, 97.9, 1.0),
+    "lsh_add": ("86.2M", "197.4K", 30.8, 99.5, 0.2),
+    "lsh_proj": ("86.1M", "99.1K", 30.9, 99.7, 0.1),
+}
+
+
+def test_every_hashformers_experiment_is_in_table_2():
+    assert {p.stem for p in (CONFIGS / "experiments" / "hashformers").glob("*.yaml")} == set(TABLE_2)
+
+
+@pytest.mark.parametrize("name", sorted(TABLE_2))
+def test_params_reproduce_table_2(name):
+    total, embedding, pcr_all, pcr_emb, poep = TABLE_2[name]
+    report = run_params(CONFIGS / "experiments" / "hashformers" / f"{name}.yaml")
+    assert (human(report["total_params"]), human(report["embedding_params"])) == (total, embedding)
+    assert human(report["baseline_total_params"]) == "124.6M" and human(report["baseline_embedding_params"]) == "38.6M"
+    assert (round(100 * report["pcr_all"], 1), round(100 * report["pcr_emb"], 1)) == (pcr_all, pcr_emb)
+    # The paper prints Pool's and Emb (1K)'s PoEP, 797.2K / 86.8M = 0.92%, as 1.0.
+    assert 100 * report["poep"] == pytest.approx(poep, abs=0.1)
+
+
+def test_proformer_counts_15_1m_with_its_backbone():
+    args = ["--config", str(DEMO), "--model.init_args.encoder", str(CONFIGS / "backbone" / "proformer.yaml"),
+            "--model.init_args.embedding", str(CONFIGS / "embedding" / "proformer.yaml")]
+    model = ModelOnlyCLI(args=args, run=False).model
+    counts = model.parameter_counts()
+    assert model.encoder.config.num_hidden_layers == 2
+    assert isinstance(model.embedding, ProFormerEmbedding) and isinstance(model.embedding.hasher, LSHHasher)
+    assert (human(counts["total_params"]), human(counts["embedding_params"])) == ("15.1M", "322.6K")
+
+
+# -- what the strategies compute ----------------------------------------------------------------------
+
+
+def test_specials_get_their_row_and_words_the_shared_row():
+    proj = HashProj(None, 6)
+    codes = torch.stack([torch.from_numpy(proj.text_encoder(None).special_code(n)) for n in ("cls", "sep", "pad")]
+                        + [hash_codes(proj, ["play"])[0, 0]])
+    out = proj(codes)
+    table = proj.special.weight
+    assert torch.equal(out[0], table[0]) and torch.equal(out[1], table[2])
+    assert torch.equal(out[2], torch.zeros(6))  # <pad> is a fixed zero row
+    bits = unpack_bits(codes[3:, 1:], 128).double()
+    assert torch.allclose(out[3], proj.word_vectors(bits)[0].float() + table[5])
+    proformer = ProFormerEmbedding(None, 6, hasher=functools.partial(LSHHasher, num_ngrams=50))
+    proformer.text_encoder(None).fit(["play the game"])
+    word = hash_codes(proformer, ["play"])[0]
+    assert torch.allclose(proformer(word), proformer.word_vectors(unpack_bits(word[:, 1:], 420)))  # no shared row
+
+
+def test_proj_is_the_pearson_correlation_with_each_axis():
+    proj = HashProj(None, 5, num_bits=128).double()
+    codes = hash_codes(proj, ["play", "plays", "house"])[:, 0]
+    bits = unpack_bits(codes[:, 1:], 128).numpy()
+    axes = proj.axes.detach().numpy()
+    expected = np.array([[np.corrcoef(b, axes[:, j])[0, 1] for j in range(5)] for b in bits])
+    got = (proj(codes) - proj.special.weight[5]).detach().numpy()
+    assert np.allclose(got, expected)
+    assert torch.equal(proj.word_vectors(torch.ones(1, 128, dtype=torch.double)), torch.zeros(1, 5, dtype=torch.double))
+
+
+def test_add_and_pool_follow_their_equations():
+    add = HashAdd(None, 4, num_bits=16).double()
+    bits = torch.randint(0, 2, (3, 16))
+    manual = sum(torch.where(bits[:, j, None] == 1, add.ones[j], add.zeros[j]) for j in range(16)) / 4.0
+    assert torch.allclose(add.word_vectors(bits), manual)
+    pool = HashPool(None, 4, num_bits=16, chunk_bits=5).double()  # chunks of 5, 5, 5, 1 bits
+    assert pool.codebook.shape == (32, 4) and pool.chunk_weights.shape == (4, 4)
+    chunks = pool.chunks(bits)
+    for row in range(3):
+        text = "".join(map(str, bits[row].tolist()))
+        assert chunks[row].tolist() == [int(text[0:5], 2), int(text[5:10], 2), int(text[10:15], 2), int(text[15:], 2)]
+    weights = pool.chunk_weights.softmax(0)
+    manual = sum(weights[j] * pool.codebook[chunks[:, j]] for j in range(4))
+    assert torch.allclose(pool.word_vectors(bits), manual)
+
+
+def test_emb_rows_are_the_specials_then_the_buckets():
+    emb = HashEmbedding(None, 4, num_buckets=50265)
+    codes = hash_codes(emb, ["hello"])
+    assert codes.tolist() == [[46797]]
+    assert torch.equal(emb(codes)[0, 0], emb.weight[46797])
+    assert torch.equal(emb(torch.tensor([2])), emb.weight[2:3])
+
+
+@pytest.mark.parametrize("strategy", [HashEmbedding, HashPool, HashAdd, HashProj, ProFormerEmbedding])
+def test_every_parameter_learns_through_shuffle_random(strategy):
+    lsh = functools.partial(LSHHasher, num_ngrams=200)
+    factory = functools.partial(strategy, hasher=lsh) if strategy is ProFormerEmbedding else strategy
+    model = ShuffleRandom(tiny_encoder(), embedding=factory, baseline_vocab_size=1000)
+    encoder = model.text_encoder(None)
+    if not encoder.fitted:
+        encoder.fit(["the play was played by the players of the house"])
+    codes = encoder.encode(["the play was played by the players of the house and a garden"] * 8)
+    items = [{"codes": np.concatenate([encoder.special_code("cls")[None], c, encoder.special_code("sep")[None]])}
+             for c in codes]
+    torch.manual_seed(0)
+    batch = model.collator(encoder)(items)
+    loss, logits, targets = model(batch)
+    assert logits.shape == (len(targets), 3) and torch.isfinite(loss)
+    loss.backward()
+    unused = [n for n, p in model.named_parameters() if p.grad is None or not p.grad.abs().sum()]
+    assert [n for n in unused if ".pooler." not in n] == []
+
+
+# -- Shuffle+Random corruption ------------------------------------------------------------------------
+
+
+class IdCodes:
+    """Vocabulary ids with RoBERTa's specials, without a tokenizer."""
+
+    def special_code(self, name):
+        return np.asarray({"cls": 0, "pad": 1, "sep": 2, "mask": 4, "unk": 3}[name])
+
+
+def test_shuffle_random_labels_and_rates():
+    collate = ShuffleRandomCollator(IdCodes(), functools.partial(torch.randint, 1000, 2000), prob=0.10)
+    torch.manual_seed(0)
+    items = [{"codes": np.r_[0, np.arange(10, 210), 2]} for _ in range(60)]  # token value = 10 + position - 1
+    items.append({"codes": np.r_[0, np.arange(10, 20), 2]})  # a short row: its tail is padding
+    batch = collate(items)
+    codes, labels, special = batch["codes"], batch["labels"], batch["special_mask"]
+    original = torch.full_like(codes, 1)
+    original[:, 0] = 0
+    original[:60, 1:201] = torch.arange(10, 210)
+    original[:60, 201] = 2
+    original[60, 1:11], original[60, 11] = torch.arange(10, 20), 2
+    assert (labels[special] == -100).all() and (labels[~special] >= 0).all()
+    body = labels[:60][~special[:60]]
+    assert 0.08 < (body == 1).float().mean() < 0.12  # shuffled: p
+    assert 0.07 < (body == 2).float().mean() < 0.11  # random: p of the rest, 0.09
+    assert torch.equal(codes[labels == 0], original[labels == 0])
+    assert ((codes[labels == 2] >= 1000) & (codes[labels == 2] < 2000)).all()
+    # One permutation per batch: a shuffled position takes the same source position in every row.
+    moved = (labels[:60] == 1) & (codes[:60] != original[:60])
+    sources = {}
+    for row, position in moved.nonzero().tolist():
+        assert sources.setdefault(position, int(codes[row, position])) == int(codes[row, position])
+    # In the short row, a position shuffled from beyond its end keeps its own token (specials are put back).
+    short = (labels[60] == 1).nonzero().flatten().tolist()
+    for position in short:
+        value = int(codes[60, position])
+        assert value == int(original[60, position]) or 10 <= value < 20
+
+
+def test_shuffle_random_draws_random_tokens_in_code_space():
+    for strategy in (HashProj(None, 8), HashEmbedding(None, 8, num_buckets=1000)):
+        encoder = strategy.text_encoder(None)
+        codes = encoder.encode(["one two three four five six seven eight nine ten " * 20])[0]
+        cls, sep = encoder.special_code("cls")[None], encoder.special_code("sep")[None]
+        batch = ShuffleRandomCollator(encoder, strategy.code_sampler())([{"codes": np.concatenate([cls, codes, sep])}] * 40)
+        drawn = batch["codes"][batch["labels"] == 2]
+        if isinstance(strategy, HashProj):
+            assert drawn.shape[1:] == (3,) and (drawn[:, 0] == 5).all()
+            assert unpack_bits(drawn[:, 1:], 128).float().mean().item() == pytest.approx(0.5, abs=0.02)
+        else:
+            assert ((drawn >= 5) & (drawn < 1000)).all()
+
+
+def test_bert_sr_is_shuffle_random_over_vocabulary_ids(minilm_path):
+    model = ShuffleRandom(tiny_encoder(), vocab_size=30522)
+    assert isinstance(model.embedding, DenseEmbedding)
+    encoder = model.text_encoder(minilm_path)
+    assert isinstance(encoder, VocabTextEncoder)
+    ids = encoder.encode(["shuffle and random tokens make a cheap objective"] * 4)
+    batch = model.collator(encoder)([{"codes": np.r_[101, i, 102]} for i in ids])
+    loss, _, _ = model(batch)
+    assert torch.isfinite(loss)
+    with pytest.raises(ValueError, match="prob=1.5"):
+        ShuffleRandom(tiny_encoder(), vocab_size=30522, prob=1.5)
+
+
+def test_shuffle_random_beats_always_original_on_held_out_text():
+    """S+R learns something real on the shipped corpus: held-out accuracy above the always-"original" rate."""
+    from lit_embed.data.sources import SAMPLES
+
+    torch.manual_seed(0)
+    model = ShuffleRandom(tiny_encoder(), embedding=HashProj, baseline_vocab_size=50265)
+    encoder = model.text_encoder(None)
+    stream = np.concatenate(encoder.encode(SAMPLES["sample-corpus"].read_text().splitlines()))
+    cls, sep = encoder.special_code("cls")[None], encoder.special_code("sep")[None]
+    blocks = [np.concatenate([cls, stream[i : i + 62], sep]) for i in range(0, len(stream) - 62, 62)]
+    train, held_out = blocks[:-160], blocks[-160:]
+    collate = model.collator(encoder)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    rng = np.random.default_rng(0)
+    with one_thread():
+        for _ in range(150):
+            loss, _, _ = model(collate([{"codes": train[i]} for i in rng.integers(len(train), size=16)]))
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        model.eval()
+        with torch.no_grad():
+            results = [model(collate([{"codes": b} for b in held_out[i : i + 16]])) for i in range(0, 160, 16)]
+    logits = torch.cat([r[1] for r in results])
+    targets = torch.cat([r[2] for r in results])
+    accuracy, original = (logits.argmax(-1) == targets).float().mean(), (targets == 0).float().mean()
+    assert accuracy > original + 0.02, (accuracy, original)
+
+
+# -- the demo, the CLI, checkpoints -----------------------------------------------------------------------
+
+
+def test_demo_runs_with_fast_dev_run(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with one_thread():
+        assert main(["fit", "--config", str(DEMO), "--trainer.fast_dev_run", "true"]) == 0
+
+
+def run_demo(tmp_path: Path, *extra: str) -> Path:
+    args = ["fit", "--config", str(DEMO), "--trainer.default_root_dir", str(tmp_path),
+            "--trainer.logger.init_args.save_dir", str(tmp_path), "--trainer.enable_progress_bar", "false", *extra]
+    with one_thread():
+        assert main(args) == 0
+    return next(tmp_path.rglob("*.ckpt"))
+
+
+def scalars(tmp_path: Path, tag: str) -> list[float]:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(next(tmp_path.rglob("events.out.tfevents*")).parent))
+    events.Reload()
+    return [s.value for s in events.Scalars(tag)]
+
+
+def test_lsh_checkpoint_restores_the_hasher_and_its_ngram_vocabulary(tmp_path):
+    ckpt = run_demo(tmp_path, "--model.init_args.embedding", str(CONFIGS / "embedding" / "lsh_proj.yaml"),
+                    "--trainer.max_steps", "3", "--trainer.val_check_interval", "3", "--trainer.limit_val_batches", "1")
+    artefact = next(tmp_path.rglob("lsh_ngrams.json"))
+    ngrams = json.loads(artefact.read_text())["ngrams"]
+    assert "the" in ngrams and len(ngrams) == len(set(ngrams)) > 300
+    state = torch.load(ckpt, map_location="cpu", weights_only=False)["state_dict"]
+    restored = ShuffleRandom.load_from_checkpoint(ckpt, map_location="cpu").eval()
+    hasher = restored.embedding.hasher
+    assert hasher.fitted and hasher.ngrams() == ngrams
+    for name in ("eta", "ngram_bytes", "ngram_ends"):
+        assert torch.equal(getattr(hasher, name), state[f"embedding.hasher.{name}"])
+    text = ["The gardener plays with unseen words like zyxwv."]
+    encoder = restored.text_encoder(None)
+    assert encoder.fitted
+    codes = torch.from_numpy(np.concatenate(encoder.encode(text)))[None]
+    again = ShuffleRandom.load_from_checkpoint(ckpt, map_location="cpu").eval()
+    assert torch.equal(codes, torch.from_numpy(np.concatenate(again.text_encoder(None).encode(text)))[None])
+    batch = {"codes": codes, "attention_mask": torch.ones(codes.shape[:2], dtype=torch.long)}
+    with torch.no_grad():
+        assert torch.equal(restored.encode(batch).last_hidden_state, again.encode(batch).last_hidden_state)
+
+
+@pytest.mark.slow
+def test_full_demo_accuracy_beats_always_original(tmp_path):
+    run_demo(tmp_path)
+    accuracy, original = scalars(tmp_path, "val/accuracy")[-1], scalars(tmp_path, "val/original_rate")[-1]
+    assert accuracy > original + 0.03, (accuracy, original)
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--model.init_args.embedding.init_args.num_bits", "0"], "num_bits=0 must be a positive number of hash bits (T)"),
+        (["--model.init_args.embedding", str(CONFIGS / "embedding" / "md5_pool.yaml"),
+          "--model.init_args.embedding.init_args.chunk_bits", "200"], "chunk_bits k=200 must lie between 1 and num_bits T=128"),
+        (["--model.init_args.embedding", str(CONFIGS / "embedding" / "md5_emb1k.yaml"),
+          "--model.init_args.embedding.init_args.num_buckets", "0"], "num_buckets=0 leaves no bucket for words"),
+        (["--model.init_args.vocab_size", "30522"], "vocab_size must be unset (got 30522)"),
+    ],
+)
+def test_bad_hash_arguments_exit_non_zero_with_the_fix(extra, message, capsys):
+    assert main(["params", "--config", str(DEMO), *extra]) == 2
+    assert message in capsys.readouterr().err
