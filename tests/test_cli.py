@@ -65,15 +65,16 @@ def offline_overrides(path: Path, minilm_path: str) -> list[str]:
     return []
 
 
-@pytest.mark.parametrize(
-    "path", [CONFIGS / "demo.yaml", CONFIGS / "demo_finetune.yaml", *experiment_configs()], ids=lambda p: p.stem
-)
+@pytest.mark.parametrize("path", [*sorted(CONFIGS.glob("demo*.yaml")), *experiment_configs()], ids=lambda p: p.stem)
 def test_every_experiment_config_parses_and_builds(path, tmp_path, monkeypatch, minilm_path):
     monkeypatch.chdir(tmp_path)
     cli = LitEmbedCLI(args=["--config", str(path), *ON_CPU, *offline_overrides(path, minilm_path)], run=False)
     assert cli.model is not None and cli.datamodule is not None and cli.trainer is not None
     report = parameter_report(cli.model)
     assert 0.0 <= report["pcr_all"] <= 1.0 and 0.0 <= report["pcr_emb"] <= 1.0 and 0.0 < report["poep"] <= 1.0
+    # Every shipped run writes results.json with the papers' figures, without extra work.
+    callbacks = {type(c).__name__ for c in cli.trainer.callbacks}
+    assert {"EfficiencyMonitor", "ResultsWriter"} <= callbacks, f"{path.name}: add them to its trainer callbacks"
 
 
 @pytest.mark.parametrize("name", sorted(PAPER_EMBEDDING_PARAMS))

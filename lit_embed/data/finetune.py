@@ -28,7 +28,7 @@ from torch.utils.data import DataLoader
 from lit_embed.data.collate import PadCollator
 from lit_embed.data.sources import SAMPLE_DIR, load_files
 from lit_embed.data.tasks import XNLI_LANGUAGES, Task, get_task
-from lit_embed.embeddings.text import TextEncoder, VocabTextEncoder
+from lit_embed.embeddings.text import FittableTextEncoder, TextEncoder, VocabTextEncoder
 from lit_embed.hub import resolve_pretrained, trusting_remote_code
 
 PIPELINE_VERSION = 1
@@ -116,6 +116,7 @@ class TaskDataModule(pl.LightningDataModule):
         self.trust_remote_code = trust_remote_code
         self.num_workers = num_workers
         self.text_encoder: TextEncoder | None = None
+        self._unsaved = False
         self.collate = None
         self.train_set = None
         self.eval_sets: dict[str, dict[str, datasets.Dataset]] = {}
@@ -158,6 +159,11 @@ class TaskDataModule(pl.LightningDataModule):
         module = self.trainer.lightning_module if self.trainer is not None else None
         self._check_module(module)
         encoder = self._text_encoder(module)
+        if self._unsaved and self.trainer is not None:
+            folder = self.trainer.log_dir or self.trainer.default_root_dir  # on every rank: log_dir broadcasts
+            if self.trainer.is_global_zero:
+                encoder.save(Path(folder))  # the fitted state (LSH n-grams) beside the run
+            self._unsaved = False
         self.collate = TaskCollator(encoder, self.task.regression)
         separators = 2 if module is not None and module.encoder.config.model_type in ("roberta", "xlm-roberta") else 1
         build = ExampleBuilder(encoder, self.task, self.max_length, separators, self.pretokenize)
@@ -194,19 +200,22 @@ class TaskDataModule(pl.LightningDataModule):
         if self.text_encoder is None:
             with trusting_remote_code(self.trust_remote_code):
                 name = self._tokenizer_name(module)
-                self.text_encoder = module.text_encoder(name) if module is not None else VocabTextEncoder(name)
+                encoder = module.text_encoder(name) if module is not None else VocabTextEncoder(name)
+            if isinstance(encoder, FittableTextEncoder) and not encoder.fitted:
+                encoder.fit(self.train_texts())  # a model trained on the task (ProFormer): its LSH n-grams
+                self._unsaved = True
+            self.text_encoder = encoder
             self.tokenizer = name  # recorded in checkpoints: a later fine-tuning must use the same
         return self.text_encoder
 
-    def _tokenizer_name(self, module) -> str:
-        """The data's tokenizer, checked against the one the model's weights were trained with."""
+    def _tokenizer_name(self, module) -> str | None:
+        """The data's tokenizer, checked against the one the model's weights were trained with.
+
+        ``None`` when neither names one: word-level hash strategies need none, and a vocabulary
+        strategy's text encoder refuses it, saying to set ``data.init_args.tokenizer``.
+        """
         expected = getattr(module, "expected_tokenizer", None)
         if self.tokenizer is None:
-            if expected is None:
-                raise ValueError(
-                    "no tokenizer: the model starts from scratch, so name one in data.init_args.tokenizer "
-                    "(e.g. all-MiniLM-L6-v2, roberta-base)"
-                )
             return expected
         if expected is not None and not same_vocabulary(self.tokenizer, expected):
             raise ValueError(

@@ -36,6 +36,8 @@ class EmbeddingModule(pl.LightningModule):
         optim: optimiser and schedule.
         baseline_vocab_size: vocabulary of the dense baseline that compression figures compare
             against, for unlimited-vocabulary strategies (default: ``vocab_size``).
+        baseline_encoder: the dense baseline's backbone where it is not this model's (HashFormers
+            compare the 2-layer ProFormer with BERT-MLM); only its parameters are counted, it is not kept.
     """
 
     def __init__(
@@ -45,6 +47,7 @@ class EmbeddingModule(pl.LightningModule):
         vocab_size: int | None = None,
         optim: OptimConfig | None = None,
         baseline_vocab_size: int | None = None,
+        baseline_encoder: Encoder | None = None,
     ) -> None:
         super().__init__()
         self._save_config()
@@ -64,6 +67,8 @@ class EmbeddingModule(pl.LightningModule):
             )
         self.optim = optim or OptimConfig()
         self.baseline_vocab_size = baseline_vocab_size or vocab_size
+        base = baseline_encoder or encoder
+        self._baseline_backbone = {"params": count_parameters(base), "hidden_size": base.hidden_size}
 
     def _save_config(self) -> None:
         """Record the constructor arguments so ``load_from_checkpoint`` rebuilds the module.
@@ -75,7 +80,8 @@ class EmbeddingModule(pl.LightningModule):
         from pytorch_lightning.core.mixins.hparams_mixin import _given_hyperparameters
 
         by_cli = _given_hyperparameters.get() is not None
-        self.save_hyperparameters(ignore=None if by_cli else ["encoder", "embedding"], frame=inspect.currentframe().f_back)
+        modules = ["encoder", "embedding", "baseline_encoder"]
+        self.save_hyperparameters(ignore=None if by_cli else modules, frame=inspect.currentframe().f_back)
 
     # -- the seam in use -------------------------------------------------------------------------
     def text_encoder(self, tokenizer: str | None) -> TextEncoder:
@@ -118,11 +124,12 @@ class EmbeddingModule(pl.LightningModule):
         return {"embedding_params": embedding, "total_params": count_parameters(self.embedding) + count_parameters(self.encoder)}
 
     def baseline_counts(self) -> dict[str, int]:
-        """The same counts for the dense baseline: same backbone, ``baseline_vocab_size x hidden`` table."""
+        """The same counts for the dense baseline: a ``baseline_vocab_size x hidden`` table on the same
+        backbone, or on ``baseline_encoder`` where one is given."""
         if self.baseline_vocab_size is None:
             raise ValueError("an unlimited-vocabulary strategy needs baseline_vocab_size to compare against a dense table")
-        embedding = self.baseline_vocab_size * self.encoder.hidden_size
-        return {"embedding_params": embedding, "total_params": embedding + count_parameters(self.encoder)}
+        embedding = self.baseline_vocab_size * self._baseline_backbone["hidden_size"]
+        return {"embedding_params": embedding, "total_params": embedding + self._baseline_backbone["params"]}
 
     # -- optimisation ----------------------------------------------------------------------------
     def configure_optimizers(self) -> Any:

@@ -46,7 +46,7 @@ class SequenceClassifier(EmbeddingModule):
 
     Args:
         task: a task of :data:`lit_embed.data.tasks.TASKS`; must be the data's.
-        encoder, embedding, vocab_size, baseline_vocab_size: see :class:`EmbeddingModule`.
+        encoder, embedding, vocab_size, baseline_vocab_size, baseline_encoder: see :class:`EmbeddingModule`.
         checkpoint: a lit-embed pre-training checkpoint to start from.
         classifier_dropout: dropout before the output layer (default the backbone's hidden dropout).
         optim: default the k-sub-embedding paper's fine-tuning (Table 6).
@@ -66,12 +66,13 @@ class SequenceClassifier(EmbeddingModule):
         classifier_dropout: float | None = None,
         optim: OptimConfig | None = None,
         baseline_vocab_size: int | None = None,
+        baseline_encoder: Encoder | None = None,
         seed: int | None = None,
         tokenizer: str | None = None,
     ) -> None:
         super().__init__(
             encoder=encoder, embedding=embedding, vocab_size=vocab_size, optim=optim or FINETUNE_OPTIM,
-            baseline_vocab_size=baseline_vocab_size,
+            baseline_vocab_size=baseline_vocab_size, baseline_encoder=baseline_encoder,
         )
         self.task: Task = get_task(task)
         self.checkpoint = checkpoint  # read when fitting starts, so a fine-tuned model restores without it
