@@ -210,3 +210,89 @@ def test_finetuning_agrees_across_ranks_and_with_one_process(mlm_runs, clustered
     assert torch.equal(ranks[1]["buffers"]["codes"], pretrained)
     check_like_one_process(ranks, single, tolerance=0.1)
     assert "test/accuracy" in ranks[0]["metrics"] and ranks[0]["metrics"]["test/accuracy"] == ranks[1]["metrics"]["test/accuracy"]
+
+
+# -- in one process: what makes the runs above agree -----------------------------------------------------
+
+
+class CountingAssignment:
+    """Radix codes, counting how often they are computed (an expensive assignment stands in for clustering)."""
+
+    eager = False
+    calls = 0
+
+    def codes(self, num_tokens: int, num_tables: int, table_size: int):
+        from lit_embed.embeddings.assignment import RadixAssignment
+
+        CountingAssignment.calls += 1
+        return RadixAssignment().codes(num_tokens, num_tables, table_size)
+
+
+def test_only_rank_zero_computes_the_strategy_state_the_others_receive_it(monkeypatch):
+    from types import SimpleNamespace
+
+    from lit_embed.embeddings import SubspaceEmbedding
+    from lit_embed.models import Encoder, MaskedLM
+
+    def model():
+        encoder = Encoder(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64, max_position_embeddings=66)
+        return MaskedLM(encoder, vocab_size=500, embedding=lambda v, d: SubspaceEmbedding(v, d, assignment=CountingAssignment()))
+
+    monkeypatch.setattr(torch.distributed, "is_initialized", lambda: True)
+    sent = {}
+
+    def broadcast(obj, src=0):
+        if obj is not None:
+            sent["state"] = obj
+        return sent["state"]
+
+    zero, one = model(), model()
+    for rank, module in enumerate((zero, one)):
+        module._trainer = SimpleNamespace(world_size=2, global_rank=rank, is_global_zero=rank == 0,
+                                          strategy=SimpleNamespace(broadcast=broadcast))
+        module.setup("fit")
+    assert CountingAssignment.calls == 1  # rank 0 only
+    assert torch.equal(zero.embedding.codes, one.embedding.codes) and (one.embedding.codes >= 0).all()
+    assert one.embedding(torch.arange(500)).shape == (500, 32)  # usable: the received codes mark it prepared
+
+
+def test_pretraining_freezes_the_pooler_it_does_not_use_and_still_counts_it():
+    from lit_embed.models import Encoder, MaskedLM, SequenceClassifier
+
+    def encoder():
+        return Encoder(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64, max_position_embeddings=66)
+
+    mlm = MaskedLM(encoder(), vocab_size=300)
+    pooler = [p for n, p in mlm.named_parameters() if ".pooler." in n]
+    assert pooler and not any(p.requires_grad for p in pooler)
+    assert all(p.requires_grad for n, p in mlm.named_parameters() if ".pooler." not in n)
+    classifier = SequenceClassifier("topics", encoder(), vocab_size=300)
+    assert mlm.parameter_counts() == classifier.parameter_counts()  # the papers' counts include the pooler
+    assert all(p.requires_grad for p in classifier.parameters())
+    from lit_embed.models.optim import configure_adamw
+
+    optimised = {id(p) for group in configure_adamw(mlm, mlm.optim, 100)["optimizer"].param_groups for p in group["params"]}
+    assert not optimised & {id(p) for p in pooler}
+
+
+@pytest.mark.parametrize("name", ["ddp", "ddp_multinode", "ddp_500k"])
+def test_gpu_ddp_trainer_configs_build_with_nccl_settings(name, tmp_path, monkeypatch):
+    """They build (on the CPU, the accelerator swapped) with the DDP settings, atomic saves and periodic checkpoints."""
+    from pytorch_lightning.strategies import DDPStrategy
+
+    from lit_embed.callbacks import PeriodicCheckpoint
+    from lit_embed.checkpointing import AtomicCheckpointIO
+    from lit_embed.cli import LitEmbedCLI
+
+    monkeypatch.chdir(tmp_path)
+    cli = LitEmbedCLI(args=["--config", str(CONFIGS / "demo.yaml"), "--trainer", str(CONFIGS / "trainer" / f"{name}.yaml"),
+                            "--trainer.accelerator", "cpu", "--trainer.devices", "2", "--trainer.precision", "32-true"],
+                      run=False)
+    trainer = cli.trainer
+    assert isinstance(trainer.strategy, DDPStrategy)
+    assert trainer.strategy._ddp_kwargs["find_unused_parameters"] is False
+    assert trainer.strategy._ddp_kwargs["forward_sync_buffers"] is False
+    assert isinstance(trainer.strategy.checkpoint_io, AtomicCheckpointIO)
+    periodic = [c for c in trainer.callbacks if isinstance(c, PeriodicCheckpoint)]
+    assert len(periodic) == 1 and periodic[0]._every_n_train_steps == 5000
+    assert trainer.num_nodes == (2 if name == "ddp_multinode" else 1)

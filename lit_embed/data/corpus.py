@@ -247,18 +247,22 @@ class CorpusDataModule(ResumableTraining):
                 f"for val_size={count} validation blocks (and none to train on): lower val_size or add text"
             )
         held_out = datasets.Dataset.from_dict({"codes": [np.asarray(b) for b in blocks[:count]]})
-        return held_out.with_format("numpy"), HeldOut(digests)
+        return held_out.with_format("numpy"), HeldOut(digests, self.text_column)
 
-    def _train_stream(self, encoder: TextEncoder, held_out: HeldOut):
-        """The texts not held out, split by rank, cut into blocks and shuffled (lazily, as they stream)."""
+    def _train_texts(self, held_out: HeldOut):
+        """This rank's share of the streamed texts that are not held out."""
         from datasets.distributed import split_dataset_by_node
 
         texts = self._texts().filter(held_out, batched=True, batch_size=1000)
         trainer = self.trainer
         if trainer is not None and trainer.world_size > 1:
             texts = split_dataset_by_node(texts, rank=trainer.global_rank, world_size=trainer.world_size)
+        return texts
+
+    def _train_stream(self, encoder: TextEncoder, held_out: HeldOut):
+        """This rank's texts cut into blocks and shuffled, lazily, as they stream."""
         builder = BlockBuilder(encoder, self.max_length, self.text_column)
-        blocks = texts.map(builder, batched=True, batch_size=1000, remove_columns=[self.text_column])
+        blocks = self._train_texts(held_out).map(builder, batched=True, batch_size=1000, remove_columns=[self.text_column])
         if self.shuffle_buffer:
             blocks = blocks.shuffle(seed=self.seed, buffer_size=self.shuffle_buffer)
         return blocks
@@ -280,11 +284,12 @@ def text_digest(text) -> bytes:
 class HeldOut:
     """Batched filter: keep the texts that are not validation texts (by digest); picklable for workers."""
 
-    def __init__(self, digests: set[bytes]) -> None:
+    def __init__(self, digests: set[bytes], column: str) -> None:
         self.digests = digests
+        self.column = column
 
     def __call__(self, batch: dict[str, list]) -> list[bool]:
-        return [text_digest(text) not in self.digests for text in next(iter(batch.values()))]
+        return [text_digest(text) not in self.digests for text in batch[self.column]]
 
 
 class BlockBuilder:
