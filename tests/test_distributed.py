@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -296,3 +298,44 @@ def test_gpu_ddp_trainer_configs_build_with_nccl_settings(name, tmp_path, monkey
     periodic = [c for c in trainer.callbacks if isinstance(c, PeriodicCheckpoint)]
     assert len(periodic) == 1 and periodic[0]._every_n_train_steps == 5000
     assert trainer.num_nodes == (2 if name == "ddp_multinode" else 1)
+
+
+# -- the README's scaling-out section stays true ---------------------------------------------------------
+
+SCALING = "Scaling out: many GPUs, many nodes, resuming"
+
+
+def test_readme_lists_every_trainer_config():
+    from .test_readme import section
+
+    listed = re.findall(r"^\| `configs/trainer/(\w+)\.yaml` \|", section(SCALING), flags=re.M)
+    assert sorted(listed) == sorted(p.stem for p in (CONFIGS / "trainer").glob("*.yaml"))
+
+
+def launch_commands() -> list[list[str]]:
+    """The ``fit`` arguments of every launch command in the section (SLURM's, torchrun's, lit-embed's)."""
+    from .test_readme import section
+
+    blocks = re.findall(r"```bash\n(.*?)```", section(SCALING), flags=re.S)
+    commands = []
+    for block in blocks:
+        for command in block.replace("\\\n", " ").splitlines():
+            words = shlex.split(command)
+            if "fit" in words and ("lit-embed" in words or "lit_embed.cli" in words):
+                commands.append(tuple(words[words.index("fit") + 1:]))
+    return [list(c) for c in dict.fromkeys(commands)]  # SLURM's and torchrun's take the same arguments
+
+
+@pytest.mark.parametrize("args", launch_commands(), ids=lambda a: " ".join(a)[-60:])
+def test_readme_launch_commands_parse_and_build(args, tmp_path, monkeypatch):
+    from lit_embed.cli import LitEmbedCLI
+
+    monkeypatch.chdir(REPO)
+    if "--ckpt_path" in args:  # a fit argument, not the config's
+        at = args.index("--ckpt_path")
+        args = args[:at] + args[at + 2:]
+    on_cpu = ["--trainer.accelerator", "cpu", "--trainer.devices", "2", "--trainer.precision", "32-true",
+              "--model.init_args.encoder", str(CONFIGS / "backbone" / "tiny.yaml"),
+              "--trainer.default_root_dir", str(tmp_path)]
+    cli = LitEmbedCLI(args=[*args, *on_cpu], run=False)
+    assert cli.trainer.world_size == 2 * cli.trainer.num_nodes

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Literal
 
 import pytorch_lightning as pl
@@ -17,7 +18,8 @@ class PeriodicCheckpoint(ModelCheckpoint):
     of the first logger (``runs/demo/checkpoints`` for the demo), or ``<default_root_dir>/checkpoints``
     without a logger: the same folder for every restart of an experiment, so ``--ckpt_path last``
     resumes the newest one (and starts fresh, with a warning, when there is none yet). Give each
-    experiment its own ``trainer.default_root_dir`` or logger name.
+    experiment its own ``trainer.default_root_dir`` or logger name. A checkpoint Lightning saved
+    before a SLURM requeue (``hpc_ckpt_N.ckpt`` in ``default_root_dir``) is a candidate too.
 
     With :class:`~lit_embed.checkpointing.AtomicCheckpointIO` (on in the shipped trainer configs) a
     kill during a save leaves the previous ``last.ckpt`` whole.
@@ -57,12 +59,20 @@ class PeriodicCheckpoint(ModelCheckpoint):
         super().setup(trainer, pl_module, stage)
 
     def _find_last_checkpoints(self, trainer: pl.Trainer) -> set[str]:
+        """``last.ckpt``, and the newest checkpoint Lightning saved for a SLURM requeue (the newest file wins)."""
         self._resolve(trainer)  # `--ckpt_path last` is resolved before setup
-        return super()._find_last_checkpoints(trainer)
+        found = super()._find_last_checkpoints(trainer)
+        requeue = sorted(Path(trainer.default_root_dir).glob("hpc_ckpt_*.ckpt"), key=_version)
+        return found | {os.path.normpath(requeue[-1])} if requeue else found
 
     def _resolve(self, trainer: pl.Trainer) -> None:
         if self.dirpath is None:
             self.dirpath = os.path.realpath(self.stable_dir(trainer))
+
+
+def _version(path: Path) -> int:
+    suffix = path.stem.removeprefix("hpc_ckpt_")
+    return int(suffix) if suffix.isdigit() else -1
 
 
 __all__ = ["PeriodicCheckpoint"]

@@ -95,9 +95,10 @@ class ResumableLoader:
     Lightning fetches one batch ahead on loaders without a length, so the position kept is the one
     after ``consumed()`` batches of the epoch (the fit loop's count), not after the last one fetched.
 
-    This class deliberately has no ``state_dict``: Lightning would store only rank 0's, and would not
+    Lightning's own way, a loader's ``state_dict``, would store only rank 0's position, and would not
     restore it when ``configure_optimizers`` reads ``estimated_stepping_batches`` (Lightning issue
-    #20550; ours does). :class:`ResumableTraining` saves every rank's :meth:`position` instead.
+    #20550; ours does). :class:`ResumableTraining` saves every rank's :meth:`position` instead; the
+    empty ``state_dict`` below only tells Lightning that the loader resumes mid-epoch.
     """
 
     def __init__(self, loader: StatefulDataLoader, consumed: Callable[[], int]) -> None:
@@ -120,6 +121,12 @@ class ResumableLoader:
             count += 1
             self._positions.append((count, self.loader.state_dict()))
             yield batch
+
+    def state_dict(self) -> dict:
+        return {}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        """Nothing: the data module restores the position (see the class docstring)."""
 
     def restore(self, position: dict) -> None:
         """Resume from ``position`` (of :meth:`position`) when iteration next starts."""

@@ -179,7 +179,8 @@ def log_block_evaluation(module: pl.LightningModule, metric: BlockEvaluation, st
     metric.reset()
     for name in metric.names:
         if name in results:
-            module.log(f"{stage}/{name}", results[name], prog_bar=name in ("loss", "accuracy"))
+            # identical on every rank already: the mean over ranks (sync_dist) leaves it exactly as it is
+            module.log(f"{stage}/{name}", results[name], prog_bar=name in ("loss", "accuracy"), sync_dist=True)
     return results
 
 
