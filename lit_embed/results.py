@@ -8,12 +8,14 @@ library versions, the final metrics, the parameter figures and the timings (see
 from __future__ import annotations
 
 import contextlib
+import glob
 import json
 import os
 import platform
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 RESULTS_FILE = "results.json"
 #: Bumped when the layout of ``results.json`` changes incompatibly.
@@ -24,17 +26,22 @@ SCORE_METRICS = ("accuracy", "f1", "matthews", "pearson", "spearman", "exact_mat
 EVAL_STAGES = ("val", "test")
 
 
-def write_atomic(path: str | os.PathLike, content: str | bytes) -> Path:
-    """Write ``content`` to ``path`` through a temporary file and ``os.replace``.
+@contextlib.contextmanager
+def atomic_writer(path: str | os.PathLike, mode: str = "wb") -> Iterator[IO]:
+    """A file handle whose content appears at ``path`` only when the block ends without an error.
 
-    A reader sees the old file or the new one, never half of one, even if the process dies mid-write.
+    The content goes to a temporary file in the same folder (so the final rename never crosses a
+    filesystem), is flushed to disk, and replaces ``path`` with ``os.replace``: a reader sees the old
+    file or the new one, never half of one, even if the process is killed mid-write. Temporary files
+    left by a killed writer of the same path are removed after the next successful write.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    prefix = f".{path.name}."
+    handle, temporary = tempfile.mkstemp(prefix=prefix, suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(handle, "wb" if isinstance(content, bytes) else "w") as out:
-            out.write(content)
+        with os.fdopen(handle, mode) as out:
+            yield out
             out.flush()
             os.fsync(out.fileno())
         os.chmod(temporary, 0o644)  # mkstemp makes it private; results are for everyone who reads the runs
@@ -43,7 +50,27 @@ def write_atomic(path: str | os.PathLike, content: str | bytes) -> Path:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(temporary)
         raise
-    return path
+    _sync_folder(path.parent)
+    for stale in path.parent.glob(f"{glob.escape(prefix)}*.tmp"):
+        with contextlib.suppress(FileNotFoundError):
+            stale.unlink()
+
+
+def _sync_folder(folder: Path) -> None:
+    """Make the rename durable (POSIX); a no-op where folders cannot be opened (Windows)."""
+    with contextlib.suppress(OSError):
+        fd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def write_atomic(path: str | os.PathLike, content: str | bytes) -> Path:
+    """Write ``content`` to ``path`` atomically (see :func:`atomic_writer`)."""
+    with atomic_writer(path, "wb" if isinstance(content, bytes) else "w") as out:
+        out.write(content)
+    return Path(path)
 
 
 def write_json_atomic(path: str | os.PathLike, data: Any) -> Path:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 
 import numpy as np
@@ -38,10 +39,67 @@ class PadCollator:
                 for row, item in enumerate(items):
                     padded[row, : lengths[row]] = torch.as_tensor(np.asarray(item[key]))
                 batch[key] = padded
+        if "index" in items[0]:
+            batch["index"] = torch.as_tensor(np.asarray([item["index"] for item in items]), dtype=torch.long)
         return batch
 
 
-class MaskedLMCollator(PadCollator):
+#: Padding value of each batch key when rows of different lengths are stacked (``codes``: the pad code).
+_FILLS = {"attention_mask": 0, "special_mask": True, "labels": -100, "token_type_ids": 0}
+
+
+class CorruptingCollator(PadCollator):
+    """A pre-training objective's corruption of padded batches (:meth:`corrupt`).
+
+    Training draws it from the global random state. With ``seed`` (the data modules' validation
+    batches), each block's corruption is drawn from ``(seed, index)`` alone, ``index`` being the
+    block's row number: the figures are then the same on any number of devices, in any batch
+    composition and on every run, and a block a ``DistributedSampler`` repeats is corrupted the same.
+    """
+
+    def __init__(self, text_encoder: TextEncoder, seed: int | None = None) -> None:
+        super().__init__(text_encoder)
+        self.seed = seed
+
+    def corrupt(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
+        raise NotImplementedError
+
+    def __call__(self, items: list[dict]) -> dict[str, Tensor]:
+        if self.seed is None or "index" not in items[0]:
+            return self.corrupt(super().__call__(items))
+        rows = []
+        for item in items:
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(row_seed(self.seed, int(item["index"])))
+                rows.append(self.corrupt(super().__call__([item])))
+        return self._stack(rows)
+
+    def _stack(self, rows: list[dict[str, Tensor]]) -> dict[str, Tensor]:
+        longest = max(row["codes"].shape[1] for row in rows)
+        batch = {}
+        for key, first in rows[0].items():
+            if first.dim() < 2:
+                batch[key] = torch.cat([row[key] for row in rows])
+                continue
+            fill = self.pad_code if key == "codes" else _FILLS[key]
+            padded = [torch.cat([row[key], fill_like(row[key], longest, fill)], dim=1) for row in rows]
+            batch[key] = torch.cat(padded)
+        return batch
+
+
+def fill_like(rows: Tensor, length: int, fill) -> Tensor:
+    """The ``(B, length - L, ...)`` padding of ``(B, L, ...)`` rows, every position ``fill``."""
+    shape = (rows.shape[0], length - rows.shape[1], *rows.shape[2:])
+    return torch.as_tensor(fill, dtype=rows.dtype).expand(shape)
+
+
+def row_seed(seed: int, index: int) -> int:
+    """A 63-bit seed of ``(seed, index)``, the same on every machine (no Python ``hash()``)."""
+    digest = hashlib.blake2b(f"{seed}:{index}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") >> 1
+
+
+class MaskedLMCollator(CorruptingCollator):
     """RoBERTa masking: ``mask_prob`` of the non-special positions are predicted; of those 80% become
     ``mask``, 10% a random code, 10% stay. ``labels`` hold the original code there, -100 elsewhere.
 
@@ -49,6 +107,7 @@ class MaskedLMCollator(PadCollator):
         text_encoder: gives the pad and mask codes.
         random_codes: draws random codes of a given shape (the strategy's ``random_codes``).
         mask_prob: share of positions to predict (0.15).
+        seed: draw each block's masking from ``(seed, index)`` (see :class:`CorruptingCollator`).
     """
 
     def __init__(
@@ -56,16 +115,16 @@ class MaskedLMCollator(PadCollator):
         text_encoder: TextEncoder,
         random_codes: Callable[[tuple[int, ...]], Tensor],
         mask_prob: float = 0.15,
+        seed: int | None = None,
     ) -> None:
-        super().__init__(text_encoder)
+        super().__init__(text_encoder, seed)
         if not 0.0 < mask_prob < 1.0:
             raise ValueError(f"mask_prob={mask_prob} must lie strictly between 0 and 1")
         self.mask_code = torch.as_tensor(text_encoder.special_code("mask"))
         self.random_codes = random_codes
         self.mask_prob = mask_prob
 
-    def __call__(self, items: list[dict]) -> dict[str, Tensor]:
-        batch = super().__call__(items)
+    def corrupt(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
         codes, special = batch["codes"], batch["special_mask"]
         if codes.dim() != 2:
             raise ValueError("masked LM needs one vocabulary id per token; hash strategies use Shuffle+Random")
@@ -84,7 +143,7 @@ class MaskedLMCollator(PadCollator):
 ORIGINAL, SHUFFLED, RANDOM = 0, 1, 2
 
 
-class ShuffleRandomCollator(PadCollator):
+class ShuffleRandomCollator(CorruptingCollator):
     """Shuffle+Random corruption: each non-special position is shuffled with probability ``prob``
     (one random permutation of the positions per batch); of the others, each becomes a random code
     with probability ``prob``. A special token shuffled into a position is put back (the label stays
@@ -97,19 +156,24 @@ class ShuffleRandomCollator(PadCollator):
         text_encoder: gives the pad code.
         random_codes: draws random codes of a given shape (the strategy's ``code_sampler``).
         prob: the shuffle and the random probability (0.10).
+        seed: draw each block's corruption from ``(seed, index)`` (see :class:`CorruptingCollator`;
+            the permutation is then one per block rather than one per batch).
     """
 
     def __init__(
-        self, text_encoder: TextEncoder, random_codes: Callable[[tuple[int, ...]], Tensor], prob: float = 0.10
+        self,
+        text_encoder: TextEncoder,
+        random_codes: Callable[[tuple[int, ...]], Tensor],
+        prob: float = 0.10,
+        seed: int | None = None,
     ) -> None:
-        super().__init__(text_encoder)
+        super().__init__(text_encoder, seed)
         if not 0.0 < prob < 1.0:
             raise ValueError(f"prob={prob} must lie strictly between 0 and 1")
         self.random_codes = random_codes
         self.prob = prob
 
-    def __call__(self, items: list[dict]) -> dict[str, Tensor]:
-        batch = super().__call__(items)
+    def corrupt(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
         codes, special = batch["codes"], batch["special_mask"]
         length = codes.shape[1]
         shuffled = (torch.rand(special.shape) < self.prob) & ~special

@@ -3,30 +3,46 @@
 from __future__ import annotations
 
 import hashlib
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import datasets
 import numpy as np
-import pytorch_lightning as pl
 from torch.utils.data import DataLoader
 
 from lit_embed.data.collate import PadCollator
+from lit_embed.data.loading import EndlessStream, IndexedRows, ResumableLoader, ResumableTraining
 from lit_embed.data.sources import load_files, load_hub
+from lit_embed.distributed import is_distributed, share_buffers
 from lit_embed.embeddings.text import FittableTextEncoder, TextEncoder, VocabTextEncoder
+
+log = logging.getLogger(__name__)
 
 PIPELINE_VERSION = 1
 
 
-class CorpusDataModule(pl.LightningDataModule):
+class CorpusDataModule(ResumableTraining):
     """A pre-training corpus grouped into ``max_length`` blocks of the strategy's codes.
 
     Texts are concatenated and cut into blocks of ``max_length - 2`` codes, each wrapped in the
     ``cls``/``sep`` specials (RoBERTa's FULL-SENTENCES). The block-building map runs once, in
     ``prepare_data`` (one process per node), and every rank reuses its ``datasets`` cache in ``setup``.
-    A text encoder whose codes depend on the corpus (LSH hashing) is first fitted on its texts, and
-    the fitted state is written beside the run (``lsh_ngrams.json``).
+    A text encoder whose codes depend on the corpus (LSH hashing) is first fitted on its texts, on
+    global rank 0 under DDP, and every rank receives rank 0's fitted state; the fitted state is
+    written beside the run (``lsh_ngrams.json``).
+
+    Training batches resume mid-epoch from a checkpoint (see :mod:`lit_embed.data.loading`);
+    validation blocks carry their row ``index``, which seeds their masking and lets the metrics count
+    each block once under DDP.
+
+    Streaming (corpora larger than the disk): the first texts of the stream, until they give
+    ``val_size`` blocks, are the validation set (kept in memory, the same on every rank) and are left
+    out of training wherever they occur; the rest is split between ranks (by shard where the shards
+    divide evenly, else every rank keeps every world-size-th text) and between each rank's DataLoader
+    workers (by shard), cut into blocks, shuffled in a buffer, and read pass after pass until
+    ``max_steps`` (set it: a stream has no epochs that end together on every rank).
 
     Args:
         tokenizer: HF tokenizer name or folder (``all-MiniLM-L6-v2`` works offline); the model's
@@ -36,12 +52,17 @@ class CorpusDataModule(pl.LightningDataModule):
         files: local files (txt: one text per line; jsonl/csv/parquet: ``text_column``), or ``sample-corpus``.
         text_column: column holding the text.
         max_length: tokens per block, specials included.
-        batch_size: blocks per batch on each device.
+        batch_size: blocks per batch on each device; with ``global_batch_size``, the most per device.
+        global_batch_size: blocks per optimiser step over all devices (the papers' 128 or 256): the
+            per-device batch and the gradient accumulation follow from the number of devices.
         val_size: validation blocks, a fraction below 1 or a count (a count when streaming).
-        streaming: stream the corpora (larger than the disk); shards by rank and worker.
+        streaming: stream the corpora instead of downloading and caching them.
+        shuffle_buffer: blocks in the streaming shuffle buffer; 0 keeps the stream's order. Resuming
+            restores each worker's position in its shards, but not the blocks its buffer held then.
         max_texts: read at most this many texts per source (quick runs).
-        num_workers: DataLoader worker processes.
-        seed: seeds the train/validation split and the streaming shuffle.
+        num_workers: DataLoader worker processes (streaming: at most one per shard of the rank).
+        seed: seeds the train/validation split, the order of each epoch, the streaming shuffle and
+            the validation masking.
     """
 
     def __init__(
@@ -52,8 +73,10 @@ class CorpusDataModule(pl.LightningDataModule):
         text_column: str = "text",
         max_length: int = 512,
         batch_size: int = 32,
+        global_batch_size: int | None = None,
         val_size: float = 0.02,
         streaming: bool = False,
+        shuffle_buffer: int = 10_000,
         max_texts: int | None = None,
         num_workers: int = 0,
         seed: int = 0,
@@ -65,6 +88,8 @@ class CorpusDataModule(pl.LightningDataModule):
             raise ValueError(f"max_length={max_length} leaves no room for text between cls and sep: use at least 3")
         if streaming and not (val_size >= 1 and float(val_size).is_integer()):
             raise ValueError(f"streaming needs val_size as a number of blocks, got {val_size}")
+        if shuffle_buffer < 0:
+            raise ValueError(f"shuffle_buffer={shuffle_buffer} must be 0 (no shuffling) or more")
         self.save_hyperparameters()
         self.tokenizer = tokenizer
         self.sources = list(datasets or [])
@@ -72,23 +97,27 @@ class CorpusDataModule(pl.LightningDataModule):
         self.text_column = text_column
         self.max_length = max_length
         self.batch_size = batch_size
+        self.global_batch_size = global_batch_size
         self.val_size = val_size
         self.streaming = streaming
+        self.shuffle_buffer = shuffle_buffer
         self.max_texts = max_texts
         self.num_workers = num_workers
         self.seed = seed
         self.text_encoder: TextEncoder | None = None
         self._unsaved = False
-        self.collate = None
+        self.collate = self.eval_collate = None
         self.train_set = self.val_set = None
+        self.train_batch_size = batch_size
 
     # -- Lightning hooks -------------------------------------------------------------------------
     def prepare_data(self) -> None:
-        self._blocks(self._text_encoder())  # downloads and builds the cache once per node
+        encoder = self._text_encoder()  # fitted here first where it depends on the corpus
+        if not self.streaming:
+            self._blocks(encoder)  # downloads and builds the cache once per node
 
     def setup(self, stage: str | None = None) -> None:
         module = self.trainer.lightning_module if self.trainer is not None else None
-        encoder = self._text_encoder()
         if module is not None:
             limit = module.encoder.max_length
             if self.max_length > limit:
@@ -96,26 +125,41 @@ class CorpusDataModule(pl.LightningDataModule):
                     f"max_length={self.max_length} exceeds the backbone's {limit} positions: lower "
                     f"data.max_length or raise encoder.max_position_embeddings"
                 )
-        if self._unsaved and self.trainer is not None:
-            folder = self.trainer.log_dir or self.trainer.default_root_dir  # on every rank: log_dir broadcasts
-            if self.trainer.is_global_zero:
-                encoder.save(Path(folder))  # the fitted state (LSH n-grams) beside the run
-            self._unsaved = False
+        encoder = self._shared_text_encoder(module)
+        if self._unsaved and self.trainer is not None and self.trainer.is_global_zero:
+            encoder.save(run_folder(self.trainer))  # the fitted state (LSH n-grams) beside the run
+        self._unsaved = False
         self.collate = module.collator(encoder) if module is not None else PadCollator(encoder)
-        blocks = self._blocks(encoder)
+        self.eval_collate = module.collator(encoder, seed=self.seed) if module is not None else self.collate
+        self.train_batch_size = self.per_device_batch_size(stage)
         if self.streaming:
-            blocks = self._shard(blocks)
-            count = int(self.val_size)
-            self.val_set, self.train_set = blocks.take(count), blocks.skip(count).shuffle(self.seed, buffer_size=10_000)
+            self.val_set, held_out = self._held_out_blocks(encoder)
+            self.train_set = self._train_stream(encoder, held_out)
         else:
+            blocks = self._blocks(encoder)
             split = blocks.train_test_split(test_size=self._val_count(len(blocks)), seed=self.seed, shuffle=True)
             self.train_set, self.val_set = split["train"], split["test"]
 
-    def train_dataloader(self) -> DataLoader:
-        return self._loader(self.train_set, shuffle=not self.streaming)
+    def train_dataloader(self) -> ResumableLoader:
+        if self.streaming:
+            workers = min(self.num_workers, self.train_set.num_shards)
+            if workers < self.num_workers:
+                log.warning(
+                    "num_workers=%d but this rank streams %d shard(s): using %d worker(s)",
+                    self.num_workers, self.train_set.num_shards, workers,
+                )
+            return self.resumable_loader(EndlessStream(self.train_set), self.train_batch_size, self.collate, num_workers=workers)
+        return self.resumable_loader(IndexedRows(self.train_set), self.train_batch_size, self.collate, seed=self.seed)
 
     def val_dataloader(self) -> DataLoader:
-        return self._loader(self.val_set, shuffle=False)
+        return DataLoader(
+            IndexedRows(self.val_set),
+            batch_size=self.batch_size,
+            shuffle=False,
+            collate_fn=self.eval_collate,
+            num_workers=self.num_workers,
+            persistent_workers=self.num_workers > 0,
+        )
 
     # -- pipeline --------------------------------------------------------------------------------
     def _text_encoder(self) -> TextEncoder:
@@ -123,10 +167,28 @@ class CorpusDataModule(pl.LightningDataModule):
             module = self.trainer.lightning_module if self.trainer is not None else None
             encoder = module.text_encoder(self.tokenizer) if module is not None else VocabTextEncoder(self.tokenizer)
             if isinstance(encoder, FittableTextEncoder) and not encoder.fitted:
-                encoder.fit(self._text_stream())  # deterministic: every process fits the same
-                self._unsaved = True
+                self._fit(encoder)
             self.text_encoder = encoder
         return self.text_encoder
+
+    def _shared_text_encoder(self, module) -> TextEncoder:
+        """The text encoder, identical on every rank: a corpus-fitted one is rank 0's (a collective)."""
+        trainer = self.trainer
+        if module is None or not is_distributed(trainer):
+            return self._text_encoder()
+        encoder = self.text_encoder or module.text_encoder(self.tokenizer)
+        if isinstance(encoder, FittableTextEncoder):
+            if trainer.is_global_zero and not encoder.fitted:
+                self._fit(encoder)  # prepare_data normally did this already
+            share_buffers(trainer, module.embedding)
+            if not trainer.is_global_zero:
+                encoder = module.text_encoder(self.tokenizer)  # rebuilt from rank 0's fitted state
+        self.text_encoder = encoder
+        return encoder
+
+    def _fit(self, encoder: FittableTextEncoder) -> None:
+        encoder.fit(self._text_stream())  # deterministic, and under DDP done by rank 0 only
+        self._unsaved = True
 
     def _text_stream(self) -> Iterator[str]:
         """Every text of the corpus, in order (what a corpus-fitted text encoder learns from)."""
@@ -152,8 +214,6 @@ class CorpusDataModule(pl.LightningDataModule):
         texts = self._texts()
         builder = BlockBuilder(encoder, self.max_length, self.text_column)
         kwargs: dict[str, Any] = {"batched": True, "batch_size": 1000, "remove_columns": [self.text_column]}
-        if self.streaming:
-            return texts.map(builder, **kwargs)
         key = f"{texts._fingerprint}|{encoder.fingerprint()}|{self.max_length}|{PIPELINE_VERSION}"
         kwargs["new_fingerprint"] = hashlib.sha256(key.encode()).hexdigest()[:32]
         blocks = texts.map(builder, desc="Tokenising into blocks", **kwargs)
@@ -170,23 +230,66 @@ class CorpusDataModule(pl.LightningDataModule):
             raise ValueError(f"val_size={self.val_size} gives {count} of {total} blocks: pick between 1 and {total - 1}")
         return count
 
-    def _shard(self, blocks):
+    # -- streaming -------------------------------------------------------------------------------
+    def _held_out_blocks(self, encoder: TextEncoder):
+        """The validation blocks (from the first texts of the stream) and the digests of their texts."""
+        count = int(self.val_size)
+        builder = BlockBuilder(encoder, self.max_length, self.text_column)
+        blocks, digests = [], set()
+        for batch in self._texts().iter(batch_size=100):
+            digests.update(text_digest(text) for text in batch[self.text_column])
+            blocks.extend(builder(batch)["codes"])
+            if len(blocks) >= count:
+                break
+        if len(blocks) < count:
+            raise ValueError(
+                f"the stream {self.sources + self.files} gives only {len(blocks)} block(s) of {self.max_length} tokens "
+                f"for val_size={count} validation blocks (and none to train on): lower val_size or add text"
+            )
+        held_out = datasets.Dataset.from_dict({"codes": [np.asarray(b) for b in blocks[:count]]})
+        return held_out.with_format("numpy"), HeldOut(digests, self.text_column)
+
+    def _train_texts(self, held_out: HeldOut):
+        """This rank's share of the streamed texts that are not held out."""
         from datasets.distributed import split_dataset_by_node
 
+        texts = self._texts().filter(held_out, batched=True, batch_size=1000)
         trainer = self.trainer
         if trainer is not None and trainer.world_size > 1:
-            return split_dataset_by_node(blocks, rank=trainer.global_rank, world_size=trainer.world_size)
+            texts = split_dataset_by_node(texts, rank=trainer.global_rank, world_size=trainer.world_size)
+        return texts
+
+    def _train_stream(self, encoder: TextEncoder, held_out: HeldOut):
+        """This rank's texts cut into blocks and shuffled, lazily, as they stream."""
+        builder = BlockBuilder(encoder, self.max_length, self.text_column)
+        blocks = self._train_texts(held_out).map(builder, batched=True, batch_size=1000, remove_columns=[self.text_column])
+        if self.shuffle_buffer:
+            blocks = blocks.shuffle(seed=self.seed, buffer_size=self.shuffle_buffer)
         return blocks
 
-    def _loader(self, dataset, shuffle: bool) -> DataLoader:
-        return DataLoader(
-            dataset,
-            batch_size=self.batch_size,
-            shuffle=shuffle,
-            collate_fn=self.collate,
-            num_workers=self.num_workers,
-            persistent_workers=self.num_workers > 0,
-        )
+
+def run_folder(trainer) -> Path:
+    """The run's folder as ``trainer.log_dir`` names it, without its broadcast (only rank 0 writes there)."""
+    logger = trainer.logger
+    folder = getattr(logger, "log_dir", None) or getattr(logger, "save_dir", None)
+    return Path(folder or trainer.default_root_dir)
+
+
+def text_digest(text) -> bytes:
+    """8 bytes identifying a text, the same in every process (no Python ``hash()``)."""
+    value = text if isinstance(text, str) else ""
+    return hashlib.blake2b(value.encode("utf-8", "surrogatepass"), digest_size=8).digest()
+
+
+class HeldOut:
+    """Batched filter: keep the texts that are not validation texts (by digest); picklable for workers."""
+
+    def __init__(self, digests: set[bytes], column: str) -> None:
+        self.digests = digests
+        self.column = column
+
+    def __call__(self, batch: dict[str, list]) -> list[bool]:
+        return [text_digest(text) not in self.digests for text in batch[self.column]]
 
 
 class BlockBuilder:

@@ -20,12 +20,12 @@ from typing import Literal
 
 import datasets
 import numpy as np
-import pytorch_lightning as pl
 import torch
 from torch import Tensor
 from torch.utils.data import DataLoader
 
 from lit_embed.data.collate import PadCollator
+from lit_embed.data.loading import ResumableLoader, ResumableTraining
 from lit_embed.data.sources import SAMPLE_DIR, load_files
 from lit_embed.data.tasks import XNLI_LANGUAGES, Task, get_task
 from lit_embed.embeddings.text import FittableTextEncoder, TextEncoder, VocabTextEncoder
@@ -45,7 +45,7 @@ SPLIT_ALIASES = {
 Sources = dict[str, tuple[str | None, str]]
 
 
-class TaskDataModule(pl.LightningDataModule):
+class TaskDataModule(ResumableTraining):
     """One task of :data:`~lit_embed.data.tasks.TASKS` (GLUE, JGLUE or the demo task).
 
     Protocols:
@@ -64,8 +64,10 @@ class TaskDataModule(pl.LightningDataModule):
         protocol: ``standard`` or ``split_train``.
         val_fraction, split_seed: the ``split_train`` protocol's held-out share and seed.
         max_length: codes per example, specials included (pairs are truncated longest-first).
-        batch_size: training examples per batch on each device; ``eval_batch_size`` (default the
-            same) for validation and test.
+        batch_size: training examples per batch on each device (with ``global_batch_size``, the most
+            per device); ``eval_batch_size`` (default the same) for validation and test.
+        global_batch_size: training examples per optimiser step over all devices; the per-device
+            batch and the gradient accumulation follow from the number of devices.
         pretokenize: ``mecab`` splits Japanese text into words (fugashi + unidic-lite) before the
             tokenizer, for tokenizers that expect pre-split input.
         trust_remote_code: let the tokenizer run the code its hub repository ships (LINE's Japanese
@@ -90,6 +92,7 @@ class TaskDataModule(pl.LightningDataModule):
         pretokenize: Literal["mecab"] | None = None,
         trust_remote_code: bool = False,
         num_workers: int = 0,
+        global_batch_size: int | None = None,
     ) -> None:
         super().__init__()
         self.task: Task = get_task(task)
@@ -110,7 +113,8 @@ class TaskDataModule(pl.LightningDataModule):
         self.val_fraction = val_fraction
         self.split_seed = split_seed
         self.max_length = max_length
-        self.batch_size = batch_size
+        self.batch_size = self.train_batch_size = batch_size
+        self.global_batch_size = global_batch_size
         self.eval_batch_size = eval_batch_size or batch_size
         self.pretokenize = pretokenize
         self.trust_remote_code = trust_remote_code
@@ -153,9 +157,16 @@ class TaskDataModule(pl.LightningDataModule):
 
     # -- Lightning hooks -------------------------------------------------------------------------
     def prepare_data(self) -> None:
-        self._train_rows()  # downloads once per node; every rank reuses the datasets cache
+        # Once per node, before any rank's setup: download and encode what this run needs, so that
+        # every rank's setup reads the datasets cache instead of running the same maps.
+        self._build(self.trainer.state.fn.value if self.trainer is not None else None)
 
     def setup(self, stage: str | None = None) -> None:
+        self._build(stage)
+        self.train_batch_size = self.per_device_batch_size(stage)
+
+    def _build(self, stage: str | None) -> None:
+        """Encode the sets ``stage`` uses (``fit``, ``validate``, ``test``; ``None``: all)."""
         module = self.trainer.lightning_module if self.trainer is not None else None
         self._check_module(module)
         encoder = self._text_encoder(module)
@@ -178,14 +189,14 @@ class TaskDataModule(pl.LightningDataModule):
             rows = self._load_all(self.test_sources())
             self.eval_sets["test"] = {name: self._encode(r, build, name, index=True) for name, r in rows.items()}
 
-    def train_dataloader(self) -> DataLoader:
-        return self._loader(self.train_set, self.batch_size, shuffle=True)
+    def train_dataloader(self) -> ResumableLoader:
+        return self.resumable_loader(self.train_set, self.train_batch_size, self.collate)
 
     def val_dataloader(self) -> list[DataLoader]:
-        return [self._loader(d, self.eval_batch_size, shuffle=False) for d in self.eval_sets["val"].values()]
+        return [self._loader(d, self.eval_batch_size) for d in self.eval_sets["val"].values()]
 
     def test_dataloader(self) -> list[DataLoader]:
-        return [self._loader(d, self.eval_batch_size, shuffle=False) for d in self.eval_sets["test"].values()]
+        return [self._loader(d, self.eval_batch_size) for d in self.eval_sets["test"].values()]
 
     # -- pipeline --------------------------------------------------------------------------------
     def _check_module(self, module) -> None:
@@ -283,11 +294,11 @@ class TaskDataModule(pl.LightningDataModule):
         )
         return mapped.with_format("numpy")
 
-    def _loader(self, dataset, batch_size: int, shuffle: bool) -> DataLoader:
+    def _loader(self, dataset, batch_size: int) -> DataLoader:
         return DataLoader(
             dataset,
             batch_size=batch_size,
-            shuffle=shuffle,
+            shuffle=False,
             collate_fn=self.collate,
             num_workers=self.num_workers,
             persistent_workers=self.num_workers > 0,
@@ -329,11 +340,12 @@ class XNLIDataModule(TaskDataModule):
         batch_size: int = 32,
         eval_batch_size: int | None = None,
         num_workers: int = 0,
+        global_batch_size: int | None = None,
     ) -> None:
         super().__init__(
             "xnli", tokenizer=tokenizer, data_dir=data_dir, protocol=protocol, val_fraction=val_fraction,
             split_seed=split_seed, max_length=max_length, batch_size=batch_size,
-            eval_batch_size=eval_batch_size, num_workers=num_workers,
+            eval_batch_size=eval_batch_size, num_workers=num_workers, global_batch_size=global_batch_size,
         )
         if mode not in ("cross_lingual", "translate_train_all"):
             raise ValueError(f"mode={mode!r} is not known: use 'cross_lingual' or 'translate_train_all'")
@@ -539,7 +551,7 @@ def truncate_longest_first(lengths: list[int], budget: int) -> list[int]:
 
 
 class TaskCollator(PadCollator):
-    """Pads codes and segment ids; adds ``labels`` (class ids, or float scores) and the row ``index``."""
+    """Pads codes, segment ids and the row ``index``; adds ``labels`` (class ids, or float scores)."""
 
     def __init__(self, text_encoder: TextEncoder, regression: bool) -> None:
         super().__init__(text_encoder)
@@ -548,8 +560,6 @@ class TaskCollator(PadCollator):
     def __call__(self, items: list[dict]) -> dict[str, Tensor]:
         batch = super().__call__([{k: v for k, v in item.items() if k != "labels"} for item in items])
         batch["labels"] = torch.as_tensor(np.asarray([item["labels"] for item in items]), dtype=self.label_dtype)
-        if "index" in items[0]:
-            batch["index"] = torch.as_tensor(np.asarray([item["index"] for item in items]), dtype=torch.long)
         return batch
 
 

@@ -8,12 +8,14 @@ from collections.abc import Callable
 from typing import Any
 
 import pytorch_lightning as pl
-from torch import Tensor
+from torch import Tensor, nn
 
+from lit_embed.distributed import is_distributed, share_buffers
 from lit_embed.embeddings.base import EmbeddingStrategy
 from lit_embed.embeddings.dense import DenseEmbedding
 from lit_embed.embeddings.text import TextEncoder
 from lit_embed.models.encoder import Encoder, count_parameters
+from lit_embed.models.metrics import BlockEvaluation
 from lit_embed.models.optim import OptimConfig, configure_adamw
 
 log = logging.getLogger(__name__)
@@ -40,6 +42,11 @@ class EmbeddingModule(pl.LightningModule):
             compare the 2-layer ProFormer with BERT-MLM); only its parameters are counted, it is not kept.
     """
 
+    #: Whether the objective reads the backbone's pooler. Those that do not freeze it: DDP then
+    #: ignores it (no "unused parameters" error, no slower ``find_unused_parameters``), while it stays
+    #: in the model, its checkpoints and the papers' parameter counts.
+    uses_pooler: bool = False
+
     def __init__(
         self,
         encoder: Encoder,
@@ -51,6 +58,10 @@ class EmbeddingModule(pl.LightningModule):
     ) -> None:
         super().__init__()
         self._save_config()
+        # prepare_data (the strategy's expensive state) runs once, on global rank 0; see setup.
+        self.prepare_data_per_node = False
+        if not self.uses_pooler:
+            encoder.freeze_pooler()
         self.encoder = encoder
         factory = embedding or DenseEmbedding
         self.embedding = factory(vocab_size, encoder.hidden_size)
@@ -97,10 +108,25 @@ class EmbeddingModule(pl.LightningModule):
             output_hidden_states=output_hidden_states,
         )
 
-    def setup(self, stage: str) -> None:
-        # Strategies whose state is expensive (cluster codes) compute it here, once per process,
-        # unless a checkpoint already restored it.
+    def prepare_data(self) -> None:
+        """Compute the strategy's expensive defining state (cluster codes) on global rank 0 only.
+
+        Lightning runs this before any rank's ``setup`` and waits for it without a time limit, so a
+        download and a clustering of minutes cannot time out the other ranks' collectives.
+        """
         self.embedding.prepare()
+
+    def setup(self, stage: str) -> None:
+        """Make the strategy's state identical on every rank: rank 0's, broadcast.
+
+        Rank 0 prepares it (a no-op after ``prepare_data`` or a checkpoint restore); every other rank
+        receives rank 0's persistent buffers instead of computing its own, so clusterings that would
+        differ on another machine's floating point, and corpus-fitted state, agree by construction.
+        """
+        trainer = self._trainer
+        if not is_distributed(trainer) or trainer.is_global_zero:
+            self.embedding.prepare()
+        share_buffers(trainer, self.embedding)
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Record what a later run must match to reuse these weights (see ``checkpoint_facts``)."""
@@ -136,4 +162,33 @@ class EmbeddingModule(pl.LightningModule):
         return configure_adamw(self, self.optim, self.trainer.estimated_stepping_batches)
 
 
-__all__ = ["EmbeddingModule", "StrategyFactory"]
+def evaluate_blocks(
+    metric: BlockEvaluation, batch: dict[str, Tensor], logits: Tensor, targets: Tensor, **extra: Tensor
+) -> None:
+    """Add an evaluation batch's per-token loss and accuracy (and ``extra`` per-token values) to ``metric``.
+
+    ``logits`` and ``targets`` are those of the labelled positions (``labels != -100``) in row order.
+    """
+    if "index" not in batch:
+        raise ValueError("evaluation batches need each block's row 'index' (CorpusDataModule adds it)")
+    token_rows = (batch["labels"] != -100).nonzero()[:, 0]
+    values = {
+        "loss": nn.functional.cross_entropy(logits.float(), targets, reduction="none"),
+        "accuracy": (logits.argmax(-1) == targets).float(),
+        **extra,
+    }
+    metric.update(batch["index"], token_rows, values)
+
+
+def log_block_evaluation(module: pl.LightningModule, metric: BlockEvaluation, stage: str = "val") -> dict[str, Tensor]:
+    """Log ``{stage}/{name}`` for every figure of ``metric`` (identical on every rank) and reset it."""
+    results = metric.compute()
+    metric.reset()
+    for name in metric.names:
+        if name in results:
+            # identical on every rank already: the mean over ranks (sync_dist) leaves it exactly as it is
+            module.log(f"{stage}/{name}", results[name], prog_bar=name in ("loss", "accuracy"), sync_dist=True)
+    return results
+
+
+__all__ = ["EmbeddingModule", "StrategyFactory", "evaluate_blocks", "log_block_evaluation"]

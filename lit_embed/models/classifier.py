@@ -56,6 +56,8 @@ class SequenceClassifier(EmbeddingModule):
             fitting starts, so validating or testing the fine-tuned checkpoint needs no other file.
     """
 
+    uses_pooler = True
+
     def __init__(
         self,
         task: str,
@@ -146,11 +148,26 @@ class SequenceClassifier(EmbeddingModule):
                 f"pre-training config's model.init_args.encoder, embedding and vocab_size"
             )
         self.load_state_dict(state, strict=False)
+        self.tokenizer = self.tokenizer or facts.get("tokenizer")  # still known once the file is released
         self._pretraining, self._restored = None, True
 
-    def setup(self, stage: str) -> None:
-        if stage == "fit" and self.checkpoint is not None and not self._restored:
+    def restore_pretraining(self) -> None:
+        """Load ``checkpoint`` once when fitting: before the strategy's state is computed or used to
+        encode text (its hash keys and LSH n-grams define the codes the data must have)."""
+        fitting = self._trainer is None or self.trainer.state.fn == TrainerFn.FITTING
+        if fitting and self.checkpoint is not None and not self._restored:
             self.load_pretraining_checkpoint()
+
+    def text_encoder(self, tokenizer: str | None):
+        self.restore_pretraining()
+        return super().text_encoder(tokenizer)
+
+    def prepare_data(self) -> None:
+        self.restore_pretraining()
+        super().prepare_data()
+
+    def setup(self, stage: str) -> None:
+        self.restore_pretraining()
         if stage == "fit":
             seed = os.environ.get("PL_GLOBAL_SEED")
             self.hparams["seed"] = int(seed) if seed is not None else None

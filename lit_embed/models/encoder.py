@@ -93,6 +93,11 @@ class Encoder(nn.Module):
     def has_pooler(self) -> bool:
         return getattr(self.model, "pooler", None) is not None
 
+    def freeze_pooler(self) -> None:
+        """Stop training the pooler (objectives that do not read it); it stays in the model and its counts."""
+        if self.has_pooler:
+            self.model.pooler.requires_grad_(False)
+
     def take_pretrained_word_embeddings(self):
         """The pretrained ``V x d`` word embeddings (once; ``None`` when built from a config)."""
         weight, self.pretrained_word_embeddings = self.pretrained_word_embeddings, None

@@ -1,10 +1,11 @@
-"""Task metrics from torchmetrics, exact under DDP.
+"""Evaluation metrics from torchmetrics, exact under DDP.
 
 A ``DistributedSampler`` pads the evaluation sets with repeated examples so that every rank gets
 the same number of batches; averaging per rank would count those twice. :class:`TaskEvaluation`
-therefore keeps every prediction with its evaluation set and row index, gathers them from all ranks
-(torchmetrics' ``cat`` states), drops repeated ``(set, index)`` pairs, and only then computes the
-metrics, so the figures equal a single-process evaluation of each set exactly once.
+(fine-tuning) therefore keeps every prediction with its evaluation set and row index, gathers them
+from all ranks (torchmetrics' ``cat`` states), drops repeated ``(set, index)`` pairs, and only then
+computes the metrics, so the figures equal a single-process evaluation of each set exactly once.
+:class:`BlockEvaluation` does the same for the pre-training objectives' token-level figures.
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ class TaskEvaluation(Metric):
 
     def compute(self) -> dict[int, dict[str, Tensor]]:
         """``{set_id: {metric: value, "loss": mean loss, "count": examples}}`` over unique examples."""
-        if not self.index:
+        if len(self.index) == 0:  # a list before the sync across ranks, a tensor after it
             return {}
         set_id, index = dim_zero_cat(self.set_id), dim_zero_cat(self.index)
         keep = first_occurrences(set_id * (int(index.max()) + 1) + index)
@@ -85,3 +86,45 @@ def first_occurrences(keys: Tensor) -> Tensor:
     positions = torch.arange(len(keys), device=keys.device)
     first = torch.full((len(unique),), len(keys), dtype=positions.dtype, device=keys.device)
     return first.scatter_reduce(0, inverse, positions, reduce="amin")
+
+
+class BlockEvaluation(Metric):
+    """Token-level means of a pre-training objective over the evaluation blocks, each block once.
+
+    Every update adds, per block (by its row ``index``), the sums of per-token values over the
+    block's labelled tokens and their count; :meth:`compute` gathers all ranks, keeps each block
+    once and divides the totals by the token count: the loss, accuracy and rates of one pass over
+    the evaluation set, weighted by tokens, on any number of devices.
+
+    Args:
+        names: the per-token values, e.g. ``("loss", "accuracy")``.
+    """
+
+    full_state_update = False
+
+    def __init__(self, names: tuple[str, ...]) -> None:
+        super().__init__()
+        self.names = tuple(names)
+        self.add_state("index", default=[], dist_reduce_fx="cat")
+        self.add_state("sums", default=[], dist_reduce_fx="cat")
+
+    def update(self, index: Tensor, token_rows: Tensor, values: dict[str, Tensor]) -> None:
+        """``index``: ``(B,)`` block rows; ``token_rows``: ``(M,)`` the batch row of each labelled token;
+        ``values``: ``(M,)`` per-token values for every name."""
+        columns = [values[name].detach().double() for name in self.names]
+        per_token = torch.stack([*columns, torch.ones_like(columns[0])], dim=1)
+        sums = torch.zeros(len(index), len(self.names) + 1, dtype=torch.float64, device=per_token.device)
+        self.index.append(index)
+        self.sums.append(sums.index_add_(0, token_rows, per_token))
+
+    def compute(self) -> dict[str, Tensor]:
+        """``{name: mean}`` plus ``tokens`` and ``blocks`` (counted once each); empty before any update."""
+        if len(self.index) == 0:  # a list before the sync across ranks, a tensor after it
+            return {}
+        index = dim_zero_cat(self.index)
+        totals = dim_zero_cat(self.sums)[first_occurrences(index)].sum(0)
+        tokens = totals[-1]
+        results = {name: (totals[i] / tokens.clamp_min(1)).float() for i, name in enumerate(self.names)}
+        results["tokens"] = tokens
+        results["blocks"] = torch.tensor(float(len(torch.unique(index))), device=tokens.device)
+        return results

@@ -9,8 +9,9 @@ from torch import Tensor, nn
 
 from lit_embed.data.collate import MaskedLMCollator
 from lit_embed.embeddings.text import TextEncoder
-from lit_embed.models.base import EmbeddingModule, StrategyFactory
+from lit_embed.models.base import EmbeddingModule, StrategyFactory, evaluate_blocks, log_block_evaluation
 from lit_embed.models.encoder import Encoder
+from lit_embed.models.metrics import BlockEvaluation
 from lit_embed.models.optim import OptimConfig
 
 
@@ -46,9 +47,11 @@ class MaskedLM(EmbeddingModule):
         )
         self.decoder = None if tie_decoder else nn.Linear(hidden, vocab_size, bias=False)
         self.decoder_bias = nn.Parameter(torch.zeros(vocab_size))
+        self.val_blocks = BlockEvaluation(("loss", "accuracy"))
 
-    def collator(self, text_encoder: TextEncoder) -> MaskedLMCollator:
-        return MaskedLMCollator(text_encoder, self.embedding.code_sampler(), self.mask_prob)
+    def collator(self, text_encoder: TextEncoder, seed: int | None = None) -> MaskedLMCollator:
+        """Masking for training, or with ``seed`` the deterministic per-block masking of evaluation."""
+        return MaskedLMCollator(text_encoder, self.embedding.code_sampler(), self.mask_prob, seed=seed)
 
     def forward(self, batch: dict[str, Tensor]) -> tuple[Tensor, Tensor, Tensor]:
         """Loss, logits at the predicted positions, and their labels."""
@@ -59,7 +62,8 @@ class MaskedLM(EmbeddingModule):
         logits = self.embedding.decoder_logits(states) if self.decoder is None else self.decoder(states)
         logits = logits + self.decoder_bias
         targets = labels[predicted]
-        loss = nn.functional.cross_entropy(logits.float(), targets) if len(targets) else hidden.sum() * 0.0
+        # Without targets the loss still reaches every trainable parameter (zero gradients), as DDP requires.
+        loss = nn.functional.cross_entropy(logits.float(), targets) if len(targets) else logits.sum() * 0.0
         return loss, logits, targets
 
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
@@ -69,14 +73,13 @@ class MaskedLM(EmbeddingModule):
         return loss
 
     def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
-        loss, logits, targets = self(batch)
-        self.log("val/loss", loss, prog_bar=True, sync_dist=True, batch_size=max(1, len(targets)))
-        self.log("val/accuracy", _accuracy(logits, targets), sync_dist=True, batch_size=max(1, len(targets)))
+        _, logits, targets = self(batch)
+        evaluate_blocks(self.val_blocks, batch, logits, targets)
 
     def on_validation_epoch_end(self) -> None:
-        loss = self.trainer.callback_metrics.get("val/loss")
-        if loss is not None:
-            self.log("val/perplexity", math.exp(min(float(loss), 50.0)))
+        results = log_block_evaluation(self, self.val_blocks)
+        if "loss" in results:
+            self.log("val/perplexity", math.exp(min(float(results["loss"]), 50.0)))
 
 
 def _accuracy(logits: Tensor, targets: Tensor) -> Tensor:

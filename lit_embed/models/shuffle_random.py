@@ -7,8 +7,9 @@ from torch import Tensor, nn
 
 from lit_embed.data.collate import ORIGINAL, ShuffleRandomCollator
 from lit_embed.embeddings.text import TextEncoder
-from lit_embed.models.base import EmbeddingModule, StrategyFactory
+from lit_embed.models.base import EmbeddingModule, StrategyFactory, evaluate_blocks, log_block_evaluation
 from lit_embed.models.encoder import Encoder
+from lit_embed.models.metrics import BlockEvaluation
 from lit_embed.models.optim import OptimConfig
 
 
@@ -44,9 +45,11 @@ class ShuffleRandom(EmbeddingModule):
             raise ValueError(f"prob={prob} must lie strictly between 0 and 1")
         self.prob = prob
         self.head = nn.Linear(encoder.hidden_size, 3)
+        self.val_blocks = BlockEvaluation(("loss", "accuracy", "original_rate"))
 
-    def collator(self, text_encoder: TextEncoder) -> ShuffleRandomCollator:
-        return ShuffleRandomCollator(text_encoder, self.embedding.code_sampler(), self.prob)
+    def collator(self, text_encoder: TextEncoder, seed: int | None = None) -> ShuffleRandomCollator:
+        """Corruption for training, or with ``seed`` the deterministic per-block corruption of evaluation."""
+        return ShuffleRandomCollator(text_encoder, self.embedding.code_sampler(), self.prob, seed=seed)
 
     def forward(self, batch: dict[str, Tensor]) -> tuple[Tensor, Tensor, Tensor]:
         """Loss, logits at the labelled (non-special) positions, and their labels."""
@@ -55,7 +58,8 @@ class ShuffleRandom(EmbeddingModule):
         labelled = labels != -100
         logits = self.head(hidden[labelled])
         targets = labels[labelled]
-        loss = nn.functional.cross_entropy(logits.float(), targets) if len(targets) else hidden.sum() * 0.0
+        # Without targets the loss still reaches every trainable parameter (zero gradients), as DDP requires.
+        loss = nn.functional.cross_entropy(logits.float(), targets) if len(targets) else logits.sum() * 0.0
         return loss, logits, targets
 
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
@@ -66,11 +70,11 @@ class ShuffleRandom(EmbeddingModule):
         return loss
 
     def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
-        loss, logits, targets = self(batch)
-        size = max(1, len(targets))
-        self.log("val/loss", loss, prog_bar=True, sync_dist=True, batch_size=size)
-        for name, value in _rates(logits, targets).items():
-            self.log(f"val/{name}", value, prog_bar=name == "accuracy", sync_dist=True, batch_size=size)
+        _, logits, targets = self(batch)
+        evaluate_blocks(self.val_blocks, batch, logits, targets, original_rate=(targets == ORIGINAL).float())
+
+    def on_validation_epoch_end(self) -> None:
+        log_block_evaluation(self, self.val_blocks)
 
 
 def _rates(logits: Tensor, targets: Tensor) -> dict[str, Tensor]:
