@@ -1,4 +1,4 @@
-"""``lit-embed``: LightningCLI for fit/validate/test/predict, plus ``params``.
+"""``lit-embed``: LightningCLI for fit/validate/test/predict, plus ``params`` and ``compress``.
 
 Strategies, data modules and models are chosen by ``class_path`` in YAML; jsonargparse resolves
 them, so a user's own strategy is one class in an importable module and one YAML file.
@@ -67,6 +67,7 @@ def params_main(argv: list[str]) -> int:
 #: Subcommands beside Lightning's fit/validate/test/predict: name -> "module:function(argv) -> int".
 COMMANDS = {
     "params": "lit_embed.cli:params_main",
+    "compress": "lit_embed.compress.command:main",
 }
 
 

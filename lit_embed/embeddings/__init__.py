@@ -3,16 +3,28 @@
 from lit_embed.embeddings.assignment import Assignment, ClusterAssignment, RadixAssignment
 from lit_embed.embeddings.base import EmbeddingStrategy
 from lit_embed.embeddings.dense import DenseEmbedding
+from lit_embed.embeddings.quantized import AdditiveQuantizedEmbedding
+from lit_embed.embeddings.sparse_coded import (
+    PartialEmbedding,
+    PCAEmbedding,
+    SparseCodedEmbedding,
+    UnkEmbedding,
+)
 from lit_embed.embeddings.subspace import SubspaceEmbedding
 from lit_embed.embeddings.text import TextEncoder, VocabTextEncoder
 
 __all__ = [
+    "AdditiveQuantizedEmbedding",
     "Assignment",
     "ClusterAssignment",
     "DenseEmbedding",
     "EmbeddingStrategy",
+    "PCAEmbedding",
+    "PartialEmbedding",
     "RadixAssignment",
+    "SparseCodedEmbedding",
     "SubspaceEmbedding",
     "TextEncoder",
+    "UnkEmbedding",
     "VocabTextEncoder",
 ]
