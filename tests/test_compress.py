@@ -24,6 +24,7 @@ from lit_embed.compress.vocabulary import split_vocabulary
 from lit_embed.embeddings import AdditiveQuantizedEmbedding, PCAEmbedding, SparseCodedEmbedding, UnkEmbedding
 
 from .conftest import CONFIGS, REPO
+from .test_cli import params_json
 
 QUIET = ["--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false"]
 SAMPLE_CORPUS = str(REPO / "lit_embed" / "data" / "sample" / "corpus.txt")
@@ -195,6 +196,7 @@ def test_each_method_end_to_end(method, compressed):
     assert report["cosine"]["common"] == pytest.approx(1.0) or method == "aq"
     assert -1.0 <= report["cosine"]["rare"] <= 1.0
     assert "Table 9" in (out / "report.md").read_text()
+    assert params_json(["params", "--config", str(out / "config.yaml"), "--json"])["embedding_params"] == expected
     assert main(["validate", "--config", str(out / "config.yaml"), "--ckpt_path", str(out / "model.ckpt"),
                  "--trainer.limit_val_batches", "2", *QUIET]) == 0
 

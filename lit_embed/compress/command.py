@@ -151,7 +151,8 @@ def compress(
         (folder / "report.json").write_text(json.dumps(report, indent=2) + "\n")
         (folder / "report.md").write_text(format_report(report))
 
-    write_atomically(target, overwrite, fill)
+    with trusting_remote_code(chosen.trust_remote_code):  # the HuggingFace folder saves the tokenizer too
+        write_atomically(target, overwrite, fill)
     print(format_report(report), end="")
     print(f"Wrote {target}/")
     return report

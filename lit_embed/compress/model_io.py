@@ -20,7 +20,7 @@ from torch import Tensor, nn
 
 from lit_embed.embeddings.base import EmbeddingStrategy
 from lit_embed.embeddings.dense import DenseEmbedding
-from lit_embed.hub import explain_unreachable, resolve_pretrained
+from lit_embed.hub import explain_unreachable, remote_code_trusted, resolve_pretrained
 from lit_embed.models.base import CHECKPOINT_FACTS
 
 INSTANTIATOR = "pytorch_lightning.cli.instantiate_module"
@@ -296,7 +296,9 @@ def write_huggingface(folder: Path, source: Source, strategy: EmbeddingStrategy)
     with torch.no_grad():
         table.weight.copy_(strategy.full_weight().detach().to(table.weight.dtype))
     model.save_pretrained(folder)
-    AutoTokenizer.from_pretrained(resolve_pretrained(source.tokenizer, what="tokenizer")).save_pretrained(folder)
+    tokenizer = AutoTokenizer.from_pretrained(resolve_pretrained(source.tokenizer, what="tokenizer"),
+                                              trust_remote_code=remote_code_trusted())
+    tokenizer.save_pretrained(folder)
     state = {k: v.detach().cpu().contiguous() for k, v in strategy.state_dict().items()}
     save_file(state, str(folder / COMPACT_FILE), metadata={"lit_embed_strategy": json.dumps(strategy_config(strategy)),
                                                          "vocab_size": str(strategy.vocab_size),
