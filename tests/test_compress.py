@@ -109,13 +109,14 @@ def test_additive_quantization_learns_codes_that_rebuild_the_table():
     torch.manual_seed(0)
     centres = torch.randn(4, 16)
     table = centres[torch.arange(256) % 4] + 0.05 * torch.randn(256, 16)
-    options = AQOptions(codebooks=4, codewords=8, epochs=40, lr=1e-2, clip_norm=1.0)
+    options = AQOptions(codebooks=4, codewords=8, epochs=20, lr=1e-2, clip_norm=1.0)
     strategy = additive_quantize(table, options, seed=0)
     assert strategy.codes.dtype == torch.uint8 and int(strategy.codes.max()) < 8
     cosine = F.cosine_similarity(strategy(torch.arange(256)), table).mean()
     assert cosine > 0.9
-    again = additive_quantize(table, options, seed=0)
-    assert torch.equal(again.codes, strategy.codes)  # seeded
+    short = AQOptions(codebooks=4, codewords=8, max_steps=5)
+    first, again = (additive_quantize(table, short, seed=1) for _ in range(2))
+    assert torch.equal(again.codes, first.codes) and torch.equal(again.codebooks, first.codebooks)  # seeded
 
 
 def test_vocabulary_split_keeps_the_most_frequent_and_the_specials():
@@ -249,6 +250,23 @@ def test_offline_example_chooses_k_on_validation_and_tests(finetuned, tmp_path):
     assert report["retention"] == 0.5 and report["vocabulary"]["kept"] == round(0.5 * report["vocabulary"]["seen"])
     assert main(["test", "--config", str(out / "config.yaml"), "--ckpt_path", str(out / "model.ckpt"),
                  "--trainer.limit_test_batches", "2", *QUIET]) == 0
+
+
+def test_a_checkpoint_without_its_config_takes_model_config(tmp_path, capsys):
+    """A checkpoint saved from Python records no config: --model_config names it; --data a full config's data."""
+    from lit_embed.models import Encoder, SequenceClassifier
+
+    experiment = str(CONFIGS / "experiments/sparse_coding/minilm_topics.yaml")
+    model = SequenceClassifier("topics", Encoder(pretrained="all-MiniLM-L6-v2"), vocab_size=30522)
+    torch.save({"state_dict": model.state_dict()}, tmp_path / "bare.ckpt")
+    args = ["--ckpt", str(tmp_path / "bare.ckpt"), "--data", experiment, "--method", "unk", "--out", str(tmp_path / "out")]
+    assert compress(*args) == 2
+    assert "does not record its model config" in capsys.readouterr().err
+    assert compress(*args, "--model_config", experiment) == 0
+    assert read_report(tmp_path / "out")["data"] == f"{experiment} (task topics)"
+    strategy = load_compressed(tmp_path / "out").embedding
+    assert isinstance(strategy, UnkEmbedding)
+    assert torch.equal(strategy.common, model.embedding.weight.detach()[strategy.common_ids()])
 
 
 @pytest.mark.parametrize("preset", sorted((CONFIGS / "compress").glob("*.yaml")), ids=lambda p: p.stem)

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Literal
 
 import pytorch_lightning as pl
+import torch
 import yaml
 
 from lit_embed.compress import methods
@@ -119,10 +120,9 @@ def compress(
         classifier_for(source, task.name, seed)
 
     candidates = fit(method, source.weight, split.common_ids, ks, encoder, hidden, aq or AQOptions(), seed, accelerator)
-    validation = None
+    best, validation = next(iter(candidates)), None
     if len(candidates) > 1:
-        validation = choose_k(source, candidates, chosen, accelerator, limit_val_batches)
-    best = validation["chosen"] if validation else next(iter(candidates))
+        best, validation = choose_k(source, candidates, chosen, accelerator, limit_val_batches)
     strategy = candidates[best]
 
     report = {
@@ -136,7 +136,7 @@ def compress(
                        "special_ids": list(split.special_ids)},
         **counts(source.weight, strategy, source.module if source.module is not None else source.hf_model),
         "cosine": rebuilt_cosines(source.weight, strategy, split.common_ids),
-        "validation": validation and {k: v for k, v in validation.items() if k != "chosen"},
+        "validation": validation,
     }
 
     def fill(folder: Path) -> None:
@@ -177,12 +177,13 @@ def fit(method: str, weight, common_ids, ks: list[int], encoder: VocabTextEncode
         if unk is None:
             raise ValueError(f"tokenizer {encoder.name!r} has no <unk> token: the unk baseline needs one")
         return {None: methods.unk_backoff(weight, common_ids, unk)}
-    device = "cuda" if accelerator in ("auto", "gpu", "cuda") and _cuda() else "cpu"
+    device = "cuda" if accelerator in ("auto", "gpu", "cuda") and torch.cuda.is_available() else "cpu"
     return {None: methods.additive_quantize(weight, aq, seed=seed, device=device)}
 
 
-def choose_k(source: Source, candidates: dict, data: Data, accelerator: str, limit_val_batches: int | None) -> dict:
-    """Validate the model with each candidate embedding and keep the best ``val/score`` (ties: the smaller k)."""
+def choose_k(source: Source, candidates: dict, data: Data, accelerator: str, limit_val_batches: int | None) -> tuple[int, dict]:
+    """Validate the model with each candidate embedding and keep the best ``val/score`` (ties: the smaller k);
+    the scores, and the original model's, go to the report."""
     module = source.module
     original = module.embedding
 
@@ -198,8 +199,8 @@ def choose_k(source: Source, candidates: dict, data: Data, accelerator: str, lim
         baseline = score(original)
     finally:
         module.embedding = original
-    chosen = max(scores, key=lambda k: (scores[k], -k))
-    return {"metric": f"val/score ({module.task.main_metric})", "original": baseline, "scores": scores, "chosen": chosen}
+    best = max(scores, key=lambda k: (scores[k], -k))
+    return best, {"metric": f"val/score ({module.task.main_metric})", "original": baseline, "scores": scores}
 
 
 def check_k_choosable(source: Source, data: Data) -> None:
@@ -255,12 +256,6 @@ def _file_texts(files: list[str]) -> Iterator[str]:
     for batch in rows.select_columns(columns).iter(batch_size=1000):
         for column in columns:
             yield from (t for t in batch[column] if isinstance(t, str))
-
-
-def _cuda() -> bool:
-    import torch
-
-    return torch.cuda.is_available()
 
 
 def parser():

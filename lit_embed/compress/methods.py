@@ -52,15 +52,14 @@ def lle_weights(targets: Tensor, neighbours: Tensor) -> Tensor:
     """Weights ``(n, k)`` summing to 1 that best rebuild each target ``(n, d)`` from its neighbours ``(n, k, d)``.
 
     The paper's eq. 2: ``w = C^-1 1 / (1^T C^-1 1)`` with the local Gram matrix
-    ``C_jl = (y - x_j) . (y - x_l)``, solved for all targets at once in float64.
+    ``C_jl = (y - x_j) . (y - x_l)``, built in float32 and solved for all targets at once in float64.
     """
-    offsets = neighbours.double() - targets.double().unsqueeze(1)
-    gram = offsets @ offsets.transpose(1, 2)
+    offsets = neighbours.float() - targets.float().unsqueeze(1)
+    gram = (offsets @ offsets.transpose(1, 2)).double()
     k = gram.shape[-1]
-    eye = torch.eye(k, dtype=gram.dtype)
     ridge = LLE_RIDGE * gram.diagonal(dim1=1, dim2=2).mean(-1) + 1e-12
-    solved = torch.linalg.solve(gram + ridge[:, None, None] * eye, torch.ones(len(gram), k, 1, dtype=gram.dtype))
-    solved = solved.squeeze(-1)
+    regularised = gram + ridge[:, None, None] * torch.eye(k, dtype=gram.dtype)
+    solved = torch.linalg.solve(regularised, torch.ones(len(gram), k, 1, dtype=gram.dtype)).squeeze(-1)
     return solved / solved.sum(-1, keepdim=True)
 
 

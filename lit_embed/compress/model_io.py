@@ -81,7 +81,11 @@ def _load_checkpoint(path: Path, model_config: str | None, untie: bool) -> Sourc
         raise ValueError(f"{str(path)!r} holds no state_dict: give a checkpoint written by `lit-embed fit`")
     config = _model_config(raw, path, model_config)
     module = build_from_config(pl.LightningModule, config, "model")
-    module.load_state_dict(raw["state_dict"])
+    try:
+        module.load_state_dict(raw["state_dict"])
+    except RuntimeError as error:
+        raise ValueError(f"checkpoint {str(path)!r} does not fit its model config ({str(error)[:300]}): pass "
+                         f"--model_config FILE, the config it was trained with") from error
     if not isinstance(getattr(module, "embedding", None), EmbeddingStrategy):
         raise ValueError(f"checkpoint {str(path)!r} holds a {type(module).__name__}, which has no lit-embed embedding strategy")
     if not isinstance(module.embedding, DenseEmbedding):
@@ -92,7 +96,8 @@ def _load_checkpoint(path: Path, model_config: str | None, untie: bool) -> Sourc
     facts = raw.get(CHECKPOINT_FACTS) or {}
     tokenizer = facts.get("tokenizer") or getattr(module, "expected_tokenizer", None)
     if tokenizer is None:
-        raise ValueError(f"checkpoint {str(path)!r} does not record its tokenizer: fine-tune it with lit-embed >= 0.1")
+        raise ValueError(f"checkpoint {str(path)!r} does not record its tokenizer: fine-tune it with `lit-embed fit`, "
+                         f"which records it")
     if getattr(module, "tie_decoder", False):
         if not untie:
             raise ValueError(f"checkpoint {str(path)!r} cannot be compressed as it is: {TIED_EXPLANATION}. "
@@ -132,10 +137,8 @@ def _as_config(hparams: dict) -> dict:
 
 
 def _plain(value: Any) -> Any:
-    if isinstance(value, (Path, os.PathLike)):
+    if isinstance(value, os.PathLike):
         return str(value)
-    if isinstance(value, tuple):
-        return list(value)
     raise TypeError(f"cannot record {value!r} in a config")
 
 
