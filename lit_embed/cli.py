@@ -1,4 +1,5 @@
-"""``lit-embed``: LightningCLI for fit/validate/test/predict, plus ``params``, ``report`` and ``analyze``.
+"""``lit-embed``: LightningCLI for fit/validate/test/predict, plus ``params``, ``report``, ``analyze``
+and ``compress``.
 
 Strategies, data modules and models are chosen by ``class_path`` in YAML; jsonargparse resolves
 them, so a user's own strategy is one class in an importable module and one YAML file.
@@ -15,6 +16,7 @@ import pytorch_lightning as pl
 from pytorch_lightning.cli import LightningCLI
 
 from lit_embed.accounting import format_report, parameter_report
+from lit_embed.hub import shapes_only
 
 USER_ERRORS = (ValueError, FileNotFoundError, OSError, RuntimeError, KeyError)
 
@@ -58,7 +60,8 @@ class ModelOnlyCLI(LitEmbedCLI):
 def params_main(argv: list[str]) -> int:
     as_json = "--json" in argv
     rest = [a for a in argv if a != "--json"]
-    cli = ModelOnlyCLI(args=rest, run=False)
+    with shapes_only():
+        cli = ModelOnlyCLI(args=rest, run=False)
     report = parameter_report(cli.model)
     print(json.dumps(report, indent=2) if as_json else format_report(report))
     return 0
@@ -69,6 +72,7 @@ COMMANDS = {
     "params": "lit_embed.cli:params_main",
     "report": "lit_embed.report:main",
     "analyze": "lit_embed.analysis:main",
+    "compress": "lit_embed.compress.command:main",
 }
 
 

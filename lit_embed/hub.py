@@ -14,6 +14,36 @@ from pathlib import Path
 
 PACKAGED_MINILM = ("all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2")
 _REMOTE_CODE = ContextVar("lit_embed_trust_remote_code", default=False)
+_SHAPE_ONLY = ContextVar("lit_embed_shape_only", default=False)
+
+#: The architecture (HuggingFace config fields) of hub models that shipped configs name, so that
+#: ``lit-embed params`` counts them without the hub; training still downloads their weights.
+KNOWN_ARCHITECTURES = {
+    "distilbert-base-uncased": dict(
+        model_type="distilbert", vocab_size=30522, dim=768, n_layers=6, n_heads=12, hidden_dim=3072,
+        max_position_embeddings=512,
+    ),
+    "line-corporation/line-distilbert-base-japanese": dict(
+        model_type="distilbert", vocab_size=32768, dim=768, n_layers=6, n_heads=12, hidden_dim=3072,
+        max_position_embeddings=512,
+    ),
+}
+
+
+@contextmanager
+def shapes_only() -> Iterator[None]:
+    """Build pretrained encoders named in :data:`KNOWN_ARCHITECTURES` from their shape, with random
+    weights and no download: enough to count parameters."""
+    token = _SHAPE_ONLY.set(True)
+    try:
+        yield
+    finally:
+        _SHAPE_ONLY.reset(token)
+
+
+def known_architecture(name: str) -> dict | None:
+    """The architecture to build ``name`` from inside :func:`shapes_only`, else ``None``."""
+    return KNOWN_ARCHITECTURES.get(name) if _SHAPE_ONLY.get() else None
 
 
 @contextmanager

@@ -137,3 +137,9 @@ def test_unknown_strategy_is_refused(capsys):
         main(["params", *demo_args("--model.init_args.embedding", "lit_embed.embeddings.NoSuchEmbedding")])
     assert exit_info.value.code != 0
     assert "NoSuchEmbedding" in capsys.readouterr().err
+
+
+def test_params_counts_known_hub_models_offline_without_their_weights():
+    # LINE's Japanese DistilBERT (the sparse-coding paper's JGLUE model): Table 8's 25.17M embedding parameters.
+    report = run_params(CONFIGS / "experiments" / "finetune" / "jglue" / "jsts.yaml")
+    assert report["embedding_params"] == 32768 * 768 and report["total_params"] == 68_087_808

@@ -13,10 +13,18 @@ from lit_embed.embeddings.hashformer import (
     HashStrategy,
     ProFormerEmbedding,
 )
+from lit_embed.embeddings.quantized import AdditiveQuantizedEmbedding
+from lit_embed.embeddings.sparse_coded import (
+    PartialEmbedding,
+    PCAEmbedding,
+    SparseCodedEmbedding,
+    UnkEmbedding,
+)
 from lit_embed.embeddings.subspace import SubspaceEmbedding
 from lit_embed.embeddings.text import FittableTextEncoder, TextEncoder, VocabTextEncoder
 
 __all__ = [
+    "AdditiveQuantizedEmbedding",
     "Assignment",
     "ClusterAssignment",
     "DenseEmbedding",
@@ -32,8 +40,12 @@ __all__ = [
     "LSHHasher",
     "MD5Hasher",
     "ProFormerEmbedding",
+    "PCAEmbedding",
+    "PartialEmbedding",
     "RadixAssignment",
+    "SparseCodedEmbedding",
     "SubspaceEmbedding",
     "TextEncoder",
+    "UnkEmbedding",
     "VocabTextEncoder",
 ]

@@ -11,7 +11,7 @@ from typing import Literal
 
 from torch import Tensor, nn
 
-from lit_embed.hub import explain_unreachable, resolve_pretrained
+from lit_embed.hub import explain_unreachable, known_architecture, resolve_pretrained
 
 ARCHITECTURES = {"roberta": "RobertaConfig", "xlm-roberta": "XLMRobertaConfig", "bert": "BertConfig"}
 
@@ -134,6 +134,11 @@ def _load_pretrained(name: str, pooler: bool) -> nn.Module:
     """``AutoModel`` of ``name``, with or without its pooler where the architecture has one."""
     import transformers
 
+    shape = known_architecture(name)
+    if shape is not None:  # counting parameters: the architecture without its weights
+        fields = dict(shape)
+        config = transformers.AutoConfig.for_model(fields.pop("model_type"), **fields)
+        return transformers.AutoModel.from_config(config)
     where = resolve_pretrained(name)
     try:
         config = transformers.AutoConfig.from_pretrained(where)

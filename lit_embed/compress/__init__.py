@@ -1,0 +1,13 @@
+"""Post-hoc compression of a fine-tuned model's embedding (``lit-embed compress``).
+
+Frequency-aware partial sparse coding (Tamura et al., CoNLL 2024) and its baselines: the vocabulary is
+split by token frequency in the fine-tuning data (:mod:`~lit_embed.compress.vocabulary`), a compressed
+strategy is fitted to the dense table (:mod:`~lit_embed.compress.methods`) and the model is written
+back with it (:mod:`~lit_embed.compress.model_io`) beside a report (:mod:`~lit_embed.compress.report`).
+"""
+
+from lit_embed.compress.command import compress
+from lit_embed.compress.methods import AQOptions
+from lit_embed.compress.model_io import load_compact
+
+__all__ = ["AQOptions", "compress", "load_compact"]

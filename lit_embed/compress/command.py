@@ -1,0 +1,276 @@
+"""``lit-embed compress``: post-hoc compression of a fine-tuned model's embedding.
+
+    lit-embed compress --ckpt RUN/checkpoints/last.ckpt --method sparse_coding --retention 0.5 --k 3 --out DIR
+    lit-embed compress --config configs/compress/sparse_coding.yaml --ckpt CKPT --out DIR
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import pytorch_lightning as pl
+import torch
+import yaml
+
+from lit_embed.compress import methods
+from lit_embed.compress.methods import AQOptions
+from lit_embed.compress.model_io import (
+    Source,
+    build_from_config,
+    classifier_for,
+    instantiate,
+    load_source,
+    write_atomically,
+    write_checkpoint,
+    write_huggingface,
+)
+from lit_embed.compress.report import counts, format_report, rebuilt_cosines
+from lit_embed.compress.vocabulary import check_retention, count_tokens, split_vocabulary
+from lit_embed.data.sources import load_files, resolve_file
+from lit_embed.embeddings.text import VocabTextEncoder
+from lit_embed.hub import trusting_remote_code
+
+METHODS = ("sparse_coding", "unk", "pca", "aq")
+CONFIG_SUFFIXES = (".yaml", ".yml")
+
+
+@dataclass
+class Data:
+    """The texts whose token frequencies split the vocabulary, and the task data module if there is one."""
+
+    label: str
+    module: pl.LightningDataModule | None = None
+    config: dict | None = None
+    trust_remote_code: bool = False
+    files: list[str] = field(default_factory=list)
+
+    def stream(self) -> Iterator[str]:
+        if self.module is not None:
+            return self.module.train_texts()
+        return _file_texts(self.files)
+
+
+def compress(
+    ckpt: str,
+    out: str,
+    method: Literal["sparse_coding", "unk", "pca", "aq"] = "sparse_coding",
+    data: str | list[str] | dict | None = None,
+    retention: float = 1.0,
+    k: int | list[int] = 5,
+    model_config: str | None = None,
+    untie: bool = False,
+    aq: AQOptions | None = None,
+    seed: int = 0,
+    accelerator: str = "auto",
+    limit_val_batches: int | None = None,
+    overwrite: bool = False,
+) -> dict:
+    """Compress the input embedding of a fine-tuned model (frequency-aware partial sparse coding or a baseline).
+
+    Args:
+        ckpt: a lit-embed checkpoint written by ``lit-embed fit`` (with a dense embedding), or a HuggingFace
+            model name or folder (``all-MiniLM-L6-v2`` is packaged offline).
+        out: the output folder (written atomically: complete, or absent on error).
+        method: ``sparse_coding`` (the paper's), or a baseline: ``unk`` (rare tokens take ``<unk>``'s row),
+            ``pca`` (rare tokens from k principal components of the common rows), ``aq`` (additive
+            quantization of the whole table, M=32 codebooks of K=16).
+        data: the fine-tuning data whose token frequencies split the vocabulary: a task data config (a
+            YAML file holding a ``class_path``/``init_args`` data module, or a full lit-embed config with a
+            ``data:`` section, or the same inline), or text files (one text per line; csv/tsv/jsonl/parquet:
+            every string column). Default: the data the checkpoint was fine-tuned on.
+        retention: r(V_C), the share of the tokens seen in the data that stay common (0 < r <= 1).
+        k: common tokens per rare token (sparse_coding) or principal components (pca); several values
+            (``[1, 2, 3, 4, 5]``) are each tried and the best on the validation split is kept (the paper's
+            protocol; needs a fine-tuned lit-embed checkpoint and task data).
+        model_config: the config the checkpoint was trained with, for checkpoints that do not record it.
+        untie: give a tied output layer its own copy of the table so the input embedding can be compressed.
+        aq: additive quantization's settings (``--aq.epochs``, ``--aq.max_steps``, ...).
+        seed: seeds AQ's training and the task head given to a HuggingFace model.
+        accelerator: where validation (choosing k) and AQ's training run: ``auto``, ``cpu``, ``gpu``.
+        limit_val_batches: validate on at most this many batches when choosing k (quick runs).
+        overwrite: replace an existing output folder.
+    """
+    started = time.perf_counter()
+    if method not in METHODS:
+        raise ValueError(f"method={method!r} is not known: use one of {list(METHODS)}")
+    check_retention(retention)
+    ks = sorted(set(k)) if isinstance(k, list) else [k]
+    if not ks or min(ks) < 1:
+        raise ValueError(f"k={k} must be at least 1 (the paper: 1 to 5 for sparse coding, 1 to 10 for PCA)")
+    target = Path(out).expanduser()
+    if target.exists() and not overwrite:
+        raise FileExistsError(f"output folder {str(target)!r} exists: choose another --out or pass --overwrite")
+
+    source = load_source(ckpt, model_config, untie)
+    chosen = resolve_data(data, source)
+    if len(ks) > 1 and method in ("sparse_coding", "pca"):
+        check_k_choosable(source, chosen)
+    vocab, hidden = source.weight.shape
+    with trusting_remote_code(chosen.trust_remote_code):
+        encoder = VocabTextEncoder(source.tokenizer, max_vocab_size=vocab)
+    split = split_vocabulary(count_tokens(chosen.stream(), encoder, vocab), retention, encoder.tokenizer.all_special_ids)
+    task = getattr(chosen.module, "task", None)
+    if source.module is None and task is not None:
+        classifier_for(source, task.name, seed)
+
+    candidates = fit(method, source.weight, split.common_ids, ks, encoder, hidden, aq or AQOptions(), seed, accelerator)
+    best, validation = next(iter(candidates)), None
+    if len(candidates) > 1:
+        best, validation = choose_k(source, candidates, chosen, accelerator, limit_val_batches)
+    strategy = candidates[best]
+
+    report = {
+        "source": source.name,
+        "method": method,
+        "data": chosen.label,
+        "retention": retention,
+        "k": best,
+        "vocabulary": {"size": vocab, "hidden": hidden, "seen": split.seen, "kept": split.kept,
+                       "common": len(split.common_ids), "rare": vocab - len(split.common_ids),
+                       "special_ids": list(split.special_ids)},
+        **counts(source.weight, strategy, source.module if source.module is not None else source.hf_model),
+        "cosine": rebuilt_cosines(source.weight, strategy, split.common_ids),
+        "validation": validation,
+    }
+
+    def fill(folder: Path) -> None:
+        if source.module is not None:
+            source.module.embedding = strategy
+            write_checkpoint(folder, source, strategy, chosen.config or source.data_config, run_name=target.name)
+        if source.hf_model is not None:
+            write_huggingface(folder / "hf", source, strategy)
+        report["seconds"] = round(time.perf_counter() - started, 2)
+        report["files"] = {str(p.relative_to(folder)): p.stat().st_size for p in sorted(folder.rglob("*"))
+                           if p.is_file() and p.name in ("model.ckpt", "model.safetensors", "compressed_embedding.safetensors")}
+        (folder / "report.json").write_text(json.dumps(report, indent=2) + "\n")
+        (folder / "report.md").write_text(format_report(report))
+
+    with trusting_remote_code(chosen.trust_remote_code):  # the HuggingFace folder saves the tokenizer too
+        write_atomically(target, overwrite, fill)
+    print(format_report(report), end="")
+    print(f"Wrote {target}/")
+    return report
+
+
+def fit(method: str, weight, common_ids, ks: list[int], encoder: VocabTextEncoder, hidden: int,
+        aq: AQOptions, seed: int, accelerator: str) -> dict:
+    """The compressed strategies to choose from, by k (``None`` where k plays no part)."""
+    common = len(common_ids)
+    if method == "sparse_coding" and max(ks) > common:
+        raise ValueError(f"k={max(ks)} exceeds |V_C|={common}, the common tokens to choose neighbours from: "
+                         f"lower k or raise --retention")
+    if method == "pca" and max(ks) > min(common, hidden):
+        raise ValueError(f"k={max(ks)} exceeds min(|V_C|={common}, hidden={hidden}), the principal components "
+                         f"there are: lower k or raise --retention")
+    if method == "sparse_coding":
+        return methods.sparse_code(weight, common_ids, ks)
+    if method == "pca":
+        return methods.pca_code(weight, common_ids, ks)
+    if method == "unk":
+        unk = encoder.tokenizer.unk_token_id
+        if unk is None:
+            raise ValueError(f"tokenizer {encoder.name!r} has no <unk> token: the unk baseline needs one")
+        return {None: methods.unk_backoff(weight, common_ids, unk)}
+    device = "cuda" if accelerator in ("auto", "gpu", "cuda") and torch.cuda.is_available() else "cpu"
+    return {None: methods.additive_quantize(weight, aq, seed=seed, device=device)}
+
+
+def choose_k(source: Source, candidates: dict, data: Data, accelerator: str, limit_val_batches: int | None) -> tuple[int, dict]:
+    """Validate the model with each candidate embedding and keep the best ``val/score`` (ties: the smaller k);
+    the scores, and the original model's, go to the report."""
+    module = source.module
+    original = module.embedding
+
+    def score(embedding) -> float:
+        module.embedding = embedding
+        trainer = pl.Trainer(accelerator=accelerator, devices=1, logger=False, enable_checkpointing=False,
+                             enable_progress_bar=False, enable_model_summary=False, limit_val_batches=limit_val_batches)
+        trainer.validate(module, datamodule=data.module, verbose=False)
+        return float(trainer.callback_metrics["val/score"])
+
+    try:
+        scores = {k: score(strategy) for k, strategy in candidates.items()}
+        baseline = score(original)
+    finally:
+        module.embedding = original
+    best = max(scores, key=lambda k: (scores[k], -k))
+    return best, {"metric": f"val/score ({module.task.main_metric})", "original": baseline, "scores": scores}
+
+
+def check_k_choosable(source: Source, data: Data) -> None:
+    if source.module is None or source.hf_model is not None or not hasattr(source.module, "task"):
+        raise ValueError("choosing k on the validation split needs a fine-tuned lit-embed classifier checkpoint "
+                         "(a HuggingFace model has no trained task head): give a single --k")
+    if data.module is None or not hasattr(data.module, "eval_set_names"):
+        raise ValueError("choosing k on the validation split needs task data (--data: a task data config), "
+                         "not text files: give a single --k")
+
+
+def resolve_data(data, source: Source) -> Data:
+    """The data as a task data module (from a config) or text files; default the checkpoint's own."""
+    if data is None:
+        if source.data_config is None:
+            raise ValueError(f"{source.name!r} records no fine-tuning data: pass --data (a task data config or text files)")
+        return _task_data(source.data_config, "the checkpoint's fine-tuning data")
+    if isinstance(data, dict):
+        return _task_data(data.get("data", data), "inline data config")
+    files = [data] if isinstance(data, str) else list(data)
+    if len(files) == 1 and Path(files[0]).suffix in CONFIG_SUFFIXES:
+        path = Path(files[0]).expanduser()
+        if not path.is_file():
+            raise FileNotFoundError(f"data config {files[0]!r} does not exist: check the path")
+        config = yaml.safe_load(path.read_text()) or {}
+        config = config.get("data", config) if isinstance(config, dict) else config
+        if isinstance(config, str):  # a full config naming its data piece, relative to itself
+            piece = path.parent / config
+            config = yaml.safe_load(piece.read_text())
+        if not isinstance(config, dict) or "class_path" not in config:
+            raise ValueError(f"{files[0]!r} is not a data config: it needs a class_path (e.g. lit_embed.data.TaskDataModule) "
+                             f"and init_args, or a data: section holding them")
+        return _task_data(config, files[0])
+    for name in files:
+        resolve_file(name)  # a missing or unsupported file fails here, naming it
+    return Data(label="files: " + ", ".join(files), files=files)
+
+
+def _task_data(config: dict, label: str) -> Data:
+    config = {"class_path": config["class_path"], "init_args": dict(config.get("init_args") or {})}
+    module = build_from_config(pl.LightningDataModule, config, "data")
+    if not hasattr(module, "train_texts"):
+        raise ValueError(f"data module {config['class_path']} has no train_texts(): pass --data, text files or a "
+                         f"task data config (lit_embed.data.TaskDataModule)")
+    task = getattr(getattr(module, "task", None), "name", None)
+    return Data(label=f"{label} (task {task})" if task else label, module=module, config=config,
+                trust_remote_code=bool(getattr(module, "trust_remote_code", False)))
+
+
+def _file_texts(files: list[str]) -> Iterator[str]:
+    rows = load_files(files)
+    columns = [name for name, feature in rows.features.items() if getattr(feature, "dtype", None) in ("string", "large_string")]
+    for batch in rows.select_columns(columns).iter(batch_size=1000):
+        for column in columns:
+            yield from (t for t in batch[column] if isinstance(t, str))
+
+
+def parser():
+    """The command's arguments (those of :func:`compress`), with ``--config FILE`` and ``--print_config``."""
+    from jsonargparse import ActionConfigFile, ArgumentParser
+
+    parsing = ArgumentParser(prog="lit-embed compress", description=(compress.__doc__ or "").split("\n")[0])
+    parsing.add_argument("--config", action=ActionConfigFile, help="a YAML file of these arguments")
+    parsing.add_function_arguments(compress, as_group=False)
+    return parsing
+
+
+def main(argv: list[str]) -> int:
+    parsing = parser()
+    config = parsing.parse_args(argv)
+    arguments = instantiate(parsing, config)
+    compress(**{k: v for k, v in vars(arguments).items() if k in inspect.signature(compress).parameters})
+    return 0

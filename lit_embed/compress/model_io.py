@@ -1,0 +1,341 @@
+"""What ``lit-embed compress`` reads (a lit-embed checkpoint or a HuggingFace model) and writes.
+
+The output folder is built beside its final place and renamed into it, so it is complete or absent.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytorch_lightning as pl
+import torch
+import yaml
+from torch import Tensor, nn
+
+from lit_embed.embeddings.base import EmbeddingStrategy
+from lit_embed.embeddings.dense import DenseEmbedding
+from lit_embed.hub import explain_unreachable, remote_code_trusted, resolve_pretrained
+from lit_embed.models.base import CHECKPOINT_FACTS
+
+INSTANTIATOR = "pytorch_lightning.cli.instantiate_module"
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".h5", ".msgpack", ".onnx", ".ot", ".ckpt")
+COMPACT_FILE = "compressed_embedding.safetensors"
+TIED_EXPLANATION = (
+    "its output layer is tied to the input embedding. Sparse coding rebuilds rare rows only when they are "
+    "looked up; a tied output layer scores every token against the whole table, so it would score rare tokens "
+    "with rebuilt vectors it was never trained on, and the table could not shrink (the paper's Limitations: "
+    "the method applies to models without weight tying)"
+)
+
+
+@dataclass
+class Source:
+    """The model to compress.
+
+    Attributes:
+        name: what the user gave (a checkpoint path, or a HuggingFace name or folder).
+        weight: its dense ``V x d`` input embedding.
+        tokenizer: the tokenizer whose ids index ``weight``.
+        module: the lit-embed model (``None`` for a HuggingFace model until a task gives it a head).
+        model_config: the module's ``{"class_path", "init_args"}``.
+        data_config: the data config the checkpoint recorded (its fine-tuning data), if any.
+        hf_model: a HuggingFace input as loaded (heads included), written back as a folder.
+        hf_folder: the local folder of a HuggingFace input (its other files are copied along).
+    """
+
+    name: str
+    weight: Tensor
+    tokenizer: str
+    module: pl.LightningModule | None = None
+    model_config: dict | None = None
+    data_config: dict | None = None
+    hf_model: nn.Module | None = None
+    hf_folder: Path | None = None
+
+
+def load_source(name: str, model_config: str | None = None, untie: bool = False) -> Source:
+    """A lit-embed checkpoint (a file) or a HuggingFace model (a folder or hub name)."""
+    path = Path(name).expanduser()
+    if path.is_file():
+        return _load_checkpoint(path, model_config, untie)
+    if path.suffix == ".ckpt" or (name.startswith((".", "/", "~")) and not path.exists()):
+        raise FileNotFoundError(f"checkpoint {name!r} does not exist: check the path")
+    return _load_huggingface(name, untie)
+
+
+def _load_checkpoint(path: Path, model_config: str | None, untie: bool) -> Source:
+    try:
+        raw = torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as error:  # any unpickling failure means: not a checkpoint
+        raise ValueError(
+            f"{str(path)!r} is not a lit-embed checkpoint ({type(error).__name__}: {error}): give a checkpoint "
+            f"written by `lit-embed fit`, or a HuggingFace model name or folder"
+        ) from error
+    if not isinstance(raw, dict) or "state_dict" not in raw:
+        raise ValueError(f"{str(path)!r} holds no state_dict: give a checkpoint written by `lit-embed fit`")
+    config = _model_config(raw, path, model_config)
+    module = build_from_config(pl.LightningModule, config, "model")
+    try:
+        module.load_state_dict(raw["state_dict"])
+    except RuntimeError as error:
+        raise ValueError(f"checkpoint {str(path)!r} does not fit its model config ({str(error)[:300]}): pass "
+                         f"--model_config FILE, the config it was trained with") from error
+    if not isinstance(getattr(module, "embedding", None), EmbeddingStrategy):
+        raise ValueError(f"checkpoint {str(path)!r} holds a {type(module).__name__}, which has no lit-embed embedding strategy")
+    if not isinstance(module.embedding, DenseEmbedding):
+        raise ValueError(
+            f"checkpoint {str(path)!r} has a {type(module.embedding).__name__} embedding; compress reads a dense "
+            f"vocabulary x hidden table (DenseEmbedding): compress a model fine-tuned with the dense strategy"
+        )
+    facts = raw.get(CHECKPOINT_FACTS) or {}
+    tokenizer = facts.get("tokenizer") or getattr(module, "expected_tokenizer", None)
+    if tokenizer is None:
+        raise ValueError(f"checkpoint {str(path)!r} does not record its tokenizer: fine-tune it with `lit-embed fit`, "
+                         f"which records it")
+    if getattr(module, "tie_decoder", False):
+        if not untie:
+            raise ValueError(f"checkpoint {str(path)!r} cannot be compressed as it is: {TIED_EXPLANATION}. "
+                             f"Pass --untie to give the output layer its own copy of the table first")
+        _untie_module(module)
+        config["init_args"]["tie_decoder"] = False
+    if "checkpoint" in config["init_args"]:
+        config["init_args"]["checkpoint"] = None  # its weights are the ones compressed: the start point is not needed
+    data = raw.get("datamodule_hyper_parameters") or None
+    return Source(
+        name=str(path), weight=module.embedding.weight.detach().clone(), tokenizer=tokenizer, module=module,
+        model_config=config, data_config=_as_config(data) if data and "_class_path" in data else None,
+    )
+
+
+def _model_config(raw: dict, path: Path, model_config: str | None) -> dict:
+    """The model's ``{"class_path", "init_args"}``: from ``model_config`` (a lit-embed config file), else
+    as ``lit-embed fit`` recorded it in the checkpoint."""
+    if model_config is not None:
+        from lit_embed.cli import ModelOnlyCLI
+
+        cli = ModelOnlyCLI(args=["--config", model_config], run=False)
+        return yaml.safe_load(cli.parser.dump(cli.config, skip_none=False))["model"]
+    hparams = raw.get("hyper_parameters") or {}
+    if "_class_path" not in hparams:
+        raise ValueError(
+            f"checkpoint {str(path)!r} does not record its model config (it was not written by `lit-embed fit`): "
+            f"pass --model_config FILE, the config it was trained with"
+        )
+    return _as_config(hparams)
+
+
+def _as_config(hparams: dict) -> dict:
+    """Lightning's recorded ``{"_class_path": ..., **init_args}`` as ``{"class_path", "init_args"}``."""
+    init = {k: v for k, v in hparams.items() if not k.startswith("_")}
+    return {"class_path": hparams["_class_path"], "init_args": json.loads(json.dumps(init, default=_plain))}
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, os.PathLike):
+        return str(value)
+    raise TypeError(f"cannot record {value!r} in a config")
+
+
+def build_from_config(base: type, config: dict, key: str):
+    """Instantiate a ``{"class_path", "init_args"}`` config of a subclass of ``base`` as jsonargparse does."""
+    from jsonargparse import ArgumentParser
+
+    parser = ArgumentParser(exit_on_error=False)
+    parser.add_subclass_arguments(base, key, required=True)
+    try:
+        parsed = parser.parse_object({key: config})
+    except Exception as error:  # jsonargparse's ArgumentError: a config that does not fit the class
+        raise ValueError(f"the {key} config does not build ({error}): check {config.get('class_path')}") from error
+    return instantiate(parser, parsed)[key]
+
+
+def instantiate(parser, config):
+    """``parser.instantiate`` (jsonargparse >= 4.49), or its older name ``instantiate_classes``."""
+    return (getattr(parser, "instantiate", None) or parser.instantiate_classes)(config)
+
+
+def _untie_module(module: nn.Module) -> None:
+    """Give a tied MLM decoder its own copy of the dense table."""
+    weight = module.embedding.weight.detach().clone()
+    module.decoder = nn.Linear(weight.shape[1], weight.shape[0], bias=False)
+    with torch.no_grad():
+        module.decoder.weight.copy_(weight)
+    module.tie_decoder = False
+
+
+def _load_huggingface(name: str, untie: bool) -> Source:
+    import transformers
+
+    where = resolve_pretrained(name)
+    try:
+        config = transformers.AutoConfig.from_pretrained(where)
+        architecture = getattr(transformers, (config.architectures or ["AutoModel"])[0], transformers.AutoModel)
+        model = architecture.from_pretrained(where, config=config)
+    except OSError as error:
+        raise explain_unreachable(name, "model", error) from error
+    table = model.get_input_embeddings()
+    if not isinstance(table, nn.Embedding):
+        raise ValueError(f"{name!r} has no input embedding table (nn.Embedding) to compress: give a BERT-like encoder")
+    output = model.get_output_embeddings()
+    if output is not None and getattr(output, "weight", None) is table.weight:
+        if not untie:
+            raise ValueError(f"{name!r} cannot be compressed as it is: {TIED_EXPLANATION}. Pass --untie to give "
+                             f"the output layer its own copy of the table first")
+        output.weight = nn.Parameter(table.weight.detach().clone())
+        model.config.tie_word_embeddings = False
+    folder = Path(where) if Path(where).is_dir() else None
+    return Source(name=name, weight=table.weight.detach().float().clone(), tokenizer=name, hf_model=model, hf_folder=folder)
+
+
+def classifier_for(source: Source, task: str, seed: int) -> None:
+    """Give a HuggingFace source a lit-embed :class:`SequenceClassifier` for ``task`` (a new, seeded head)."""
+    from lit_embed.models import Encoder, SequenceClassifier
+
+    vocab = source.weight.shape[0]
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        source.module = SequenceClassifier(task, Encoder(pretrained=source.name), vocab_size=vocab, tokenizer=source.tokenizer)
+    source.model_config = {
+        "class_path": "lit_embed.models.SequenceClassifier",
+        "init_args": {
+            "task": task, "vocab_size": vocab, "tokenizer": source.tokenizer, "seed": seed,
+            "encoder": {"class_path": "lit_embed.models.Encoder", "init_args": {"pretrained": source.name}},
+        },
+    }
+
+
+def strategy_config(strategy: EmbeddingStrategy) -> dict:
+    """The strategy as a config: its public class path and the init args beyond the two sizes."""
+    return {"class_path": f"lit_embed.embeddings.{type(strategy).__name__}", "init_args": strategy.init_args()}
+
+
+# -- writing ---------------------------------------------------------------------------------------------
+
+
+def write_atomically(out: Path, overwrite: bool, fill: Callable[[Path], None]) -> None:
+    """Build ``out`` in a temporary folder beside it with ``fill``, then rename it into place.
+
+    On any error the temporary folder is removed and ``out`` is left as it was (absent, or untouched).
+    """
+    out = out.expanduser().absolute()
+    if out.exists() and not overwrite:
+        raise FileExistsError(f"output folder {str(out)!r} exists: choose another --out or pass --overwrite")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    building = out.parent / f".{out.name}.building-{os.getpid()}"
+    shutil.rmtree(building, ignore_errors=True)
+    building.mkdir()
+    try:
+        fill(building)
+        if out.exists():
+            old = out.parent / f".{out.name}.replaced-{os.getpid()}"
+            out.rename(old)
+            building.rename(out)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            building.rename(out)
+    except BaseException:
+        shutil.rmtree(building, ignore_errors=True)
+        raise
+
+
+def write_checkpoint(folder: Path, source: Source, strategy: EmbeddingStrategy, data_config: dict | None,
+                     run_name: str) -> None:
+    """``model.ckpt`` (the compressed lit-embed model) and ``config.yaml`` to validate or test it; those
+    runs log to ``runs/<run_name>/version_N`` with results.json, as every shipped config does."""
+    module = source.module
+    config = json.loads(json.dumps(source.model_config))
+    config["init_args"]["embedding"] = strategy_config(strategy)
+    checkpoint = {
+        "pytorch-lightning_version": pl.__version__,
+        "epoch": 0,
+        "global_step": 0,
+        "state_dict": {k: v.detach().cpu().contiguous() for k, v in module.state_dict().items()},
+        "hparams_name": "kwargs",
+        "hyper_parameters": {"_class_path": config["class_path"], "_instantiator": INSTANTIATOR, **config["init_args"]},
+        CHECKPOINT_FACTS: {
+            "strategy": f"{type(strategy).__module__}.{type(strategy).__qualname__}",
+            "vocab_size": strategy.vocab_size,
+            "hidden_size": strategy.hidden_size,
+            "tokenizer": source.tokenizer,
+        },
+    }
+    if data_config is not None:
+        checkpoint["datamodule_hparams_name"] = "kwargs"
+        checkpoint["datamodule_hyper_parameters"] = {"_class_path": data_config["class_path"],
+                                                     "_instantiator": INSTANTIATOR, **data_config["init_args"]}
+    torch.save(checkpoint, folder / "model.ckpt")
+    document = {"model": config}
+    if data_config is not None:
+        document["data"] = data_config = json.loads(json.dumps(data_config))
+        if data_config["init_args"].get("tokenizer") is None and config["init_args"].get("tokenizer") is not None:
+            # Loggers merge the model's and the data's hyper-parameters and refuse two tokenizers.
+            data_config["init_args"]["tokenizer"] = config["init_args"]["tokenizer"]
+    document["trainer"] = {
+        "accelerator": "auto",
+        "devices": 1,
+        "logger": {"class_path": "pytorch_lightning.loggers.TensorBoardLogger",
+                   "init_args": {"save_dir": "runs", "name": run_name}},
+        "callbacks": [{"class_path": "lit_embed.callbacks.EfficiencyMonitor"},
+                      {"class_path": "lit_embed.callbacks.ResultsWriter"}],
+    }
+    header = (
+        "# Written by `lit-embed compress`: the compressed model (its weights are in model.ckpt beside this file).\n"
+        "#   lit-embed test --config DIR/config.yaml --ckpt_path DIR/model.ckpt\n"
+    )
+    (folder / "config.yaml").write_text(header + yaml.safe_dump(document, sort_keys=False))
+
+
+def write_huggingface(folder: Path, source: Source, strategy: EmbeddingStrategy) -> None:
+    """A HuggingFace folder of the compressed model: the input's files (its model card left out), the
+    rebuilt dense table in its weights (so
+    any HuggingFace tool loads it and computes what the compressed model computes), and the compact form
+    in ``compressed_embedding.safetensors`` (:func:`load_compact`)."""
+    from safetensors.torch import save_file
+    from transformers import AutoTokenizer
+
+    folder.mkdir()
+    if source.hf_folder is not None:
+        for path in sorted(source.hf_folder.rglob("*")):
+            relative = path.relative_to(source.hf_folder)
+            if path.is_file() and path.suffix not in WEIGHT_SUFFIXES and path.name != "README.md" and not any(p.startswith(".") for p in relative.parts):
+                (folder / relative).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(path, folder / relative)
+    model = source.hf_model
+    table = model.get_input_embeddings()
+    with torch.no_grad():
+        table.weight.copy_(strategy.full_weight().detach().to(table.weight.dtype))
+    model.save_pretrained(folder)
+    tokenizer = AutoTokenizer.from_pretrained(resolve_pretrained(source.tokenizer, what="tokenizer"),
+                                              trust_remote_code=remote_code_trusted())
+    tokenizer.save_pretrained(folder)
+    state = {k: v.detach().cpu().contiguous() for k, v in strategy.state_dict().items()}
+    save_file(state, str(folder / COMPACT_FILE), metadata={"lit_embed_strategy": json.dumps(strategy_config(strategy)),
+                                                         "vocab_size": str(strategy.vocab_size),
+                                                         "hidden_size": str(strategy.hidden_size)})
+
+
+def load_compact(path: str | Path) -> EmbeddingStrategy:
+    """The compressed embedding saved in a HuggingFace output folder (or its ``compressed_embedding.safetensors``)."""
+    import importlib
+
+    from safetensors import safe_open
+    from safetensors.torch import load_file
+
+    path = Path(path)
+    if path.is_dir():
+        path = path / COMPACT_FILE
+    with safe_open(str(path), framework="pt") as handle:
+        meta = handle.metadata()
+    config = json.loads(meta["lit_embed_strategy"])
+    module, _, name = config["class_path"].rpartition(".")
+    strategy = getattr(importlib.import_module(module), name)(
+        int(meta["vocab_size"]), int(meta["hidden_size"]), **config["init_args"]
+    )
+    strategy.load_state_dict(load_file(str(path)))
+    return strategy

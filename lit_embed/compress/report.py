@@ -1,0 +1,94 @@
+"""What compression did, in the paper's terms: parameters (Tables 7 and 8), bytes, and how close the
+rebuilt rows are to the original ones (Table 9)."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+from torch.nn import functional as F
+
+from lit_embed.accounting import human
+from lit_embed.embeddings.base import EmbeddingStrategy
+from lit_embed.models.encoder import count_parameters
+
+
+def tensor_bytes(state: dict[str, Tensor]) -> int:
+    """Bytes the tensors take as stored (what a safetensors file of them holds, less its header)."""
+    return sum(t.numel() * t.element_size() for t in state.values())
+
+
+def rebuilt_cosines(weight: Tensor, strategy: EmbeddingStrategy, common_ids: Tensor) -> dict[str, float]:
+    """Mean cosine similarity between each rebuilt row and the original one: over the rare tokens, the
+    common ones and all (the paper's Table 9); and whether every common row is bit-identical."""
+    with torch.no_grad():
+        rebuilt = strategy(torch.arange(weight.shape[0]))
+    cosine = F.cosine_similarity(rebuilt.double(), weight.double(), dim=-1)
+    common = torch.zeros(len(weight), dtype=torch.bool)
+    common[common_ids] = True
+    figures = {
+        "rare": float(cosine[~common].mean()) if (~common).any() else None,
+        "common": float(cosine[common].mean()),
+        "all": float(cosine.mean()),
+    }
+    figures["common_rows_identical"] = bool(torch.equal(rebuilt[common], weight[common].to(rebuilt.dtype)))
+    return figures
+
+
+def counts(weight: Tensor, strategy: EmbeddingStrategy, model) -> dict:
+    """Embedding and total parameters, and tensor bytes, before and after.
+
+    ``model`` holds the dense table still (the lit-embed module, or the HuggingFace model). The total is
+    every parameter of the model, task head included: Table 8 counts DistilBERT's 67.0M that way.
+    """
+    table = weight.numel()
+    after = strategy.num_embedding_parameters()
+    total = count_parameters(model)
+    dense = model.embedding.weight if hasattr(model, "embedding") else model.get_input_embeddings().weight
+    rest = tensor_bytes({k: v for k, v in model.state_dict().items() if v.data_ptr() != dense.data_ptr()})
+    table_bytes, strategy_bytes = table * dense.element_size(), tensor_bytes(strategy.state_dict())
+    return {
+        "parameters": {
+            "embedding": {"before": table, "after": after},
+            "total": {"before": total, "after": total - table + after},
+        },
+        "bytes": {
+            "embedding": {"before": table_bytes, "after": strategy_bytes},
+            "model": {"before": rest + table_bytes, "after": rest + strategy_bytes},
+        },
+    }
+
+
+def format_report(report: dict) -> str:
+    """The report as a short readable text (Markdown)."""
+    v = report["vocabulary"]
+    k = f", k={report['k']}" if report.get("k") is not None else ""
+    lines = [
+        f"# lit-embed compress: {report['method']} (retention {report['retention']}{k})",
+        "",
+        f"- model: {report['source']}",
+        f"- data: {report['data']}",
+        f"- vocabulary {v['size']} x {v['hidden']}: {v['seen']} tokens seen in the data, {v['kept']} kept; "
+        f"common |V_C| = {v['common']} (special tokens included), rare |V_R| = {v['rare']}",
+        "",
+        "| | before | after | after / before |",
+        "| --- | ---: | ---: | ---: |",
+    ]
+    for label, key, group in (("embedding parameters (Table 7)", "embedding", "parameters"),
+                              ("total parameters (Table 8)", "total", "parameters"),
+                              ("embedding bytes", "embedding", "bytes"), ("model bytes", "model", "bytes")):
+        row = report[group][key]
+        lines.append(f"| {label} | {row['before']:,} ({human(row['before'])}) | {row['after']:,} ({human(row['after'])}) "
+                     f"| {100 * row['after'] / row['before']:.2f}% |")
+    c = report["cosine"]
+    rare = "n/a" if c["rare"] is None else f"{c['rare']:.4f}"
+    lines += ["", f"Cosine similarity of rebuilt to original rows (Table 9): rare {rare}, common {c['common']:.4f}, "
+              f"all {c['all']:.4f}; common rows bit-identical: {'yes' if c['common_rows_identical'] else 'no'}."]
+    validation = report.get("validation")
+    if validation:
+        scores = ", ".join(f"k={k}: {s:.4f}" for k, s in validation["scores"].items())
+        lines += ["", f"k chosen on the validation split ({validation['metric']}): original {validation['original']:.4f}; "
+                  f"{scores}; chosen k={report['k']}."]
+    files = report.get("files")
+    if files:
+        lines += ["", "Files: " + ", ".join(f"{name} ({size:,} bytes)" for name, size in files.items()) + "."]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,78 @@
+"""Step 1 of the paper: split the vocabulary by token frequency in the fine-tuning data."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from lit_embed.embeddings.text import VocabTextEncoder
+
+
+@dataclass(frozen=True)
+class VocabularySplit:
+    """Which ids stay common (V_C) and how they were chosen.
+
+    Attributes:
+        common_ids: V_C in increasing id order: the ``kept`` most frequent tokens of the data plus
+            every special token (special tokens always stay common).
+        seen: tokens of the vocabulary that occur in the data at least once.
+        kept: how many of them ``retention`` kept.
+        special_ids: the tokenizer's special tokens.
+    """
+
+    common_ids: torch.Tensor
+    seen: int
+    kept: int
+    special_ids: tuple[int, ...]
+
+
+def count_tokens(texts: Iterable[str], encoder: VocabTextEncoder, vocab_size: int, batch_size: int = 1000) -> np.ndarray:
+    """How often each id occurs in ``texts`` tokenized by ``encoder`` (no special tokens added)."""
+    counts = np.zeros(vocab_size, dtype=np.int64)
+    for batch in _batches(texts, batch_size):
+        ids = [row for row in encoder.encode(batch) if len(row)]
+        if ids:
+            counts += np.bincount(np.concatenate(ids), minlength=vocab_size)[:vocab_size]
+    return counts
+
+
+def split_vocabulary(counts: np.ndarray, retention: float, special_ids: Iterable[int]) -> VocabularySplit:
+    """Keep the ``round(retention * seen)`` most frequent tokens (ties: the smaller id) and the specials.
+
+    ``retention`` is the paper's r(V_C): 1.0 keeps every token seen in the fine-tuning data, 0.5 half.
+    """
+    check_retention(retention)
+    seen = int((counts > 0).sum())
+    if seen == 0:
+        raise ValueError(
+            "no token of the vocabulary occurs in the data (it is empty or has no text): give the training "
+            "texts the model was fine-tuned on (--data: a task data config or text files)"
+        )
+    kept = max(1, math.floor(retention * seen + 0.5))
+    by_frequency = np.argsort(-counts, kind="stable")[:kept]
+    specials = tuple(sorted({int(i) for i in special_ids if 0 <= int(i) < len(counts)}))
+    common = np.union1d(by_frequency, np.asarray(specials, dtype=np.int64))
+    return VocabularySplit(torch.as_tensor(common, dtype=torch.long), seen, kept, specials)
+
+
+def check_retention(retention: float) -> None:
+    if not 0.0 < retention <= 1.0:
+        raise ValueError(
+            f"retention={retention} is outside (0, 1]: it is the share of the tokens seen in the training data "
+            f"that stay common (the paper uses 0.5 to 1.0)"
+        )
+
+
+def _batches(texts: Iterable[str], size: int) -> Iterator[list[str]]:
+    batch: list[str] = []
+    for text in texts:
+        batch.append(text)
+        if len(batch) == size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch

@@ -1,0 +1,385 @@
+"""Post-hoc compression (`lit-embed compress`): the method, its baselines and their accounting, each
+end to end on the packaged MiniLM, the offline example, tied decoders and bad input."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import pytorch_lightning as pl
+import torch
+import yaml
+from torch.nn import functional as F
+
+from lit_embed.accounting import human
+from lit_embed.cli import main
+from lit_embed.compress import AQOptions, load_compact
+from lit_embed.compress.command import parser
+from lit_embed.compress.methods import additive_quantize, pca_code, sparse_code, unk_backoff
+from lit_embed.compress.model_io import build_from_config, load_source
+from lit_embed.compress.report import tensor_bytes
+from lit_embed.compress.vocabulary import split_vocabulary
+from lit_embed.embeddings import AdditiveQuantizedEmbedding, PCAEmbedding, SparseCodedEmbedding, UnkEmbedding
+
+from .conftest import CONFIGS, REPO
+from .test_cli import params_json
+
+QUIET = ["--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false"]
+SAMPLE_CORPUS = str(REPO / "lit_embed" / "data" / "sample" / "corpus.txt")
+
+
+# -- the method -----------------------------------------------------------------------------------------
+
+
+def circle_table() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Three common rows on a circle of the unit sphere (their affine span holds the whole circle), other
+    common rows far away, and one rare row: a point of that circle, scaled to length 2.5."""
+    d, h, r = 16, 0.6, 0.8
+    e = torch.eye(d, dtype=torch.float32)
+    on_circle = lambda angle: h * e[2] + r * (math.cos(angle) * e[0] + math.sin(angle) * e[1])  # noqa: E731
+    rows = [3.0 * on_circle(0.0), 0.5 * on_circle(0.5), 2.0 * on_circle(1.0), -e[2], e[3], -e[0], e[4], 2.5 * on_circle(0.3)]
+    table = torch.stack(rows)
+    return table, torch.arange(7), torch.tensor([7])
+
+
+def test_lle_weights_sum_to_one_and_rebuild_a_vector_in_the_span_of_its_neighbours():
+    table, common, rare = circle_table()
+    strategy = sparse_code(table, common, [3])[3]
+    assert sorted(strategy.neighbours[0].tolist()) == [0, 1, 2]  # the three on the circle, by cosine
+    assert float(strategy.weights.sum()) == pytest.approx(1.0, abs=1e-6)
+    rebuilt = strategy(rare)
+    assert torch.allclose(rebuilt, table[rare], atol=1e-5)
+    assert float(strategy.norms[0]) == pytest.approx(2.5)
+
+    torch.manual_seed(0)
+    table = torch.randn(300, 32)
+    common = torch.arange(0, 300, 3)
+    for k, strategy in sparse_code(table, common, [1, 2, 5]).items():
+        assert torch.allclose(strategy.weights.sum(1), torch.ones(strategy.num_rare), atol=1e-5)
+        cosine = F.normalize(table[strategy.rare_ids()], dim=-1) @ F.normalize(table[common], dim=-1).T
+        assert torch.equal(strategy.neighbours[:, 0].long(), cosine.argmax(1))  # nearest by cosine first
+        rebuilt = strategy(strategy.rare_ids())
+        assert torch.allclose(rebuilt.norm(dim=-1), table[strategy.rare_ids()].norm(dim=-1), atol=1e-5)  # length kept
+        if k == 1:  # one neighbour: its direction at the rare row's length
+            nearest = F.normalize(table[common][strategy.neighbours[:, 0].long()], dim=-1)
+            assert torch.allclose(rebuilt, nearest * table[strategy.rare_ids()].norm(dim=-1, keepdim=True), atol=1e-5)
+
+
+def test_common_rows_stay_bit_identical_and_state_restores_exactly():
+    torch.manual_seed(0)
+    table = torch.randn(200, 24)
+    common = torch.tensor(sorted(set(range(0, 200, 4)) | {3}))
+    fitted = [sparse_code(table, common, [3])[3], pca_code(table, common, [4])[4], unk_backoff(table, common, 3)]
+    ids = torch.randint(0, 200, (4, 9))
+    for strategy in fitted:
+        assert torch.equal(strategy(common), table[common])
+        assert torch.equal(strategy.common_ids(), common)
+        fresh = type(strategy)(200, 24, **strategy.init_args())
+        fresh.load_state_dict(strategy.state_dict())
+        assert torch.equal(fresh(ids), strategy(ids))
+        assert torch.equal(fresh.full_weight(), strategy(torch.arange(200)))
+    unk = fitted[2]
+    assert torch.equal(unk(unk.rare_ids()), table[3].expand(unk.num_rare, -1))
+
+
+def test_pca_with_every_component_rebuilds_rare_rows_exactly():
+    torch.manual_seed(0)
+    table = torch.randn(120, 8)
+    strategy = pca_code(table, torch.arange(60), [8])[8]
+    assert torch.allclose(strategy(torch.arange(60, 120)), table[60:], atol=1e-4)
+
+
+def test_parameter_accounting_follows_the_paper():
+    # Table 8, QNLI at r(V_C)=1.0: |V_C|=26180 (Table 1), k=2 -> 20.13M embedding parameters of DistilBERT.
+    qnli = SparseCodedEmbedding(30522, 768, num_common=26180, k=2)
+    assert qnli.num_embedding_parameters() == 26180 * 768 + (2 * 2 + 1) * (30522 - 26180) == 20_127_950
+    assert human(qnli.num_embedding_parameters()) == "20.1M"
+    assert UnkEmbedding(30522, 768, 26180).num_embedding_parameters() == 26180 * 768
+    assert PCAEmbedding(30522, 768, 26180, k=7).num_embedding_parameters() == 26180 * 768 + 8 * 768 + 7 * 4342
+    assert AdditiveQuantizedEmbedding(30522, 768).num_embedding_parameters() == 32 * 16 * 768 + 30522 * 32
+    # bytes as stored: common rows and weights float32, ids int32, codes uint8
+    small = SparseCodedEmbedding(100, 8, num_common=30, k=3)
+    assert tensor_bytes(small.state_dict()) == 30 * 8 * 4 + 100 * 4 + 70 * 3 * 4 + 70 * 3 * 4 + 70 * 4
+    assert tensor_bytes(AdditiveQuantizedEmbedding(100, 8, 4, 16).state_dict()) == 4 * 16 * 8 * 4 + 100 * 4
+
+
+def test_additive_quantization_learns_codes_that_rebuild_the_table():
+    torch.manual_seed(0)
+    centres = torch.randn(4, 16)
+    table = centres[torch.arange(256) % 4] + 0.05 * torch.randn(256, 16)
+    options = AQOptions(codebooks=4, codewords=8, epochs=20, lr=1e-2, clip_norm=1.0)
+    strategy = additive_quantize(table, options, seed=0)
+    assert strategy.codes.dtype == torch.uint8 and int(strategy.codes.max()) < 8
+    cosine = F.cosine_similarity(strategy(torch.arange(256)), table).mean()
+    assert cosine > 0.9
+    short = AQOptions(codebooks=4, codewords=8, max_steps=5)
+    first, again = (additive_quantize(table, short, seed=1) for _ in range(2))
+    assert torch.equal(again.codes, first.codes) and torch.equal(again.codebooks, first.codebooks)  # seeded
+
+
+def test_vocabulary_split_keeps_the_most_frequent_and_the_specials():
+    counts = torch.tensor([0, 5, 0, 9, 1, 5, 0, 2]).numpy()
+    split = split_vocabulary(counts, 0.5, special_ids=[0, 2])
+    assert (split.seen, split.kept) == (5, 3)  # round(0.5 * 5) = 3 (2.5 rounds up)
+    assert split.common_ids.tolist() == [0, 1, 2, 3, 5]  # 9, 5, 5 (ties: smaller id), and the specials
+    assert split_vocabulary(counts, 1.0, []).common_ids.tolist() == [1, 3, 4, 5, 7]
+
+
+# -- end to end on the packaged MiniLM ------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def finetuned(tmp_path_factory) -> Path:
+    """The offline example's fine-tuning (configs/experiments/sparse_coding/minilm_topics.yaml), shortened."""
+    folder = tmp_path_factory.mktemp("minilm_topics")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("HF_HUB_OFFLINE", "1")
+        patch.setenv("HF_DATASETS_OFFLINE", "1")
+        patch.setenv("HF_DATASETS_CACHE", str(folder / "datasets"))
+        patch.chdir(folder)
+        assert main(["fit", "--config", str(CONFIGS / "experiments/sparse_coding/minilm_topics.yaml"),
+                     "--trainer.max_steps", "3", "--trainer.val_check_interval", "3", "--trainer.limit_val_batches", "1",
+                     "--trainer.limit_test_batches", "1", "--trainer.logger", "false", *QUIET]) == 0
+    ckpt = folder / "runs/minilm_topics/checkpoints/last.ckpt"
+    assert ckpt.is_file()
+    return ckpt
+
+
+def compress(*args: str) -> int:
+    return main(["compress", *args])
+
+
+@pytest.fixture(scope="module")
+def compressed(finetuned, tmp_path_factory):
+    """``method -> output folder`` of the fine-tuned MiniLM compressed at retention 0.5 with k=2 (each once)."""
+    folders: dict[str, Path] = {}
+
+    def get(method: str) -> Path:
+        if method not in folders:
+            out = tmp_path_factory.mktemp("compressed") / method
+            assert compress("--ckpt", str(finetuned), "--method", method, "--retention", "0.5", "--k", "2",
+                            "--aq.max_steps", "3", "--out", str(out)) == 0
+            folders[method] = out
+        return folders[method]
+
+    return get
+
+
+def read_report(out: Path) -> dict:
+    return json.loads((out / "report.json").read_text())
+
+
+def load_compressed(out: Path):
+    config = yaml.safe_load((out / "config.yaml").read_text())
+    module = build_from_config(pl.LightningModule, config["model"], "model")
+    module.load_state_dict(torch.load(out / "model.ckpt", map_location="cpu", weights_only=True)["state_dict"])
+    return module.eval()
+
+
+@pytest.mark.parametrize("method", ["sparse_coding", "unk", "pca", "aq"])
+def test_each_method_end_to_end(method, compressed, tmp_path, monkeypatch):
+    out = compressed(method)
+    assert sorted(p.name for p in out.iterdir()) == ["config.yaml", "model.ckpt", "report.json", "report.md"]
+    report = read_report(out)
+    vocab, d, common, rare = (report["vocabulary"][key] for key in ("size", "hidden", "common", "rare"))
+    expected = {"sparse_coding": common * d + 5 * rare, "unk": common * d, "pca": common * d + 3 * d + 2 * rare,
+                "aq": 32 * 16 * d + 32 * vocab}[method]
+    params = report["parameters"]
+    assert params["embedding"] == {"before": vocab * d, "after": expected}
+    assert params["total"]["before"] - params["total"]["after"] == vocab * d - expected
+    assert report["bytes"]["embedding"]["before"] == vocab * d * 4
+    checkpoint = torch.load(out / "model.ckpt", map_location="cpu", weights_only=True)
+    stored = {k.removeprefix("embedding."): v for k, v in checkpoint["state_dict"].items() if k.startswith("embedding.")}
+    assert report["bytes"]["embedding"]["after"] == tensor_bytes(stored)
+    assert report["cosine"]["common_rows_identical"] is (method != "aq")
+    assert report["cosine"]["common"] == pytest.approx(1.0) or method == "aq"
+    assert -1.0 <= report["cosine"]["rare"] <= 1.0
+    assert "Table 9" in (out / "report.md").read_text()
+    assert params_json(["params", "--config", str(out / "config.yaml"), "--json"])["embedding_params"] == expected
+    monkeypatch.chdir(tmp_path)
+    assert main(["validate", "--config", str(out / "config.yaml"), "--ckpt_path", str(out / "model.ckpt"),
+                 "--trainer.limit_val_batches", "2", *QUIET]) == 0
+    results = json.loads((tmp_path / "runs" / method / "version_0" / "results.json").read_text())
+    assert results["parameters"]["embedding_params"] == expected
+
+
+def test_outputs_equal_the_original_on_sentences_of_common_tokens(finetuned, compressed):
+    original = load_source(str(finetuned)).module.eval()
+    model = load_compressed(compressed("sparse_coding"))
+    strategy = model.embedding
+    assert isinstance(strategy, SparseCodedEmbedding) and strategy.k == 2
+    words = [i for i in strategy.common_ids().tolist() if i > 103][:12]
+    codes = torch.tensor([[101, *words, 102], [101, *words[::-1], 102]])
+    batch = {"codes": codes, "attention_mask": torch.ones_like(codes), "token_type_ids": torch.zeros_like(codes)}
+    with torch.no_grad():
+        assert torch.equal(model(batch), original(batch))
+        assert torch.equal(model.encode(batch).last_hidden_state, original.encode(batch).last_hidden_state)
+        batch["codes"][0, 3] = int(strategy.rare_ids()[500])
+        assert not torch.equal(model(batch)[0], original(batch)[0])  # a rare token is approximated
+
+
+def test_huggingface_input_writes_a_huggingface_folder(minilm_path, minilm_matrix, tmp_path):
+    from transformers import AutoModel
+
+    out = tmp_path / "hf_out"
+    assert compress("--ckpt", "all-MiniLM-L6-v2", "--data", SAMPLE_CORPUS, "--retention", "0.8", "--k", "4",
+                    "--out", str(out)) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["hf", "report.json", "report.md"]  # no task: no classifier
+    strategy = load_compact(out / "hf")
+    assert isinstance(strategy, SparseCodedEmbedding) and strategy.k == 4
+    dense = AutoModel.from_pretrained(out / "hf").get_input_embeddings().weight.detach()
+    assert torch.equal(dense, strategy.full_weight().detach())
+    common = strategy.common_ids()
+    assert torch.equal(dense[common], minilm_matrix[common])
+    assert (out / "hf" / "tokenizer.json").is_file() and (out / "hf" / "modules.json").is_file()
+    report = read_report(out)
+    compact = (out / "hf" / "compressed_embedding.safetensors").stat().st_size
+    assert 0 < compact - report["bytes"]["embedding"]["after"] < 4096  # the tensors plus a header
+    assert report["files"]["hf/compressed_embedding.safetensors"] == compact
+
+
+def test_offline_example_chooses_k_on_validation_and_tests(finetuned, tmp_path, monkeypatch):
+    """configs/experiments/sparse_coding/minilm_topics.yaml (fitted above), then configs/compress/sparse_coding.yaml."""
+    out = tmp_path / "sparse_coding_r0.5"
+    assert compress("--config", str(CONFIGS / "compress/sparse_coding.yaml"), "--ckpt", str(finetuned),
+                    "--limit_val_batches", "2", "--out", str(out)) == 0
+    report = read_report(out)
+    validation = report["validation"]
+    assert sorted(validation["scores"]) == ["1", "2", "3", "4", "5"]
+    best = max(validation["scores"].values())
+    assert validation["scores"][str(report["k"])] == best and 0.0 <= validation["original"] <= 1.0
+    assert report["retention"] == 0.5 and report["vocabulary"]["kept"] == round(0.5 * report["vocabulary"]["seen"])
+    monkeypatch.chdir(tmp_path)
+    assert main(["test", "--config", str(out / "config.yaml"), "--ckpt_path", str(out / "model.ckpt"),
+                 "--trainer.limit_test_batches", "2", *QUIET]) == 0
+    assert "test/score" in json.loads((tmp_path / "runs" / out.name / "version_0" / "results.json").read_text())["metrics"]
+
+
+def test_a_checkpoint_without_its_config_takes_model_config(tmp_path, capsys):
+    """A checkpoint saved from Python records no config: --model_config names it; --data a full config's data."""
+    from lit_embed.models import Encoder, SequenceClassifier
+
+    experiment = str(CONFIGS / "experiments/sparse_coding/minilm_topics.yaml")
+    model = SequenceClassifier("topics", Encoder(pretrained="all-MiniLM-L6-v2"), vocab_size=30522)
+    torch.save({"state_dict": model.state_dict()}, tmp_path / "bare.ckpt")
+    args = ["--ckpt", str(tmp_path / "bare.ckpt"), "--data", experiment, "--method", "unk", "--out", str(tmp_path / "out")]
+    assert compress(*args) == 2
+    assert "does not record its model config" in capsys.readouterr().err
+    assert compress(*args, "--model_config", experiment) == 0
+    assert read_report(tmp_path / "out")["data"] == f"{experiment} (task topics)"
+    strategy = load_compressed(tmp_path / "out").embedding
+    assert isinstance(strategy, UnkEmbedding)
+    assert torch.equal(strategy.common, model.embedding.weight.detach()[strategy.common_ids()])
+
+
+@pytest.mark.parametrize("preset", sorted((CONFIGS / "compress").glob("*.yaml")), ids=lambda p: p.stem)
+def test_compress_presets_parse(preset):
+    config = parser().parse_args(["--config", str(preset), "--ckpt", "x.ckpt", "--out", "y"])
+    assert config.method == preset.stem and 0 < config.retention <= 1
+    if preset.stem == "aq":
+        assert (config.aq.codebooks, config.aq.codewords) == (32, 16)
+
+
+# -- tied decoders ----------------------------------------------------------------------------------------
+
+
+def test_a_tied_mlm_decoder_is_refused_unless_untied(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(["fit", "--config", str(CONFIGS / "demo.yaml"), "--model.init_args.embedding",
+                 str(CONFIGS / "embedding/dense.yaml"), "--trainer.max_steps", "1", "--trainer.limit_val_batches", "0",
+                 "--trainer.logger", "false", *QUIET]) == 0
+    ckpt = tmp_path / "runs/demo/checkpoints/last.ckpt"
+    args = ["--ckpt", str(ckpt), "--data", "sample-corpus", "--k", "2", "--out", str(tmp_path / "out")]
+    assert compress(*args) == 2
+    assert "tied to the input embedding" in capsys.readouterr().err and not (tmp_path / "out").exists()
+    assert compress(*args, "--untie", "true") == 0
+    module = load_compressed(tmp_path / "out")
+    assert module.tie_decoder is False and isinstance(module.embedding, SparseCodedEmbedding)
+    dense = torch.load(ckpt, map_location="cpu", weights_only=False)["state_dict"]["embedding.weight"]
+    assert torch.equal(module.decoder.weight.detach(), dense)  # the output layer keeps the whole table
+
+
+def test_a_tied_huggingface_model_is_refused_unless_untied(tmp_path, capsys):
+    from transformers import AutoModelForMaskedLM, AutoTokenizer, BertConfig, BertForMaskedLM
+
+    from lit_embed.hub import resolve_pretrained
+
+    folder = tmp_path / "tiny_mlm"
+    config = BertConfig(vocab_size=30522, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32)
+    torch.manual_seed(0)
+    BertForMaskedLM(config).save_pretrained(folder)
+    AutoTokenizer.from_pretrained(resolve_pretrained("all-MiniLM-L6-v2")).save_pretrained(folder)
+    args = ["--ckpt", str(folder), "--data", "sample-corpus", "--k", "2", "--out", str(tmp_path / "out")]
+    assert compress(*args) == 2
+    assert "Pass --untie" in capsys.readouterr().err
+    assert compress(*args, "--untie", "true") == 0
+    model = AutoModelForMaskedLM.from_pretrained(tmp_path / "out" / "hf")
+    original = BertForMaskedLM.from_pretrained(folder)
+    assert torch.equal(model.get_output_embeddings().weight, original.get_output_embeddings().weight)
+    assert not torch.equal(model.get_input_embeddings().weight, original.get_input_embeddings().weight)
+
+
+# -- bad input: a clear error naming the value and the fix, a non-zero exit, no output folder --------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--retention", "0"], "retention=0.0 is outside (0, 1]"),
+        (["--retention", "1.5"], "retention=1.5 is outside (0, 1]"),
+        (["--k", "0"], "k=0 must be at least 1"),
+        (["--k", "10"], "k=10 exceeds |V_C|=9, the common tokens to choose neighbours from: lower k or raise --retention"),
+        (["--method", "pca", "--k", "10"], "k=10 exceeds min(|V_C|=9, hidden=384)"),
+        (["--data", "EMPTY"], "no token of the vocabulary occurs in the data"),
+        (["--data", "missing.txt"], "data file 'missing.txt' does not exist"),
+        (["--k", "[1,2]"], "choosing k on the validation split needs a fine-tuned lit-embed classifier checkpoint"),
+    ],
+)
+def test_bad_arguments_exit_non_zero_naming_the_fix(args, message, tmp_path, capsys):
+    (tmp_path / "few.txt").write_text("the river . the city\n")  # 4 tokens seen; with the 5 specials |V_C| = 9
+    (tmp_path / "blank.txt").write_text("\n \n")
+    data = ["--data", str(tmp_path / "few.txt")]
+    args = [str(tmp_path / "blank.txt") if a == "EMPTY" else a for a in args]
+    out = tmp_path / "out"
+    assert compress("--ckpt", "all-MiniLM-L6-v2", *data, *args, "--out", str(out)) == 2
+    assert message in capsys.readouterr().err
+    assert not out.exists() and not list(tmp_path.glob(".out.*"))
+
+
+def test_checkpoints_the_method_cannot_read_are_refused(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(["fit", "--config", str(CONFIGS / "demo.yaml"), "--trainer.max_steps", "1", "--trainer.limit_val_batches", "0",
+                 "--trainer.logger", "false", *QUIET]) == 0
+    subspace = tmp_path / "runs/demo/checkpoints/last.ckpt"
+    (tmp_path / "junk.ckpt").write_bytes(b"not a checkpoint")
+    cases = {
+        str(subspace): "has a SubspaceEmbedding embedding; compress reads a dense vocabulary x hidden table",
+        str(tmp_path / "junk.ckpt"): "is not a lit-embed checkpoint",
+        str(tmp_path / "missing.ckpt"): "checkpoint '" + str(tmp_path / "missing.ckpt") + "' does not exist",
+    }
+    for ckpt, message in cases.items():
+        assert compress("--ckpt", ckpt, "--data", "sample-corpus", "--out", str(tmp_path / "out")) == 2
+        assert message in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_output_folder_is_complete_or_untouched(finetuned, tmp_path, monkeypatch, capsys):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "mine.txt").write_text("keep me")
+    args = ["--ckpt", "all-MiniLM-L6-v2", "--data", SAMPLE_CORPUS, "--k", "2", "--out", str(out)]
+    assert compress(*args) == 2
+    assert "exists: choose another --out or pass --overwrite" in capsys.readouterr().err
+
+    def broken(*_args, **_kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr("safetensors.torch.save_file", broken)  # the last file written
+    assert compress(*args, "--overwrite", "true") == 2
+    assert "disk full" in capsys.readouterr().err
+    assert [p.name for p in out.iterdir()] == ["mine.txt"] and not list(tmp_path.glob(".out.*"))
+    monkeypatch.undo()
+    assert compress(*args, "--overwrite", "true") == 0
+    assert (out / "hf").is_dir() and not (out / "mine.txt").exists() and not list(tmp_path.glob(".out.*"))
