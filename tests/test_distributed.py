@@ -170,6 +170,17 @@ def test_a_killed_ddp_run_resumes_at_its_last_step_and_data_position(mlm_runs):
         assert torch.equal(after[rank]["buffers"]["codes"], before[rank]["buffers"]["codes"])
 
 
+def run_ddp_and_one_process(args: list[str], root: Path, monkeypatch) -> tuple[list[dict], dict]:
+    """The probes of ``args`` run under 2-process DDP and in one process; the ranks checked to agree."""
+    output = run_ddp([*args, *callbacks(probe(root / "ddp"))], root)
+    assert not output.startswith("exit"), output[-4000:]
+    monkeypatch.chdir(root)
+    assert main([*args, *callbacks(probe(root / "one"))]) == 0
+    ranks, (single,) = load(root / "ddp"), load(root / "one")
+    check_ranks_agree(ranks)
+    return ranks, single
+
+
 # -- Shuffle+Random with HashFormer-LSH-Proj ----------------------------------------------------------
 
 
@@ -179,12 +190,7 @@ def test_shuffle_random_with_lsh_proj_agrees_across_ranks_and_with_one_process(t
             "--trainer.default_root_dir", str(tmp_path), "--trainer.logger", "false",
             "--trainer.max_steps", "4", "--trainer.val_check_interval", "4", "--trainer.limit_val_batches", "2",
             *GLOBAL_BATCH, *NO_DROPOUT, *QUIET]
-    output = run_ddp([*args, *callbacks(probe(tmp_path / "ddp"))], tmp_path)
-    assert not output.startswith("exit"), output[-4000:]
-    monkeypatch.chdir(tmp_path)
-    assert main([*args, *callbacks(probe(tmp_path / "one"))]) == 0
-    ranks, (single,) = load(tmp_path / "ddp"), load(tmp_path / "one")
-    check_ranks_agree(ranks)
+    ranks, single = run_ddp_and_one_process(args, tmp_path, monkeypatch)
     assert ranks[0]["buffers"]["hasher.ngram_ends"].numel() > 1000  # fitted on rank 0, received by rank 1
     assert torch.equal(ranks[0]["buffers"]["hasher.ngram_bytes"], single["buffers"]["hasher.ngram_bytes"])
     assert ranks[0]["codes"] == ranks[1]["codes"] == single["codes"]  # hash codes match across processes
@@ -202,12 +208,7 @@ def test_finetuning_agrees_across_ranks_and_with_one_process(mlm_runs, clustered
             "--trainer.default_root_dir", str(tmp_path), "--trainer.logger", "false", "--trainer.max_epochs", "1",
             "--trainer.limit_train_batches", "4", "--trainer.limit_val_batches", "2", "--trainer.limit_test_batches", "2",
             *GLOBAL_BATCH, *NO_DROPOUT, *QUIET]
-    output = run_ddp([*args, *callbacks(probe(tmp_path / "ddp"))], tmp_path)
-    assert not output.startswith("exit"), output[-4000:]
-    monkeypatch.chdir(tmp_path)
-    assert main([*args, *callbacks(probe(tmp_path / "one"))]) == 0
-    ranks, (single,) = load(tmp_path / "ddp"), load(tmp_path / "one")
-    check_ranks_agree(ranks)
+    ranks, single = run_ddp_and_one_process(args, tmp_path, monkeypatch)
     pretrained = load(mlm_runs["root"] / "after")[0]["buffers"]["codes"]
     assert torch.equal(ranks[1]["buffers"]["codes"], pretrained)
     check_like_one_process(ranks, single, tolerance=0.1)
