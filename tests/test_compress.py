@@ -383,3 +383,12 @@ def test_output_folder_is_complete_or_untouched(finetuned, tmp_path, monkeypatch
     monkeypatch.undo()
     assert compress(*args, "--overwrite", "true") == 0
     assert (out / "hf").is_dir() and not (out / "mine.txt").exists() and not list(tmp_path.glob(".out.*"))
+
+
+@pytest.mark.parametrize("path", sorted((CONFIGS / "compress").glob("*.yaml")), ids=lambda p: p.stem)
+def test_every_compress_config_parses_into_its_method(path):
+    from lit_embed.compress.command import instantiate, parser
+
+    parsing = parser()
+    arguments = instantiate(parsing, parsing.parse_args(["--config", str(path), "--ckpt", "CKPT", "--out", "OUT"]))
+    assert arguments.method == path.stem and 0.0 < arguments.retention <= 1.0
