@@ -413,6 +413,14 @@ def cli_fit(tmp_path: Path, *extra: str) -> int:
     return main(args)
 
 
+def test_a_named_data_tokenizer_fits_with_a_logger(tmp_path, monkeypatch):
+    """Loggers merge the model's and the data's hyper-parameters by name and refuse two values of one key."""
+    monkeypatch.chdir(tmp_path)
+    assert cli_fit(tmp_path, "--trainer.fast_dev_run", "false", "--trainer.max_steps", "1", "--trainer.limit_val_batches", "1",
+                   "--trainer.limit_test_batches", "1", "--trainer.enable_progress_bar", "false") == 0
+    assert list((tmp_path / "runs").rglob("events.out.tfevents*"))
+
+
 @pytest.mark.parametrize(
     ("extra", "message"),
     [

@@ -200,11 +200,11 @@ def classifier_for(source: Source, task: str, seed: int) -> None:
     vocab = source.weight.shape[0]
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        source.module = SequenceClassifier(task, Encoder(pretrained=source.name), vocab_size=vocab, tokenizer=source.tokenizer)
+        source.module = SequenceClassifier(task, Encoder(pretrained=source.name), vocab_size=vocab, trained_tokenizer=source.tokenizer)
     source.model_config = {
         "class_path": "lit_embed.models.SequenceClassifier",
         "init_args": {
-            "task": task, "vocab_size": vocab, "tokenizer": source.tokenizer, "seed": seed,
+            "task": task, "vocab_size": vocab, "trained_tokenizer": source.tokenizer, "seed": seed,
             "encoder": {"class_path": "lit_embed.models.Encoder", "init_args": {"pretrained": source.name}},
         },
     }
@@ -272,10 +272,7 @@ def write_checkpoint(folder: Path, source: Source, strategy: EmbeddingStrategy, 
     torch.save(checkpoint, folder / "model.ckpt")
     document = {"model": config}
     if data_config is not None:
-        document["data"] = data_config = json.loads(json.dumps(data_config))
-        if data_config["init_args"].get("tokenizer") is None and config["init_args"].get("tokenizer") is not None:
-            # Loggers merge the model's and the data's hyper-parameters and refuse two tokenizers.
-            data_config["init_args"]["tokenizer"] = config["init_args"]["tokenizer"]
+        document["data"] = data_config
     document["trainer"] = {
         "accelerator": "auto",
         "devices": 1,

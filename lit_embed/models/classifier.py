@@ -52,8 +52,9 @@ class SequenceClassifier(EmbeddingModule):
         optim: default the k-sub-embedding paper's fine-tuning (Table 6).
         seed: the run's seed, for the record: filled in from ``seed_everything`` when fitting starts
             (so checkpoints and logs carry it); it seeds nothing itself.
-        tokenizer: the tokenizer the weights expect, for the record: filled in from the data when
-            fitting starts, so validating or testing the fine-tuned checkpoint needs no other file.
+        trained_tokenizer: the tokenizer the weights expect, for the record: filled in from the data
+            when fitting starts, so validating or testing the fine-tuned checkpoint needs no other file
+            (not ``tokenizer``: loggers merge the model's and the data's hyper-parameters by name).
     """
 
     uses_pooler = True
@@ -70,7 +71,7 @@ class SequenceClassifier(EmbeddingModule):
         baseline_vocab_size: int | None = None,
         baseline_encoder: Encoder | None = None,
         seed: int | None = None,
-        tokenizer: str | None = None,
+        trained_tokenizer: str | None = None,
     ) -> None:
         super().__init__(
             encoder=encoder, embedding=embedding, vocab_size=vocab_size, optim=optim or FINETUNE_OPTIM,
@@ -78,7 +79,7 @@ class SequenceClassifier(EmbeddingModule):
         )
         self.task: Task = get_task(task)
         self.checkpoint = checkpoint  # read when fitting starts, so a fine-tuned model restores without it
-        self.tokenizer = tokenizer
+        self.trained_tokenizer = trained_tokenizer
         hidden = encoder.hidden_size
         config = encoder.config
         dropout = classifier_dropout
@@ -97,8 +98,8 @@ class SequenceClassifier(EmbeddingModule):
         """The tokenizer the weights were trained with: the pretrained encoder's, or the checkpoint's."""
         if self.encoder.pretrained is not None:
             return self.encoder.pretrained
-        if self.tokenizer is not None:  # recorded by an earlier fit (restored from its hyper-parameters)
-            return self.tokenizer
+        if self.trained_tokenizer is not None:  # recorded by an earlier fit (restored from its hyper-parameters)
+            return self.trained_tokenizer
         fitting = self._trainer is None or self.trainer.state.fn == TrainerFn.FITTING
         if self.checkpoint is None or self._restored or not fitting:
             return None
@@ -148,7 +149,7 @@ class SequenceClassifier(EmbeddingModule):
                 f"pre-training config's model.init_args.encoder, embedding and vocab_size"
             )
         self.load_state_dict(state, strict=False)
-        self.tokenizer = self.tokenizer or facts.get("tokenizer")  # still known once the file is released
+        self.trained_tokenizer = self.trained_tokenizer or facts.get("tokenizer")  # still known once the file is released
         self._pretraining, self._restored = None, True
 
     def restore_pretraining(self) -> None:
@@ -171,8 +172,8 @@ class SequenceClassifier(EmbeddingModule):
         if stage == "fit":
             seed = os.environ.get("PL_GLOBAL_SEED")
             self.hparams["seed"] = int(seed) if seed is not None else None
-            self.tokenizer = getattr(self.trainer.datamodule, "tokenizer", None) or self.expected_tokenizer
-            self.hparams["tokenizer"] = self.tokenizer
+            self.trained_tokenizer = getattr(self.trainer.datamodule, "tokenizer", None) or self.expected_tokenizer
+            self.hparams["trained_tokenizer"] = self.trained_tokenizer
         super().setup(stage)
 
     # -- forward and steps -----------------------------------------------------------------------
