@@ -28,7 +28,7 @@ class PadCollator:
         first = np.asarray(items[0]["codes"])
         codes = self.pad_code.expand(len(items), longest, *first.shape[1:]).clone()
         for row, item in enumerate(items):
-            codes[row, : lengths[row]] = torch.as_tensor(np.asarray(item["codes"]))
+            codes[row, : lengths[row]] = torch.tensor(np.asarray(item["codes"]))  # a copy: datasets hands out read-only arrays
         positions = torch.arange(longest)[None, :]
         attention = positions < lengths[:, None]
         special = ~attention | (positions == 0) | (positions == (lengths - 1)[:, None])
@@ -37,7 +37,7 @@ class PadCollator:
             if key in items[0] and np.ndim(items[0][key]) == 1:
                 padded = torch.full((len(items), longest), fill, dtype=torch.long)
                 for row, item in enumerate(items):
-                    padded[row, : lengths[row]] = torch.as_tensor(np.asarray(item[key]))
+                    padded[row, : lengths[row]] = torch.tensor(np.asarray(item[key]))
                 batch[key] = padded
         if "index" in items[0]:
             batch["index"] = torch.as_tensor(np.asarray([item["index"] for item in items]), dtype=torch.long)
