@@ -1,7 +1,7 @@
 """Run lit-embed's benchmarks and write their figures beside the baselines measured in the same run.
 
     python tools/bench/run.py                      # every benchmark, on the CPU
-    python tools/bench/run.py cluster mlm_step     # some of them
+    python tools/bench/run.py cluster memory       # some of them
     python tools/bench/run.py --device cuda        # on a GPU, synchronised timings
     python tools/bench/run.py --smoke --no-write   # smallest sizes, nothing written (CI's smoke test)
 
