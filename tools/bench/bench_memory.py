@@ -18,6 +18,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+import torch
+
 TITLE = "Memory: peak training memory and checkpoint bytes of every strategy at XLM-R_S size, against dense"
 STRATEGIES = {
     "dense (baseline)": "dense",
@@ -76,7 +78,7 @@ def run(ctx) -> list[dict]:
     groups = [list(STRATEGIES)] if ctx.smoke else [[label] for label in STRATEGIES]
     rows = []
     for labels in groups:
-        command = [sys.executable, __file__, ctx.device, str(int(ctx.smoke)), *labels]
+        command = [sys.executable, __file__, ctx.device, str(int(ctx.smoke)), str(torch.get_num_threads()), *labels]
         done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "PYTHONWARNINGS": "ignore"})
         if done.returncode:
             raise RuntimeError(f"measuring {labels} failed:\n{done.stderr[-3000:]}")
@@ -89,4 +91,5 @@ def run(ctx) -> list[dict]:
 
 
 if __name__ == "__main__":
-    child(sys.argv[3:], sys.argv[1], sys.argv[2] == "1")
+    torch.set_num_threads(int(sys.argv[3]))
+    child(sys.argv[4:], sys.argv[1], sys.argv[2] == "1")
