@@ -3,14 +3,15 @@ and XLM-R_S with subspace and HashFormer-Proj against dense.
 
 What every downstream use runs (a fine-tuned classifier adds one small head): the strategy turns a
 batch of 32 x 128 codes into vectors and the encoder (`configs/backbone/{roberta_s,xlmr_s}.yaml`)
-reads them. The models of one backbone take turns batch by batch (a warm-up, then 5 rounds, medians).
+reads them (on a GPU in fp16 autocast). The models of one backbone take turns batch by batch (a
+warm-up, then 5 rounds, medians).
 """
 
 from __future__ import annotations
 
 import torch
 
-from builders import batch, compose
+from builders import autocast, batch, compose
 from harness import time_interleaved
 
 TITLE = "Inference time per sample: subspace and HashFormer-Proj against dense"
@@ -23,7 +24,7 @@ def forward_timer(model, data: dict, ctx):
     data = {k: v.to(ctx.device) for k, v in data.items()}
 
     def forward():
-        with torch.inference_mode():
+        with torch.inference_mode(), autocast(ctx):
             model.encode(data)
 
     return forward

@@ -1,12 +1,13 @@
 """Peak memory of training each strategy at XLM-R_S size, and checkpoint bytes on disk, against dense.
 
 Each strategy pre-trains XLM-R_S (`configs/backbone/xlmr_s.yaml`, vocabulary 250002) with
-Shuffle+Random, the objective every strategy supports, through the Lightning Trainer: 2 steps of
-32 x 128 tokens (the second holds weights, gradients, AdamW's state and activations at once), each
-strategy in a process of its own so that peaks do not mix. Peak memory: the process's peak resident
-set size on the CPU (it includes what PyTorch and the libraries take before any model, given as
-"before the model"), CUDA's peak allocated bytes on a GPU. Checkpoints: `trainer.save_checkpoint`,
-everything a resumed run needs (weights, AdamW's state, the strategy's buffers), and weights only.
+Shuffle+Random, the objective every strategy supports, through the Lightning Trainer: 2 steps of 32
+x 128 tokens (the second holds weights, gradients, AdamW's state and activations at once), each
+strategy in a process of its own so that peaks do not mix (on a GPU in fp16 mixed precision, as
+`configs/trainer/gpu.yaml`). Peak memory: the process's peak resident set size on the CPU (it
+includes what PyTorch and the libraries take before any model, given as "before the model"), CUDA's
+peak allocated bytes on a GPU. Checkpoints: `trainer.save_checkpoint`, everything a resumed run
+needs (weights, AdamW's state, the strategy's buffers), and weights only.
 """
 
 from __future__ import annotations
@@ -47,7 +48,9 @@ def measure(label: str, device: str, smoke: bool) -> dict:
     model = compose("ShuffleRandom", "xlmr_s", STRATEGIES[label], 250002, smoke)
     size = (4, 32) if smoke else (32, 128)
     loader = DataLoader([batch(model, size)] * 2, batch_size=None)
-    trainer = pl.Trainer(accelerator="gpu" if device.startswith("cuda") else "cpu", devices=1, max_steps=2, logger=False,
+    gpu = device.startswith("cuda")
+    trainer = pl.Trainer(accelerator="gpu" if gpu else "cpu", devices=[torch.device(device).index or 0] if gpu else 1,
+                         precision="16-mixed" if gpu else "32-true", max_steps=2, logger=False,
                          enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
                          callbacks=[monitor])
     trainer.fit(model, train_dataloaders=loader)

@@ -3,7 +3,8 @@ HashFormer-Proj against dense, with MLM and with Shuffle+Random (S+R).
 
 Models are composed from the shipped config pieces (`configs/backbone/{roberta_s,xlmr_s}.yaml`,
 `configs/embedding/{dense,subspace_3,md5_proj}.yaml`) and fed batches of 32 x 128 tokens: MLM with
-RoBERTa masking (15% predicted) and the tied decoder, S+R with its 3-way token head. HashFormer-Proj
+RoBERTa masking (15% predicted) and the tied decoder, S+R with its 3-way token head (on a GPU in
+fp16 mixed precision, as `configs/trainer/gpu.yaml`). HashFormer-Proj
 has no vocabulary to predict, so it pre-trains with S+R only. "gathered decoder" is the subspace
 strategy scoring against the N x d matrix rebuilt from its tables (the base class's default), the
 obvious alternative to its factored decoder. The models of one row group take turns step by step

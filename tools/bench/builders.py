@@ -77,19 +77,28 @@ def batch(model, size: tuple[int, int], seed: int = 0) -> dict:
 
 
 def step_timer(model, data: dict, ctx):
-    """One training step as Lightning runs it (forward, backward, lit-embed's AdamW, schedule), as a function."""
+    """One training step as Lightning runs it (forward, backward, lit-embed's AdamW, schedule), as a
+    function; on a GPU in fp16 mixed precision with a gradient scaler, as ``configs/trainer/gpu.yaml``."""
     from lit_embed.models.optim import configure_adamw
 
     model.to(ctx.device).train()
     data = {k: v.to(ctx.device) for k, v in data.items()}
     configured = configure_adamw(model, model.optim, 10_000)
     optimizer, scheduler = configured["optimizer"], configured["lr_scheduler"]["scheduler"]
+    scaler = torch.amp.GradScaler("cuda", enabled=ctx.device.startswith("cuda"))
 
     def step():
         optimizer.zero_grad(set_to_none=True)
-        loss, _, _ = model(data)
-        loss.backward()
-        optimizer.step()
+        with autocast(ctx):
+            loss, _, _ = model(data)
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
         scheduler.step()
 
     return step
+
+
+def autocast(ctx):
+    """fp16 autocast on a GPU (the papers' mixed precision); nothing on the CPU."""
+    return torch.autocast("cuda", dtype=torch.float16, enabled=ctx.device.startswith("cuda"))
