@@ -6,7 +6,9 @@ x 128 tokens (the second holds weights, gradients, AdamW's state and activations
 strategy in a process of its own so that peaks do not mix (on a GPU in fp16 mixed precision, as
 `configs/trainer/gpu.yaml`). Peak memory: the process's peak resident set size on the CPU (it
 includes what PyTorch and the libraries take before any model, given as "before the model"), CUDA's
-peak allocated bytes on a GPU. Checkpoints: `trainer.save_checkpoint`, everything a resumed run
+peak allocated bytes on a GPU. (The RSS peak is the process's own, VmHWM: `getrusage`'s ru_maxrss
+carries the parent's resident size across fork and exec, so a child of a large parent would report
+the parent's.) Checkpoints: `trainer.save_checkpoint`, everything a resumed run
 needs (weights, AdamW's state, the strategy's buffers), and weights only.
 """
 
@@ -34,6 +36,14 @@ STRATEGIES = {
 }
 
 
+def peak_rss_bytes() -> int:
+    """This process's peak resident set size since its exec (Linux's VmHWM), unlike ru_maxrss not its parent's."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    raise OSError("no VmHWM in /proc/self/status: peak resident memory needs Linux")
+
+
 def measure(label: str, device: str, smoke: bool) -> dict:
     """Train one strategy briefly in this process; its peak memory and checkpoint sizes."""
     import pytorch_lightning as pl
@@ -44,18 +54,19 @@ def measure(label: str, device: str, smoke: bool) -> dict:
     from builders import batch, compose
 
     monitor = EfficiencyMonitor(warmup_steps=0)
-    before = monitor.peak_memory_bytes() if device == "cpu" else 0
+    gpu = device.startswith("cuda")
+    peak = monitor.peak_memory_bytes if gpu else peak_rss_bytes
+    before = 0 if gpu else peak()
     model = compose("ShuffleRandom", "xlmr_s", STRATEGIES[label], 250002, smoke)
     size = (4, 32) if smoke else (32, 128)
     loader = DataLoader([batch(model, size)] * 2, batch_size=None)
-    gpu = device.startswith("cuda")
     trainer = pl.Trainer(accelerator="gpu" if gpu else "cpu", devices=[torch.device(device).index or 0] if gpu else 1,
                          precision="16-mixed" if gpu else "32-true", max_steps=2, logger=False,
                          enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
                          callbacks=[monitor])
     trainer.fit(model, train_dataloaders=loader)
     row = {"strategy": label, "params": model.parameter_counts()["total_params"],
-           "peak memory MB": monitor.peak_memory_bytes() / 2**20}
+           "peak memory MB": peak() / 2**20}
     if before:
         row["before the model, MB"] = before / 2**20
     with tempfile.TemporaryDirectory() as folder:
