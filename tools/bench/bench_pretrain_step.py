@@ -13,6 +13,17 @@ S+R with subspace at least 1.3x faster than with dense. "dense - this" is the ti
 without a decoder, at most the dense table's own cost (its gradient and AdamW update, see the
 embedding step), which is fixed per step while the encoder's grows with the batch; hence XLM-R_S
 S+R again at 4 x 128.
+
+The 1.3x target is out of reach on two CPU cores at 32 x 128, and arithmetic bounds it: subspace
+saves the dense table's own cost, 0.6-0.8 s a step (its 250002 x 512 gradient and fused AdamW
+update; embedding step), while XLM-R_S's encoder needs about 630 GFLOP a step (8 layers of 3.1M
+matmul weights, 4096 tokens, forward + backward), 5-15 s on two cores. At most 1 + 0.8 / 5 = 1.16x
+then; 1.3x needs the encoder's step under 2.7 s, as at 4 x 128. `python tools/bench/profile_step.py`
+(XLM-R_S S+R, dense, 32 x 128, 2 threads, busy machine) shows it: of a 23.7 s step, the encoder's
+matmuls (mm, addmm, bmm) take 13.0 s and dropout's masks (bernoulli_) 1.6 s, while what the dense
+table adds is in fused AdamW (2.3 s against subspace's 1.05 s for the encoder alone) and zeroing its
+gradient (fill_, 0.55 s). The papers' speed-ups are on GPUs, where the encoder's matmuls are cheap
+and the table's memory-bound update weighs more.
 """
 
 from __future__ import annotations
