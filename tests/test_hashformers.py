@@ -162,6 +162,21 @@ def test_add_and_pool_follow_their_equations():
     assert torch.allclose(pool.word_vectors(bits), manual)
 
 
+
+@pytest.mark.parametrize("shape", [(3,), (4, 20)], ids=["few words: gathered", "2^k words or more: weighted codebook"])
+def test_pool_computes_its_equation_and_gradients_at_every_batch_size(shape):
+    pool = HashPool(None, 4, num_bits=16, chunk_bits=5).double()  # 2^5 = 32 codebook rows
+    bits = torch.randint(0, 2, (*shape, 16))
+    chunks = pool.chunks(bits)
+    weights = pool.chunk_weights.softmax(0)
+    manual = sum(weights[j] * pool.codebook[chunks[..., j]] for j in range(4))
+    grad = torch.randn_like(manual)
+    expected = torch.autograd.grad(manual, [pool.codebook, pool.chunk_weights], grad)
+    vectors = pool.word_vectors(bits)
+    assert vectors.shape == (*shape, 4) and torch.allclose(vectors, manual)
+    for got, want in zip(torch.autograd.grad(vectors, [pool.codebook, pool.chunk_weights], grad), expected):
+        assert torch.allclose(got, want)
+
 def test_emb_rows_are_the_specials_then_the_buckets():
     emb = HashEmbedding(None, 4, num_buckets=50265)
     codes = hash_codes(emb, ["hello"])

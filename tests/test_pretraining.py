@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import functools
 from pathlib import Path
 
@@ -103,3 +104,47 @@ def test_demo_loss_falls_and_checkpoint_restores_the_strategy(tmp_path, monkeypa
 def test_full_demo_loss_falls(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     run_demo(tmp_path)
+
+
+def test_adamw_uses_the_fused_kernel_and_matches_the_reference_update():
+    """The fused AdamW (the speed-up of issue 8) takes the same steps as PyTorch's reference loop."""
+    from lit_embed.models.optim import OptimConfig, configure_adamw
+
+    torch.manual_seed(0)
+    fused_model = torch.nn.Sequential(torch.nn.Embedding(50, 8), torch.nn.LayerNorm(8))
+    reference_model = copy.deepcopy(fused_model)
+    config = OptimConfig(lr=1e-2, warmup=0, schedule="constant")
+    fused = configure_adamw(fused_model, config, 10)["optimizer"]
+    assert fused.defaults["fused"]
+    embedding, norm = reference_model
+    reference = torch.optim.AdamW(
+        [{"params": [embedding.weight], "weight_decay": config.weight_decay},
+         {"params": [norm.weight, norm.bias], "weight_decay": 0.0}],
+        lr=config.lr, betas=config.betas, eps=config.eps, foreach=False,
+    )
+    ids = torch.randint(50, (4, 6))
+    for _ in range(3):
+        for model, optimizer in ((fused_model, fused), (reference_model, reference)):
+            optimizer.zero_grad()
+            model(ids).pow(2).sum().backward()
+            optimizer.step()
+    for a, b in zip(fused_model.parameters(), reference_model.parameters()):
+        torch.testing.assert_close(a, b)
+
+
+@pytest.mark.parametrize("clip, precision, fused", [(None, "16-mixed", True), (1.0, "32-true", True), (1.0, "16-mixed", None)])
+def test_fused_adamw_is_left_out_only_where_lightning_cannot_clip_it(clip, precision, fused):
+    from types import SimpleNamespace
+
+    model = MaskedLM(Encoder(hidden_size=16, num_layers=1, num_heads=2, intermediate_size=32), vocab_size=40)
+    model._trainer = SimpleNamespace(gradient_clip_val=clip, precision=precision, estimated_stepping_batches=10)
+    assert model.configure_optimizers()["optimizer"].defaults["fused"] is fused
+
+
+def test_mlm_accuracy_is_the_share_of_targets_scored_highest():
+    from lit_embed.models.mlm import _accuracy
+
+    logits, targets = torch.randn(200, 1000), torch.randint(1000, (200,))
+    targets[:50] = logits[:50].argmax(-1)
+    assert _accuracy(logits, targets) == (logits.argmax(-1) == targets).float().mean()
+    assert _accuracy(logits[:0], targets[:0]) == 0.0

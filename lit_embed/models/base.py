@@ -159,7 +159,11 @@ class EmbeddingModule(pl.LightningModule):
 
     # -- optimisation ----------------------------------------------------------------------------
     def configure_optimizers(self) -> Any:
-        return configure_adamw(self, self.optim, self.trainer.estimated_stepping_batches)
+        # Lightning cannot clip the gradients of a fused optimiser under fp16's gradient scaler (the
+        # optimiser unscales them itself): keep PyTorch's unfused AdamW in that one case.
+        trainer = self.trainer
+        clips_scaled = bool(trainer.gradient_clip_val) and str(trainer.precision) == "16-mixed"
+        return configure_adamw(self, self.optim, trainer.estimated_stepping_batches, fused=not clips_scaled)
 
 
 def evaluate_blocks(

@@ -56,8 +56,17 @@ def lr_factor(step: int, warmup: int, total: int, schedule: str, num_cycles: int
     return 0.5 * (1.0 + math.cos(math.pi * ((num_cycles * progress) % 1.0)))
 
 
-def configure_adamw(module: nn.Module, config: OptimConfig, total_steps: float | int):
-    """AdamW (no decay on biases and norms) with a per-step schedule over ``total_steps``."""
+#: Devices with PyTorch's fused AdamW kernel: one pass over each tensor instead of a dozen.
+FUSED_DEVICES = ("cpu", "cuda")
+
+
+def configure_adamw(module: nn.Module, config: OptimConfig, total_steps: float | int, fused: bool = True):
+    """AdamW (no decay on biases and norms) with a per-step schedule over ``total_steps``.
+
+    With ``fused`` the fused kernel is used where the parameters' device has one: PyTorch's default (a loop of
+    elementwise kernels per tensor) spends 1.5 s per step updating XLM-R_S's dense 250002 x 512 table
+    on two CPU cores, the fused one 0.09 s (``tools/bench``: embedding_step).
+    """
     decay, no_decay = [], []
     for name, param in module.named_parameters():
         if not param.requires_grad:
@@ -68,6 +77,7 @@ def configure_adamw(module: nn.Module, config: OptimConfig, total_steps: float |
         lr=config.lr,
         betas=config.betas,
         eps=config.eps,
+        fused=(fused and all(p.device.type in FUSED_DEVICES for p in decay + no_decay)) or None,
     )
     total = int(total_steps) if math.isfinite(total_steps) else 10**9
     warmup = config.warmup_steps(total)

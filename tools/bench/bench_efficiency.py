@@ -4,18 +4,17 @@ EfficiencyMonitor's hooks around forward + backward, against the same steps unme
 On a GPU the monitor synchronises the device before each clock reading, which stops the host from
 queueing the next step's kernels early; this is the price of a correct figure. The monitor's own
 figure (forward + backward per sample) is given beside the whole step's (with the optimiser step).
-Measured and unmeasured steps alternate on one model; figures are means over the repeats.
+Measured and unmeasured steps alternate on one model; step figures are medians, the monitor's its own mean.
 """
 
 from __future__ import annotations
 
-import statistics
-import time
 from types import SimpleNamespace
 
 import torch
 
-from bench_mlm_step import CONFIGS, batch, build
+from builders import CONFIGS, batch, from_config
+from harness import time_interleaved
 
 TITLE = "Time-per-sample measurement: EfficiencyMonitor against unmeasured MLM steps"
 
@@ -45,22 +44,14 @@ def run(ctx) -> list[dict]:
     from lit_embed.callbacks import EfficiencyMonitor
 
     size = (4, 32) if ctx.smoke else (32, 128)
-    warmup, repeat = (1, 1) if ctx.smoke else (2, 7)
-    model = build(CONFIGS / "experiments" / "subspace" / "roberta_s_3se.yaml", ctx.smoke)
+    warmup = 1 if ctx.smoke else 2
+    model = from_config(CONFIGS / "experiments" / "subspace" / "roberta_s_3se.yaml", ctx.smoke)
     data = batch(model, size)
     monitor = EfficiencyMonitor(warmup_steps=warmup)
     monitor.setup(SimpleNamespace(strategy=SimpleNamespace(root_device=torch.device(ctx.device))), model, "fit")
     steps = {"unmeasured (baseline)": step_timer(model, data, ctx), "EfficiencyMonitor": step_timer(model, data, ctx, monitor)}
-    seconds: dict[str, list[float]] = {name: [] for name in steps}
-    for round_ in range(warmup + repeat):
-        for name, step in steps.items():
-            ctx.sync()
-            start = time.perf_counter()
-            step()
-            ctx.sync()
-            if round_ >= warmup:
-                seconds[name].append(time.perf_counter() - start)
-    plain, measured = (statistics.fmean(seconds[name]) for name in steps)
+    timing = time_interleaved(steps, ctx, warmup=warmup, repeat=7)
+    plain, measured = (timing[name]["seconds"] for name in steps)
     timer = monitor.timers["train"]
     label = f"{size[0]}x{size[1]}"
     return [

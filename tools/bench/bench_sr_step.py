@@ -13,16 +13,11 @@ positions (the paper's HuggingFace MLM scores all 512), so S+R gains less here t
 from __future__ import annotations
 
 import statistics
-from pathlib import Path
 
-import numpy as np
-import torch
-
-from bench_mlm_step import step_timer
+from builders import CONFIGS, batch, from_config, step_timer
 from harness import time_call
 
 TITLE = "Pre-training step: HashFormers (Shuffle+Random) against BERT-MLM, BERT-base size"
-CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 VARIANTS = {
     "BERT-MLM, dense (baseline)": "bert_mlm",
     "BERT-S+R, dense": "bert_sr",
@@ -32,33 +27,7 @@ VARIANTS = {
 
 
 def build(name: str, smoke: bool):
-    from lit_embed.cli import ModelOnlyCLI
-
-    args = ["--config", str(CONFIGS / "experiments" / "hashformers" / f"{name}.yaml")]
-    if smoke:  # the tiny backbone, same strategies and objectives
-        args += ["--model.init_args.encoder", str(CONFIGS / "backbone" / "tiny.yaml")]
-    return ModelOnlyCLI(args=args, run=False).model
-
-
-class RobertaIds:
-    """Vocabulary ids of RoBERTa's specials; no tokenizer download needed."""
-
-    def special_code(self, name):
-        return np.asarray({"cls": 0, "pad": 1, "sep": 2, "mask": 50264, "unk": 3}[name])
-
-
-def batch(model, size: tuple[int, int]) -> dict:
-    """A batch of ``size`` for ``model``'s objective: random vocabulary ids, or random hash codes."""
-    torch.manual_seed(0)
-    if model.embedding.vocab_size is None:
-        encoder = model.text_encoder(None)
-        body = model.embedding.code_sampler()((size[1] - 2,)).numpy()
-        items = [{"codes": np.concatenate([encoder.special_code("cls")[None], body, encoder.special_code("sep")[None]])}
-                 for _ in range(size[0])]
-        return model.collator(encoder)(items)
-    rng = np.random.default_rng(0)
-    items = [{"codes": np.r_[0, rng.integers(4, 50000, size[1] - 2), 2]} for _ in range(size[0])]
-    return model.collator(RobertaIds())(items)
+    return from_config(CONFIGS / "experiments" / "hashformers" / f"{name}.yaml", smoke)
 
 
 def run(ctx) -> list[dict]:

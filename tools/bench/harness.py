@@ -49,6 +49,23 @@ def time_call(fn: Callable[[], object], ctx: Context, warmup: int = 2, repeat: i
     return {"seconds": statistics.median(samples), "min_seconds": min(samples), "repeats": repeat}
 
 
+def time_interleaved(calls: dict[str, Callable[[], object]], ctx: Context, warmup: int = 1, repeat: int = 5) -> dict[str, dict]:
+    """:func:`time_call` of several calls taking turns: round r times every call once, so a load change
+    on a shared machine slows all of them alike, and their ratios stay fair."""
+    if ctx.smoke:
+        warmup, repeat = min(warmup, 1), 1
+    samples: dict[str, list[float]] = {name: [] for name in calls}
+    for round_ in range(warmup + repeat):
+        for name, fn in calls.items():
+            ctx.sync()
+            start = time.perf_counter()
+            fn()
+            ctx.sync()
+            if round_ >= warmup:
+                samples[name].append(time.perf_counter() - start)
+    return {name: {"seconds": statistics.median(s), "min_seconds": min(s), "repeats": repeat} for name, s in samples.items()}
+
+
 def environment(ctx: Context) -> dict:
     info = {
         "python": platform.python_version(),

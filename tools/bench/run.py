@@ -1,8 +1,9 @@
 """Run lit-embed's benchmarks and write their figures beside the baselines measured in the same run.
 
     python tools/bench/run.py                      # every benchmark, on the CPU
-    python tools/bench/run.py cluster mlm_step     # some of them
+    python tools/bench/run.py cluster memory       # some of them
     python tools/bench/run.py --device cuda        # on a GPU, synchronised timings
+    python tools/bench/run.py --threads 1          # one torch thread: steadier figures on a busy machine
     python tools/bench/run.py --smoke --no-write   # smallest sizes, nothing written (CI's smoke test)
 
 Each benchmark writes ``results/<name>.<device>.json``; ``RESULTS.md`` is rebuilt from all of them.
@@ -51,12 +52,19 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("names", nargs="*", help=f"benchmarks to run (default all): {', '.join(available())}")
     parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
+    parser.add_argument("--threads", type=int, default=None, help="torch's intra-op threads (default: one per core)")
     parser.add_argument("--smoke", action="store_true", help="smallest sizes, one repeat: checks the suite runs")
     parser.add_argument("--no-write", action="store_true", help="print the tables, write no result files")
     args = parser.parse_args(argv)
     unknown = sorted(set(args.names) - set(available()))
     if unknown:
         parser.error(f"unknown benchmark(s) {unknown}: choose from {available()}")
+    if args.threads is not None:
+        if args.threads < 1:
+            parser.error(f"--threads {args.threads} must be at least 1")
+        import torch
+
+        torch.set_num_threads(args.threads)
     ctx = Context(device=args.device, smoke=args.smoke)
     for name in args.names or available():
         module = importlib.import_module(f"bench_{name}")
@@ -65,7 +73,8 @@ def main(argv: list[str] | None = None) -> int:
         print(markdown_table(rows), flush=True)
         if args.no_write:
             continue
-        command = " ".join(["python tools/bench/run.py", name, *(["--device", args.device] if args.device != "cpu" else [])])
+        options = (["--device", args.device] if args.device != "cpu" else []) + (["--threads", str(args.threads)] if args.threads else [])
+        command = " ".join(["python tools/bench/run.py", name, *options])
         payload = {
             "title": module.TITLE,
             "description": (module.__doc__ or "").strip(),

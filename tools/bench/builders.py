@@ -1,0 +1,104 @@
+"""Models, batches and training steps the benchmarks share, built from the shipped configs."""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+
+import numpy as np
+import torch
+
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+TINY = CONFIGS / "backbone" / "tiny.yaml"
+
+
+def from_config(config: Path, smoke: bool = False):
+    """The model of an experiment config (at smoke size, on the tiny backbone, same strategy and objective)."""
+    from lit_embed.cli import ModelOnlyCLI
+
+    args = ["--config", str(config)]
+    if smoke:
+        args += ["--model.init_args.encoder", str(TINY)]
+    return ModelOnlyCLI(args=args, run=False).model
+
+
+def compose(objective: str, backbone: str, embedding: str, vocab_size: int, smoke: bool = False):
+    """``lit_embed.models.<objective>`` on ``configs/backbone/<backbone>.yaml`` with ``configs/embedding/<embedding>.yaml``.
+
+    ``vocab_size`` is the model's vocabulary; an unlimited-vocabulary (hash) strategy gets it as the
+    dense baseline's instead.
+    """
+    from lit_embed.cli import ModelOnlyCLI
+
+    encoder = TINY if smoke else CONFIGS / "backbone" / f"{backbone}.yaml"
+    strategy = CONFIGS / "embedding" / f"{embedding}.yaml"
+    vocab = "baseline_vocab_size" if unlimited(strategy) else "vocab_size"
+    args = ["--data", str(CONFIGS / "data" / "sample.yaml"), "--model", f"lit_embed.models.{objective}",
+            "--model.init_args.encoder", str(encoder), "--model.init_args.embedding", str(strategy),
+            f"--model.init_args.{vocab}", str(vocab_size)]
+    return ModelOnlyCLI(args=args, run=False).model
+
+
+def unlimited(strategy_config: Path) -> bool:
+    """Whether the strategy of a ``configs/embedding`` file hashes an unlimited vocabulary."""
+    import yaml
+
+    from lit_embed.embeddings import HashStrategy
+
+    module, _, name = yaml.safe_load(strategy_config.read_text())["class_path"].rpartition(".")
+    return issubclass(getattr(importlib.import_module(module), name), HashStrategy)
+
+
+class Specials:
+    """RoBERTa/XLM-R's special ids (``<s>`` 0, ``<pad>`` 1, ``</s>`` 2, ``<unk>`` 3, ``<mask>`` the last id),
+    so no tokenizer is needed."""
+
+    def __init__(self, vocab_size: int) -> None:
+        self.ids = {"cls": 0, "pad": 1, "sep": 2, "unk": 3, "mask": vocab_size - 1}
+
+    def special_code(self, name: str) -> np.ndarray:
+        return np.asarray(self.ids[name])
+
+
+def batch(model, size: tuple[int, int], seed: int = 0) -> dict:
+    """A collated batch of ``size`` (sequences x tokens) for ``model``'s objective: random vocabulary
+    ids between the specials, or a hash strategy's random codes."""
+    torch.manual_seed(seed)
+    if model.embedding.vocab_size is None:
+        encoder = model.text_encoder(None)
+        ends = [encoder.special_code("cls")[None], encoder.special_code("sep")[None]]
+        sampler = model.embedding.code_sampler()
+        items = [{"codes": np.concatenate([ends[0], sampler((size[1] - 2,)).numpy(), ends[1]])} for _ in range(size[0])]
+        return model.collator(encoder)(items)
+    vocab = model.embedding.vocab_size
+    rng = np.random.default_rng(seed)
+    items = [{"codes": np.r_[0, rng.integers(4, vocab - 1, size[1] - 2), 2]} for _ in range(size[0])]
+    return model.collator(Specials(vocab))(items)
+
+
+def step_timer(model, data: dict, ctx):
+    """One training step as Lightning runs it (forward, backward, lit-embed's AdamW, schedule), as a
+    function; on a GPU in fp16 mixed precision with a gradient scaler, as ``configs/trainer/gpu.yaml``."""
+    from lit_embed.models.optim import configure_adamw
+
+    model.to(ctx.device).train()
+    data = {k: v.to(ctx.device) for k, v in data.items()}
+    configured = configure_adamw(model, model.optim, 10_000)
+    optimizer, scheduler = configured["optimizer"], configured["lr_scheduler"]["scheduler"]
+    scaler = torch.amp.GradScaler("cuda", enabled=ctx.device.startswith("cuda"))
+
+    def step():
+        optimizer.zero_grad(set_to_none=True)
+        with autocast(ctx):
+            loss, _, _ = model(data)
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+        scheduler.step()
+
+    return step
+
+
+def autocast(ctx):
+    """fp16 autocast on a GPU (the papers' mixed precision); nothing on the CPU."""
+    return torch.autocast("cuda", dtype=torch.float16, enabled=ctx.device.startswith("cuda"))
