@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import pytorch_lightning as pl
@@ -12,6 +13,22 @@ from pytorch_lightning.utilities.data import extract_batch_size
 
 #: ``ru_maxrss`` is in kibibytes on Linux and in bytes on macOS.
 _RSS_UNIT = 1 if sys.platform == "darwin" else 1024
+
+
+def peak_rss_bytes() -> int | None:
+    """This process's peak resident set size: Linux's VmHWM, its own since exec, where ``ru_maxrss``
+    starts from the parent's at fork (a DDP rank launched by a large rank 0 would report rank 0's)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    except OSError:  # not Linux
+        pass
+    try:
+        import resource
+    except ImportError:  # Windows
+        return None
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * _RSS_UNIT
 
 
 class _Timer:
@@ -121,11 +138,7 @@ class EfficiencyMonitor(pl.Callback):
     def peak_memory_bytes(self) -> int | None:
         if self._device.type == "cuda":
             return int(torch.cuda.max_memory_allocated(self._device))
-        try:
-            import resource
-        except ImportError:  # Windows
-            return None
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * _RSS_UNIT
+        return peak_rss_bytes()
 
     def summary(self, trainer: pl.Trainer) -> dict:
         """The figures so far, reduced over ranks (a collective: every rank must call it)."""

@@ -36,14 +36,6 @@ STRATEGIES = {
 }
 
 
-def peak_rss_bytes() -> int:
-    """This process's peak resident set size since its exec (Linux's VmHWM), unlike ru_maxrss not its parent's."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) * 1024
-    raise OSError("no VmHWM in /proc/self/status: peak resident memory needs Linux")
-
-
 def measure(label: str, device: str, smoke: bool) -> dict:
     """Train one strategy briefly in this process; its peak memory and checkpoint sizes."""
     import pytorch_lightning as pl
@@ -55,7 +47,7 @@ def measure(label: str, device: str, smoke: bool) -> dict:
 
     monitor = EfficiencyMonitor(warmup_steps=0)
     gpu = device.startswith("cuda")
-    peak = monitor.peak_memory_bytes if gpu else peak_rss_bytes
+    peak = monitor.peak_memory_bytes  # CUDA's peak allocated bytes, or this process's peak RSS (VmHWM)
     before = 0 if gpu else peak()
     model = compose("ShuffleRandom", "xlmr_s", STRATEGIES[label], 250002, smoke)
     size = (4, 32) if smoke else (32, 128)
