@@ -15,15 +15,15 @@ embedding step), which is fixed per step while the encoder's grows with the batc
 S+R again at 4 x 128.
 
 The 1.3x target is out of reach on two CPU cores at 32 x 128, and arithmetic bounds it: subspace
-saves the dense table's own cost, 0.6-0.8 s a step (its 250002 x 512 gradient and fused AdamW
-update; embedding step), while XLM-R_S's encoder needs about 630 GFLOP a step (8 layers of 3.1M
-matmul weights, 4096 tokens, forward + backward), 5-15 s on two cores. At most 1 + 0.8 / 5 = 1.16x
-then; 1.3x needs the encoder's step under 2.7 s, as at 4 x 128. `python tools/bench/profile_step.py`
-(XLM-R_S S+R, dense, 32 x 128, 2 threads, busy machine) shows it: of a 23.7 s step, the encoder's
-matmuls (mm, addmm, bmm) take 13.0 s and dropout's masks (bernoulli_) 1.6 s, while what the dense
-table adds is in fused AdamW (2.3 s against subspace's 1.05 s for the encoder alone) and zeroing its
-gradient (fill_, 0.55 s). The papers' speed-ups are on GPUs, where the encoder's matmuls are cheap
-and the table's memory-bound update weighs more.
+saves only the dense table's own cost (its 250002 x 512 gradient and fused AdamW update; embedding
+step), a fixed 0.2-0.3 s a step on a quiet machine, while XLM-R_S's encoder needs about 630 GFLOP a
+step at 32 x 128 (8 layers of 3.1M matmul weights, 4096 tokens, forward + backward), about 4.5 s on
+two cores: 1.04x. At 4 x 128 the encoder's step is about 0.6 s and the same saving gives 1.4x.
+`python tools/bench/profile_step.py` (XLM-R_S S+R, dense, 32 x 128, 2 threads, busy machine) shows
+where a step goes: of 23.7 s, the encoder's matmuls (mm, addmm, bmm) take 13.0 s and dropout's masks
+(bernoulli_) 1.6 s, while what the dense table adds is in fused AdamW (2.3 s against subspace's
+1.05 s for the encoder alone) and zeroing its gradient (fill_, 0.55 s). The papers' speed-ups are on
+GPUs, where the encoder's matmuls are cheap and the table's memory-bound update weighs more.
 """
 
 from __future__ import annotations
