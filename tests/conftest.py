@@ -10,6 +10,10 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 CONFIGS = REPO / "configs"
 
+# Before any test module imports lit_embed: huggingface_hub and datasets read these once, at import,
+# and would otherwise try the network (and wait for its timeouts) in every test.
+os.environ["HF_HUB_OFFLINE"] = os.environ["HF_DATASETS_OFFLINE"] = "1"
+
 
 def go_offline(monkeypatch, tmp_path_factory) -> None:
     """No hub access, and caches that do not leak between test sessions."""
@@ -36,7 +40,6 @@ def minilm_path() -> str:
 
 @pytest.fixture(scope="session")
 def minilm_matrix(minilm_path):
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from lit_embed.embeddings.pretrained import load_embedding_matrix
 
     return load_embedding_matrix(minilm_path)
