@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import datasets
@@ -105,7 +104,6 @@ class CorpusDataModule(ResumableTraining):
         self.num_workers = num_workers
         self.seed = seed
         self.text_encoder: TextEncoder | None = None
-        self._unsaved = False
         self.collate = self.eval_collate = None
         self.train_set = self.val_set = None
         self.train_batch_size = batch_size
@@ -126,9 +124,7 @@ class CorpusDataModule(ResumableTraining):
                     f"data.max_length or raise encoder.max_position_embeddings"
                 )
         encoder = self._shared_text_encoder(module)
-        if self._unsaved and self.trainer is not None and self.trainer.is_global_zero:
-            encoder.save(run_folder(self.trainer))  # the fitted state (LSH n-grams) beside the run
-        self._unsaved = False
+        self.save_fitted_encoder(encoder)
         self.collate = module.collator(encoder) if module is not None else PadCollator(encoder)
         self.eval_collate = module.collator(encoder, seed=self.seed) if module is not None else self.collate
         self.train_batch_size = self.per_device_batch_size(stage)
@@ -188,7 +184,7 @@ class CorpusDataModule(ResumableTraining):
 
     def _fit(self, encoder: FittableTextEncoder) -> None:
         encoder.fit(self._text_stream())  # deterministic, and under DDP done by rank 0 only
-        self._unsaved = True
+        self._unsaved_fit = True
 
     def _text_stream(self) -> Iterator[str]:
         """Every text of the corpus, in order (what a corpus-fitted text encoder learns from)."""
@@ -266,13 +262,6 @@ class CorpusDataModule(ResumableTraining):
         if self.shuffle_buffer:
             blocks = blocks.shuffle(seed=self.seed, buffer_size=self.shuffle_buffer)
         return blocks
-
-
-def run_folder(trainer) -> Path:
-    """The run's folder as ``trainer.log_dir`` names it, without its broadcast (only rank 0 writes there)."""
-    logger = trainer.logger
-    folder = getattr(logger, "log_dir", None) or getattr(logger, "save_dir", None)
-    return Path(folder or trainer.default_root_dir)
 
 
 def text_digest(text) -> bytes:

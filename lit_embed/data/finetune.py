@@ -120,7 +120,6 @@ class TaskDataModule(ResumableTraining):
         self.trust_remote_code = trust_remote_code
         self.num_workers = num_workers
         self.text_encoder: TextEncoder | None = None
-        self._unsaved = False
         self.collate = None
         self.train_set = None
         self.eval_sets: dict[str, dict[str, datasets.Dataset]] = {}
@@ -170,11 +169,7 @@ class TaskDataModule(ResumableTraining):
         module = self.trainer.lightning_module if self.trainer is not None else None
         self._check_module(module)
         encoder = self._text_encoder(module)
-        if self._unsaved and self.trainer is not None:
-            folder = self.trainer.log_dir or self.trainer.default_root_dir  # on every rank: log_dir broadcasts
-            if self.trainer.is_global_zero:
-                encoder.save(Path(folder))  # the fitted state (LSH n-grams) beside the run
-            self._unsaved = False
+        self.save_fitted_encoder(encoder)
         self.collate = TaskCollator(encoder, self.task.regression)
         separators = 2 if module is not None and module.encoder.config.model_type in ("roberta", "xlm-roberta") else 1
         build = ExampleBuilder(encoder, self.task, self.max_length, separators, self.pretokenize)
@@ -214,7 +209,7 @@ class TaskDataModule(ResumableTraining):
                 encoder = module.text_encoder(name) if module is not None else VocabTextEncoder(name)
             if isinstance(encoder, FittableTextEncoder) and not encoder.fitted:
                 encoder.fit(self.train_texts())  # a model trained on the task (ProFormer): its LSH n-grams
-                self._unsaved = True
+                self._unsaved_fit = True
             self.text_encoder = encoder
             self.tokenizer = name  # recorded in checkpoints: a later fine-tuning must use the same
         return self.text_encoder

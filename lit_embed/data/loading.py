@@ -18,6 +18,7 @@ import os
 import warnings
 from collections import deque
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytorch_lightning as pl
@@ -166,6 +167,13 @@ def _length(loader) -> int | None:
         return None
 
 
+def run_folder(trainer) -> Path:
+    """The run's folder as ``trainer.log_dir`` names it, without its broadcast (only rank 0 writes there)."""
+    logger = trainer.logger
+    folder = getattr(logger, "log_dir", None) or getattr(logger, "save_dir", None)
+    return Path(folder or trainer.default_root_dir)
+
+
 class ResumableTraining(pl.LightningDataModule):
     """What the data modules share: the global batch, and a training loader that resumes mid-epoch.
 
@@ -180,6 +188,14 @@ class ResumableTraining(pl.LightningDataModule):
     num_workers: int = 0
     _train_loader: ResumableLoader | None = None
     _positions: list[dict] | None = None
+    _unsaved_fit = False  # a text encoder was fitted on this data and its state is not beside the run yet
+
+    def save_fitted_encoder(self, encoder) -> None:
+        """The state a text encoder fitted on this data (LSH n-grams) beside the run, once, by rank 0."""
+        if self._unsaved_fit and self.trainer is not None:
+            if self.trainer.is_global_zero:
+                encoder.save(run_folder(self.trainer))
+            self._unsaved_fit = False
 
     def per_device_batch_size(self, stage: str | None) -> int:
         """``batch_size``, or the share of ``global_batch_size`` (setting accumulation) when fitting."""
