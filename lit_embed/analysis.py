@@ -27,8 +27,12 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from lit_embed.checkpoints import load_model, recorded_tokenizer
 from lit_embed.data.collate import PadCollator
+from lit_embed.errors import ConfigError
+from lit_embed.models.base import EmbeddingModule
 from lit_embed.results import write_atomic, write_json_atomic
+from lit_embed.runs import start_checkpoint
 
 ANALYSIS_DIR = "analysis"
 
@@ -79,13 +83,13 @@ def embedding_pca(strategy, codes: Tensor | None = None, points: int = 10_000, c
     """
     if codes is None:
         if strategy.vocab_size is None:
-            raise ValueError(f"{type(strategy).__name__} has no vocabulary to enumerate: pass the codes to analyse")
+            raise ConfigError(f"{type(strategy).__name__} has no vocabulary to enumerate: pass the codes to analyse")
         codes = torch.arange(strategy.vocab_size)
     device = strategy._device()
     codes = codes.to(device)
     count = len(codes)
     if count < 2:
-        raise ValueError(f"PCA needs at least 2 embedding vectors, got {count}: give more text")
+        raise ConfigError(f"PCA needs at least 2 embedding vectors, got {count}: give more text")
     total = torch.zeros(strategy.hidden_size, dtype=torch.float64, device=device)
     gram = torch.zeros(strategy.hidden_size, strategy.hidden_size, dtype=torch.float64, device=device)
     for part in codes.split(chunk):
@@ -117,7 +121,7 @@ def text_batches(model, texts: list[str], tokenizer: str, batch_size: int = 16) 
     body = model.encoder.max_length - 2
     items = [{"codes": np.concatenate([cls[None], codes[:body], sep[None]])} for codes in encoder.encode(texts) if len(codes)]
     if not items:
-        raise ValueError("the sample text gives no tokens: pass a file with text (--text)")
+        raise ConfigError("the sample text gives no tokens: pass a file with text (--text)")
     collate = PadCollator(encoder)
     return [collate(items[i : i + batch_size]) for i in range(0, len(items), batch_size)]
 
@@ -128,7 +132,7 @@ def hidden_state_similarity(model, batches: list[dict[str, Tensor]]) -> dict:
     kept = [b["attention_mask"].bool() & ~b["special_mask"] for b in batches]
     codes = torch.cat([b["codes"][k] for b, k in zip(batches, kept)])
     if not len(codes):
-        raise ValueError("the sample text has no tokens besides specials: pass a file with text (--text)")
+        raise ConfigError("the sample text has no tokens besides specials: pass a file with text (--text)")
     unique, inverse = torch.unique(codes.reshape(len(codes), -1), dim=0, return_inverse=True)
     device = model.device
     sums = counts = None
@@ -265,36 +269,13 @@ def read_texts(name: str, limit: int) -> list[str]:
     return texts
 
 
-def load_checkpoint(path: str | os.PathLike):
-    """The EmbeddingModule of a ``lit-embed fit`` checkpoint (its class is the one the run's config named)."""
-    import importlib
-
-    from lit_embed.models.base import EmbeddingModule
-
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"checkpoint {str(path)!r} does not exist")
-    checkpoint = torch.load(path, map_location="cpu", weights_only=False)
-    class_path = (checkpoint.get("hyper_parameters") or {}).get("_class_path")
-    if class_path is None:
-        raise ValueError(
-            f"{path} does not record its model's class: it was not written by `lit-embed fit`. Load the model "
-            f"in Python and call lit_embed.analysis.analyse(model, texts, tokenizer)"
-        )
-    module, _, name = class_path.rpartition(".")
-    cls = getattr(importlib.import_module(module), name)
-    if not (isinstance(cls, type) and issubclass(cls, EmbeddingModule)):
-        raise ValueError(f"{path} holds a {class_path}, not a lit-embed EmbeddingModule: nothing to analyse")
-    return cls.load_from_checkpoint(path, map_location="cpu"), checkpoint
-
-
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="lit-embed analyze",
         description="PCA of the embedding vectors and layer-wise hidden-state similarity of a checkpoint "
         "(k-sub-embedding Figures 2 and 3): PNGs, analysis.json, and TensorBoard figures in the run folder.",
     )
-    parser.add_argument("--ckpt", required=True, help="a checkpoint written by lit-embed fit")
+    parser.add_argument("--ckpt", required=True, help="a checkpoint written by lit-embed fit, its run folder, or its experiment folder (the newest finished run)")
     parser.add_argument("--text", default="sample-corpus", help="text file for the hidden states (default: the shipped sample corpus)")
     parser.add_argument("--tokenizer", help="tokenizer name or folder (default: the one the run's data used)")
     parser.add_argument("--max-texts", type=int, default=200, help="texts to run through the model (default 200)")
@@ -303,17 +284,24 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--no-tensorboard", action="store_true", help="do not write the figures to TensorBoard")
     args = parser.parse_args(argv)
     if args.max_texts < 1 or args.points < 1:
-        raise ValueError(f"--max-texts={args.max_texts} and --points={args.points} must be positive")
-    model, checkpoint = load_checkpoint(args.ckpt)
-    tokenizer = args.tokenizer or (checkpoint.get("datamodule_hyper_parameters") or {}).get("tokenizer")
-    if tokenizer is None:
-        raise ValueError(f"{args.ckpt} does not name the tokenizer its data used: pass --tokenizer NAME_OR_FOLDER")
-    result = analyse(model, read_texts(args.text, args.max_texts), tokenizer, points=args.points)
-    ckpt = Path(args.ckpt)
+        raise ConfigError(f"--max-texts={args.max_texts} and --points={args.points} must be positive")
+    ckpt = start_checkpoint(args.ckpt)
+    model, checkpoint = load_model(ckpt)
+    if not isinstance(model, EmbeddingModule):
+        raise ConfigError(f"{args.ckpt} holds a {type(model).__name__}, not a lit-embed EmbeddingModule: nothing to analyse")
+    tokenizer = args.tokenizer or recorded_tokenizer(checkpoint)
+    if tokenizer is None and model.embedding.vocab_size is not None:
+        raise ConfigError(f"{args.ckpt} does not name the tokenizer its data used: pass --tokenizer NAME_OR_FOLDER")
+    texts = read_texts(args.text, args.max_texts)
+    if not texts:
+        raise ConfigError(f"--text {args.text} holds no text: give a file with at least one non-empty line")
+    result = analyse(model, texts, tokenizer, points=args.points)
     run_dir = ckpt.parent.parent if ckpt.parent.name == "checkpoints" else ckpt.parent
     out = Path(args.out) if args.out else run_dir / ANALYSIS_DIR
+    # Figures go to TensorBoard only inside the run's own event folder: anywhere else they would show as a stray run.
+    is_run = any(run_dir.glob("events.out.tfevents.*"))
     writer = None
-    if not args.no_tensorboard:
+    if not args.no_tensorboard and is_run:
         from torch.utils.tensorboard import SummaryWriter
 
         writer = SummaryWriter(log_dir=str(run_dir))
@@ -324,6 +312,8 @@ def main(argv: list[str]) -> int:
             writer.close()
     print(json.dumps(_printable(result), indent=2))
     print("\n".join(f"wrote {p}" for p in paths))
+    if not args.no_tensorboard and not is_run:
+        print(f"no TensorBoard run folder at {run_dir}: the figures are in {out} only")
     return 0
 
 

@@ -3,36 +3,156 @@ and ``compress``.
 
 Strategies, data modules and models are chosen by ``class_path`` in YAML; jsonargparse resolves
 them, so a user's own strategy is one class in an importable module and one YAML file.
+
+Every run gets a folder of its own (:mod:`lit_embed.runs`), atomic checkpoints and a clean stop on a
+signal (:mod:`lit_embed.callbacks.guard`); a checkpoint given to ``--ckpt_path`` is read safely and must
+be of the configured model. Errors that are the user's to fix exit 2 with one line; a signal exits 128 +
+its number (SIGTERM 143, SIGINT 130); anything else is a bug and keeps its traceback.
 """
 
 from __future__ import annotations
 
+import errno
 import importlib
 import json
+import logging
 import sys
 import warnings
+from pathlib import Path
 
 import pytorch_lightning as pl
 from pytorch_lightning.cli import LightningCLI
+from pytorch_lightning.utilities.exceptions import MisconfigurationException
 
 from lit_embed.accounting import format_report, parameter_report
+from lit_embed.callbacks.guard import Interrupted, RunGuard, install_signal_handlers, received_signal
+from lit_embed.checkpoints import (
+    model_differences,
+    read_checkpoint,
+    recorded_model,
+    recorded_run,
+    recorded_tokenizer,
+)
+from lit_embed.errors import CheckpointError, ConfigError, UserError
 from lit_embed.hub import shapes_only
+from lit_embed.runs import CHECKPOINTS, RunLogger, newest_checkpoint, run_of
 
-USER_ERRORS = (ValueError, FileNotFoundError, OSError, RuntimeError, KeyError)
-
+log = logging.getLogger(__name__)
 
 # We hand LightningCLI the arguments ourselves (after taking our own subcommands off).
 warnings.filterwarnings("ignore", message=".*LightningCLI's args parameter is intended.*")
 
+SUBCOMMANDS = ("fit", "validate", "test", "predict")
+#: No option is taken for a prefix of another (``--trainer.max_step`` is an error, not ``max_steps``).
+PARSER_KWARGS = {"default_env": False, "allow_abbrev": False}
+CKPT_MODEL_HELP = (
+    "config (default): refuse a --ckpt_path checkpoint of another model than the config builds; "
+    "checkpoint: build the model the checkpoint records instead"
+)
+
 
 class LitEmbedCLI(LightningCLI):
-    """LightningCLI in subclass mode; configs compose by naming piece files (see ``configs/``)."""
+    """LightningCLI in subclass mode; configs compose by naming piece files (see ``configs/``).
+
+    Runs go to ``trainer.default_root_dir`` (default ``runs/<name of the first --config file>``), each in
+    its own ``version_N`` folder (:class:`~lit_embed.runs.RunLogger`, unless the config names a logger).
+    """
 
     def __init__(self, *args, **kwargs) -> None:
         kwargs.setdefault("save_config_kwargs", {"overwrite": True})
-        kwargs.setdefault("parser_kwargs", {"default_env": False})
+        kwargs.setdefault("parser_kwargs", {**PARSER_KWARGS, **{name: dict(PARSER_KWARGS) for name in SUBCOMMANDS}})
+        kwargs.setdefault("trainer_defaults", {"logger": {"class_path": "lit_embed.runs.RunLogger"},
+                                               "callbacks": [RunGuard()]})
         super().__init__(pl.LightningModule, pl.LightningDataModule, *args, subclass_mode_model=True,
                          subclass_mode_data=True, auto_configure_optimizers=False, **kwargs)
+
+    def add_arguments_to_parser(self, parser) -> None:
+        parser.add_argument("--ckpt_model", choices=["config", "checkpoint"], default="config", help=CKPT_MODEL_HELP)
+
+    # -- before the classes: the run's folder and the checkpoint it starts from --------------------------
+    def _parse_ckpt_path(self) -> None:  # LightningCLI's hook: it applies a checkpoint's model over the config
+        subcommand = self.config.get("subcommand")
+        if not subcommand:
+            return
+        config = self.config[subcommand]
+        if config.trainer.default_root_dir is None:
+            files = config.get("config") or []
+            config.trainer.default_root_dir = str(Path("runs") / (Path(str(files[0])).stem if files else "lightning_logs"))
+        ckpt_path = config.get("ckpt_path")
+        root = self._run_root(config)
+        if ckpt_path == "last" and subcommand == "fit":
+            found = newest_checkpoint(root, config.trainer.default_root_dir) if root is not None else None
+            if found is None:
+                log.warning("--ckpt_path last: no checkpoint under %s yet, so the run starts afresh", root)
+            config.ckpt_path = ckpt_path = None if found is None else str(found)
+        if ckpt_path is None or ckpt_path in ("best", "last", "hpc", "registry"):
+            return
+        checkpoint = read_checkpoint(ckpt_path, "--ckpt_path checkpoint")
+        self._check_model(config, checkpoint, ckpt_path)
+        config = self.config[subcommand]  # the check may have filled in the model from the checkpoint
+        if subcommand == "fit" and config.model.init_args.get("checkpoint") is not None:
+            config.model.init_args.checkpoint = None  # resumed: every weight comes from --ckpt_path, not the start point
+        if subcommand == "fit" and root is not None:
+            recorded = recorded_run(checkpoint)  # a SLURM requeue checkpoint lies outside its run folder
+            version = run_of(ckpt_path, root)
+            if version is None and recorded is not None:
+                version = run_of(Path(recorded) / CHECKPOINTS, root)
+            if version is not None:  # resuming a run of this experiment: it continues in its own folder
+                for logger in _logger_configs(config.trainer):
+                    logger.init_args.version = version
+
+    def _check_model(self, config, checkpoint: dict, ckpt_path: str) -> None:
+        """Refuse a checkpoint of another model; fill in what the config leaves unset from what it records.
+
+        What a fit records (the seed, the tokenizer its weights expect) is taken from the checkpoint where the
+        config leaves it unset: testing a fine-tuned checkpoint needs no other file.
+        """
+        recorded = recorded_model(checkpoint)
+        if recorded is None:
+            return  # not written by the CLI: its weights are checked against the model when they load
+        configured = config.model.as_dict()
+        differences = model_differences(recorded, configured)
+        tokenizer = recorded_tokenizer(checkpoint)
+        data = (config.get("data") or {}).get("init_args") or {}
+        if tokenizer and data.get("tokenizer") and data.get("tokenizer") != tokenizer:
+            differences.append(f"data tokenizer: checkpoint {tokenizer!r}, config {data.get('tokenizer')!r}")
+        subcommand = self.config.subcommand
+        if differences:
+            listed = "; ".join(differences[:6]) + (f"; and {len(differences) - 6} more" if len(differences) > 6 else "")
+            if config.ckpt_model != "checkpoint":
+                raise CheckpointError(
+                    f"--ckpt_path {ckpt_path} is a checkpoint of another model than the config builds ({listed}): give "
+                    f"the config it was trained with (its run folder's config.yaml), or --ckpt_model checkpoint to build "
+                    f"the checkpoint's model instead"
+                )
+            log.warning("--ckpt_model checkpoint: building the checkpoint's model, not the config's (%s)", listed)
+            update = recorded
+        else:
+            unset = configured.get("init_args") or {}
+            filled = {k: v for k, v in recorded["init_args"].items() if v is not None and unset.get(k) is None}
+            if not filled:
+                return
+            update = {"class_path": configured["class_path"], "init_args": filled}
+        self.config = self.parser.parse_object({subcommand: {"model": update}}, self.config)
+
+    @staticmethod
+    def _run_root(config) -> Path | None:
+        """The folder holding this experiment's ``version_N`` run folders."""
+        loggers = _logger_configs(config.trainer)
+        if not loggers:
+            return Path(config.trainer.default_root_dir)
+        args = loggers[0].init_args
+        if loggers[0].class_path == "lit_embed.runs.RunLogger" and args.get("save_dir") is None:
+            return Path(config.trainer.default_root_dir) / (args.get("name") or "")
+        if args.get("save_dir") is None:
+            return None
+        return Path(args.save_dir) / (args.get("name") or "")
+
+    def after_instantiate_classes(self) -> None:
+        if self.subcommand is not None:
+            for logger in self.trainer.loggers:
+                if isinstance(logger, RunLogger):
+                    logger.bind(self.trainer.default_root_dir)
 
     def after_fit(self) -> None:
         """Fine-tuning data with test sets: test the selected checkpoint (the best ``val/score``
@@ -46,8 +166,18 @@ class LitEmbedCLI(LightningCLI):
         self.trainer.test(self.model, datamodule=self.datamodule, ckpt_path="best" if best else None)
 
 
+def _logger_configs(trainer_config) -> list:
+    """The trainer's logger configs that name a class (``class_path`` + ``init_args``)."""
+    loggers = trainer_config.get("logger")
+    loggers = loggers if isinstance(loggers, list) else [loggers]
+    return [item for item in loggers if hasattr(item, "class_path") and item.get("init_args") is not None]
+
+
 class ModelOnlyCLI(LitEmbedCLI):
     """Parses a full config but builds only the model: no data, no trainer, no download."""
+
+    def _parse_ckpt_path(self) -> None:
+        """Nothing: no run is made."""
 
     def instantiate_classes(self) -> None:
         from jsonargparse import ArgumentParser
@@ -55,6 +185,9 @@ class ModelOnlyCLI(LitEmbedCLI):
         parser = ArgumentParser(exit_on_error=False)
         parser.add_subclass_arguments(pl.LightningModule, "model", required=True)
         self.model = parser.instantiate_classes(parser.parse_object({"model": self.config["model"]}))["model"]
+
+    def after_instantiate_classes(self) -> None:
+        """Nothing: there is no trainer."""
 
 
 def params_main(argv: list[str]) -> int:
@@ -77,16 +210,82 @@ COMMANDS = {
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run a command; the exit status: 0, 2 for an error the user can fix, 128 + N after signal N."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    install_signal_handlers()
     try:
+        check_yaml_files(argv)
         if argv and argv[0] in COMMANDS:
             module, _, function = COMMANDS[argv[0]].partition(":")
-            return getattr(importlib.import_module(module), function)(argv[1:])
-        LitEmbedCLI(args=argv)
-    except USER_ERRORS as error:
-        print(f"lit-embed: error: {error}", file=sys.stderr)
-        return 2
-    return 0
+            status = getattr(importlib.import_module(module), function)(argv[1:])
+        else:
+            LitEmbedCLI(args=argv)
+            status = 0
+    except Exception as error:
+        message = user_message(error)
+        if message is None:
+            raise  # a bug: its traceback is what a report needs
+        return _fail(message)
+    except (SystemExit, KeyboardInterrupt, Interrupted):
+        if received_signal() is None:
+            raise
+        status = 0
+    signum = received_signal()
+    if signum is not None:
+        import signal
+
+        print(f"lit-embed: stopped by {signal.Signals(signum).name}", file=sys.stderr)
+        return 128 + signum
+    return status
+
+
+def check_yaml_files(argv: list[str]) -> None:
+    """Refuse a YAML file named on the command line that does not parse, naming the file and the place
+    (the parsers would say only "<unicode string>")."""
+    import yaml
+
+    for value in argv:
+        path = Path(value.partition("=")[2] if value.startswith("--") and "=" in value else value)
+        if path.suffix not in (".yaml", ".yml") or not path.is_file():
+            continue
+        try:
+            yaml.safe_load(path.read_text())
+        except yaml.YAMLError as error:
+            mark = getattr(error, "problem_mark", None)
+            where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+            problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+            raise ConfigError(f"{path} is not valid YAML ({problem}{where}): fix the file") from None
+
+
+def user_message(error: BaseException) -> str | None:
+    """The one line to show for an error the user can fix (``None`` for a bug).
+
+    Looks through what ``error`` was raised from: jsonargparse re-raises a constructor's error as its own
+    ``ValueError``, torch.save a full disk as a ``RuntimeError``.
+    """
+    seen = 0
+    while error is not None and seen < 10:
+        if isinstance(error, (UserError, MisconfigurationException)):
+            return _explain(error)
+        if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
+            return f"no space left on the device writing {error.filename or 'a file'}: free space or write elsewhere"
+        if isinstance(error, (PermissionError, IsADirectoryError, NotADirectoryError)) and error.filename:
+            return f"{error.strerror}: {error.filename}"
+        error, seen = error.__cause__ or error.__context__, seen + 1
+    return None
+
+
+def _explain(error: BaseException) -> str:
+    """The message, with the fix where Lightning's own leaves it out."""
+    message = str(error)
+    if isinstance(error, MisconfigurationException) and ("gpu" in message.lower() or "cuda" in message.lower()):
+        message += " (no GPU here: use --trainer.accelerator cpu, or auto to take a GPU where there is one)"
+    return message
+
+
+def _fail(message: str) -> int:
+    print(f"lit-embed: error: {message}", file=sys.stderr)
+    return 2
 
 
 if __name__ == "__main__":

@@ -22,6 +22,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from lit_embed.errors import ConfigError
+
 log = logging.getLogger(__name__)
 
 
@@ -69,10 +71,10 @@ def plan_global_batch(global_batch: int, world_size: int, max_per_device: int) -
     ``max_per_device`` (fewest accumulation steps, so the fewest optimiser-free passes).
     """
     if global_batch < 1 or max_per_device < 1:
-        raise ValueError(f"global_batch_size={global_batch} and batch_size={max_per_device} must be positive")
+        raise ConfigError(f"global_batch_size={global_batch} and batch_size={max_per_device} must be positive")
     if global_batch % world_size:
         fits = [n for n in range(1, global_batch + 1) if global_batch % n == 0]
-        raise ValueError(
+        raise ConfigError(
             f"global_batch_size={global_batch} does not split over {world_size} devices: use a device count "
             f"that divides it ({', '.join(map(str, fits[:8]))}, ...) or another global batch"
         )
@@ -94,7 +96,7 @@ def apply_global_batch(trainer, global_batch: int, max_per_device: int) -> int:
     per_device, accumulation = plan_global_batch(global_batch, trainer.world_size, max_per_device)
     configured = trainer.accumulate_grad_batches  # 1 unless set, or ours from an earlier setup
     if configured not in (1, accumulation):
-        raise ValueError(
+        raise ConfigError(
             f"trainer.accumulate_grad_batches={configured} conflicts with data.global_batch_size={global_batch}, "
             f"which sets it ({trainer.world_size} devices x {per_device} x {accumulation}): set only one of them"
         )

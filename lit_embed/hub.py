@@ -12,6 +12,8 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from pathlib import Path
 
+from lit_embed.errors import HubError, MissingFileError
+
 PACKAGED_MINILM = ("all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2")
 _REMOTE_CODE = ContextVar("lit_embed_trust_remote_code", default=False)
 _SHAPE_ONLY = ContextVar("lit_embed_shape_only", default=False)
@@ -72,14 +74,14 @@ def resolve_pretrained(name: str, what: str = "model") -> str:
             return "sentence-transformers/all-MiniLM-L6-v2"
         return str(get_model_path())
     if name.startswith((".", "/", "~")):
-        raise FileNotFoundError(f"{what} folder {name!r} does not exist: check the path")
+        raise MissingFileError(f"{what} folder {name!r} does not exist: check the path")
     return name
 
 
-def explain_unreachable(name: str, what: str, error: Exception) -> OSError:
+def explain_unreachable(name: str, what: str, error: Exception) -> HubError:
     """The error to raise when a hub name could not be loaded (typically: offline)."""
     offline = os.environ.get("HF_HUB_OFFLINE") == "1"
-    return OSError(
+    return HubError(
         f"could not load {what} {name!r}: it is not a local folder and the HuggingFace hub "
         f"{'is disabled (HF_HUB_OFFLINE=1)' if offline else 'did not answer (offline?)'}. "
         f"Download it once where the hub is reachable (e.g. `huggingface-cli download {name} --local-dir DIR`) "

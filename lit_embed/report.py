@@ -18,11 +18,13 @@ from __future__ import annotations
 import argparse
 import re
 import statistics
+import sys
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from lit_embed.accounting import compression, human
+from lit_embed.errors import ConfigError
 from lit_embed.results import check_same_backbone, find_run_dirs, load_results, write_atomic
 from lit_embed.tables import FORMATS, MISSING, Table, render
 
@@ -114,7 +116,7 @@ class Report:
 
     def __init__(self, runs: list[dict], baseline: dict | None = None, digits: int = 1) -> None:
         if not runs:
-            raise ValueError("no runs to report: give run folders (or folders that hold them)")
+            raise ConfigError("no runs to report: give run folders (or folders that hold them)")
         self.baseline_label = baseline["label"] if baseline else None
         self.baseline = baseline
         self.runs = sorted(runs, key=lambda r: r["label"] != self.baseline_label)  # the baseline's rows first
@@ -134,7 +136,7 @@ class Report:
                 mine = (params["total_params"], params["embedding_params"])
                 first = counts.setdefault(run["label"], (run, mine))
                 if first[1] != mine:
-                    raise ValueError(
+                    raise ConfigError(
                         f"runs labelled {run['label']!r} are different models: {first[0]['run_dir']} has "
                         f"{first[1][0]:,} parameters ({first[1][1]:,} embedding), {run['run_dir']} has {mine[0]:,} "
                         f"({mine[1]:,}). Give each model its own label (ResultsWriter's `label`, or the logger's name)"
@@ -142,7 +144,7 @@ class Report:
             if run["_task"] is not None:
                 key = (run["label"], run["_task"], run.get("seed"))
                 if key in cells:
-                    raise ValueError(
+                    raise ConfigError(
                         f"{cells[key]} and {run['run_dir']} are both {run['label']!r} on task {run['task']!r} with "
                         f"seed {run.get('seed')}: one cell cannot hold both; leave one out or give it another label"
                     )
@@ -384,7 +386,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--output", "-o", help="write to this file instead of printing")
     args = parser.parse_args(argv)
     if not 0 <= args.digits <= 6:
-        raise ValueError(f"--digits={args.digits}: use 0 to 6")
+        raise ConfigError(f"--digits={args.digits}: use 0 to 6")
     dirs = find_run_dirs(args.run_dirs)
     baseline = None
     if args.baseline is not None:
@@ -392,6 +394,10 @@ def main(argv: list[str]) -> int:
         if Path(args.baseline).resolve() not in {d.resolve() for d in dirs}:
             dirs.append(Path(args.baseline))
     runs = [load_results(d) for d in dirs]
+    interrupted = [run["run_dir"] for run in runs if run.get("status", "complete") != "complete"]
+    if interrupted:  # a signal stopped them: their figures are not final
+        print(f"lit-embed report: left out {len(interrupted)} interrupted run(s): {', '.join(interrupted)}", file=sys.stderr)
+        runs = [run for run in runs if run["run_dir"] not in interrupted]
     text = render(Report(runs, baseline, args.digits).tables(), args.format)
     if args.output:
         write_atomic(args.output, text)

@@ -8,18 +8,24 @@ library versions, the final metrics, the parameter figures and the timings (see
 from __future__ import annotations
 
 import contextlib
+import errno
 import glob
 import json
 import os
 import platform
+import socket
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
+from lit_embed.errors import ConfigError, DiskFullError, MissingFileError
+
 RESULTS_FILE = "results.json"
 #: Bumped when the layout of ``results.json`` changes incompatibly.
 RESULTS_FORMAT = 1
+#: What every ``results.json`` holds (``status``, added later, defaults to ``complete``).
+REQUIRED_KEYS = ("label",)
 #: The last component of a metric name that is a score (higher is better): PRR is defined for these.
 SCORE_METRICS = ("accuracy", "f1", "matthews", "pearson", "spearman", "exact_match")
 #: Stages whose metrics are evaluations (PRR is computed for these, not for training metrics).
@@ -32,13 +38,16 @@ def atomic_writer(path: str | os.PathLike, mode: str = "wb") -> Iterator[IO]:
 
     The content goes to a temporary file in the same folder (so the final rename never crosses a
     filesystem), is flushed to disk, and replaces ``path`` with ``os.replace``: a reader sees the old
-    file or the new one, never half of one, even if the process is killed mid-write. Temporary files
-    left by a killed writer of the same path are removed after the next successful write.
+    file or the new one, never half of one, even if the process is killed mid-write. The temporary
+    file's name carries the writer's host and process id: after a successful write, those left by
+    killed writers of the same path on this host are removed, never a live writer's. A full disk is
+    a :class:`~lit_embed.errors.DiskFullError` naming the device and the file.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     prefix = f".{path.name}."
-    handle, temporary = tempfile.mkstemp(prefix=prefix, suffix=".tmp", dir=path.parent)
+    host = socket.gethostname()
+    handle, temporary = tempfile.mkstemp(prefix=f"{prefix}{host}.{os.getpid()}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(handle, mode) as out:
             yield out
@@ -46,14 +55,49 @@ def atomic_writer(path: str | os.PathLike, mode: str = "wb") -> Iterator[IO]:
             os.fsync(out.fileno())
         os.chmod(temporary, 0o644)  # mkstemp makes it private; results are for everyone who reads the runs
         os.replace(temporary, path)
-    except BaseException:
+    except BaseException as error:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(temporary)
+        if _disk_full(error):
+            raise DiskFullError(str(path), _device(path.parent)) from None
         raise
     _sync_folder(path.parent)
-    for stale in path.parent.glob(f"{glob.escape(prefix)}*.tmp"):
-        with contextlib.suppress(FileNotFoundError):
-            stale.unlink()
+    for stale in path.parent.glob(f"{glob.escape(prefix)}{glob.escape(host)}.*.tmp"):
+        pid = stale.name[len(prefix) + len(host) + 1:].split(".", 1)[0]
+        if pid.isdigit() and not process_alive(int(pid)):
+            with contextlib.suppress(FileNotFoundError):
+                stale.unlink()
+
+
+def process_alive(pid: int) -> bool:
+    """Whether process ``pid`` runs on this host."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _disk_full(error: BaseException | None) -> bool:
+    """Whether ``error`` or what caused it is "no space left on device" (torch.save wraps it in a RuntimeError)."""
+    seen = 0
+    while error is not None and seen < 5:
+        if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        error, seen = error.__cause__ or error.__context__, seen + 1
+    return False
+
+
+def _device(folder: Path) -> str:
+    """The mount point holding ``folder`` (what ``df`` names), for messages."""
+    folder = folder.absolute()
+    with contextlib.suppress(OSError):
+        device = os.stat(folder).st_dev
+        while folder.parent != folder and os.stat(folder.parent).st_dev == device:
+            folder = folder.parent
+    return str(folder)
 
 
 def _sync_folder(folder: Path) -> None:
@@ -104,7 +148,7 @@ def load_results(run_dir: str | os.PathLike) -> dict:
     """The results of one run folder, with ``run_dir`` set; a clear error when there are none."""
     path = Path(run_dir) / RESULTS_FILE
     if not path.is_file():
-        raise FileNotFoundError(
+        raise MissingFileError(
             f"{run_dir}: no {RESULTS_FILE}. The run did not finish, or ran without the "
             f"lit_embed.callbacks.ResultsWriter callback (the shipped trainer configs enable it): "
             f"rerun it, or leave the folder out"
@@ -112,10 +156,13 @@ def load_results(run_dir: str | os.PathLike) -> dict:
     try:
         data = json.loads(path.read_text())
     except json.JSONDecodeError as error:
-        raise ValueError(f"{path} is not valid JSON ({error}): rerun the run or delete the file") from error
+        raise ConfigError(f"{path} is not valid JSON ({error}): rerun the run or delete the file") from error
     if not isinstance(data, dict) or data.get("format") != RESULTS_FORMAT:
         found = data.get("format") if isinstance(data, dict) else type(data).__name__
-        raise ValueError(f"{path} has format {found!r}, expected {RESULTS_FORMAT}: it was not written by this lit-embed")
+        raise ConfigError(f"{path} has format {found!r}, expected {RESULTS_FORMAT}: it was not written by this lit-embed")
+    missing = [key for key in REQUIRED_KEYS if key not in data]
+    if missing:
+        raise ConfigError(f"{path} lacks {', '.join(missing)}: it was not written by ResultsWriter; rerun the run or leave it out")
     data["run_dir"] = str(run_dir)
     return data
 
@@ -126,7 +173,7 @@ def find_run_dirs(paths: list[str]) -> list[Path]:
     for name in paths:
         path = Path(name)
         if not path.is_dir():
-            raise FileNotFoundError(f"{name}: no such run folder")
+            raise MissingFileError(f"{name}: no such run folder")
         if (path / RESULTS_FILE).is_file():
             found.append(path)
             continue
@@ -165,7 +212,7 @@ def check_same_backbone(run: dict, baseline: dict) -> None:
     """Refuse a baseline whose encoder differs: PCR and speed-up compare embeddings on one backbone."""
     mine, theirs = run.get("backbone"), baseline.get("backbone")
     if mine and theirs and mine != theirs:
-        raise ValueError(
+        raise ConfigError(
             f"baseline {baseline.get('run_dir', '?')} has backbone {describe_backbone(theirs)} but "
             f"{run.get('run_dir', 'this run')} has {describe_backbone(mine)}: compare against a baseline run "
             f"with the same backbone (the dense strategy on it, as the papers do)"

@@ -6,6 +6,8 @@ import csv
 import io
 from dataclasses import dataclass, field
 
+from lit_embed.errors import ConfigError
+
 FORMATS = ("md", "csv", "latex")
 MISSING = "–"
 
@@ -20,7 +22,7 @@ class Table:
 
 def render(tables: list[Table], fmt: str = "md") -> str:
     if fmt not in FORMATS:
-        raise ValueError(f"format {fmt!r} is not one of {', '.join(FORMATS)}")
+        raise ConfigError(f"format {fmt!r} is not one of {', '.join(FORMATS)}")
     if fmt == "csv":
         return _csv(tables)
     one = _markdown if fmt == "md" else _latex

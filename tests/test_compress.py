@@ -3,6 +3,7 @@ end to end on the packaged MiniLM, the offline example, tied decoders and bad in
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 from pathlib import Path
@@ -14,11 +15,12 @@ import yaml
 from torch.nn import functional as F
 
 from lit_embed.accounting import human
+from lit_embed.checkpoints import build_from_config
 from lit_embed.cli import main
 from lit_embed.compress import AQOptions, load_compact
 from lit_embed.compress.command import parser
 from lit_embed.compress.methods import additive_quantize, pca_code, sparse_code, unk_backoff
-from lit_embed.compress.model_io import build_from_config, load_source
+from lit_embed.compress.model_io import load_source
 from lit_embed.compress.report import tensor_bytes
 from lit_embed.compress.vocabulary import split_vocabulary
 from lit_embed.embeddings import AdditiveQuantizedEmbedding, PCAEmbedding, SparseCodedEmbedding, UnkEmbedding
@@ -201,7 +203,7 @@ def test_each_method_end_to_end(method, compressed, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert main(["validate", "--config", str(out / "config.yaml"), "--ckpt_path", str(out / "model.ckpt"),
                  "--trainer.limit_val_batches", "2", *QUIET]) == 0
-    results = json.loads((tmp_path / "runs" / method / "version_0" / "results.json").read_text())
+    results = json.loads((out / "version_0" / "results.json").read_text())  # runs of the compressed model log beside it
     assert results["parameters"]["embedding_params"] == expected
 
 
@@ -254,7 +256,7 @@ def test_offline_example_chooses_k_on_validation_and_tests(finetuned, tmp_path, 
     monkeypatch.chdir(tmp_path)
     assert main(["test", "--config", str(out / "config.yaml"), "--ckpt_path", str(out / "model.ckpt"),
                  "--trainer.limit_test_batches", "2", *QUIET]) == 0
-    assert "test/score" in json.loads((tmp_path / "runs" / out.name / "version_0" / "results.json").read_text())["metrics"]
+    assert "test/score" in json.loads((out / "version_0" / "results.json").read_text())["metrics"]
 
 
 def test_a_checkpoint_without_its_config_takes_model_config(tmp_path, capsys):
@@ -294,7 +296,7 @@ def test_a_tied_mlm_decoder_is_refused_unless_untied(tmp_path, monkeypatch, caps
     args = ["--ckpt", str(ckpt), "--data", "sample-corpus", "--k", "2", "--out", str(tmp_path / "out")]
     assert compress(*args) == 2
     assert "tied to the input embedding" in capsys.readouterr().err and not (tmp_path / "out").exists()
-    assert compress(*args, "--untie", "true") == 0
+    assert compress(*args, "--untie") == 0
     module = load_compressed(tmp_path / "out")
     assert module.tie_decoder is False and isinstance(module.embedding, SparseCodedEmbedding)
     dense = torch.load(ckpt, map_location="cpu", weights_only=False)["state_dict"]["embedding.weight"]
@@ -314,7 +316,7 @@ def test_a_tied_huggingface_model_is_refused_unless_untied(tmp_path, capsys):
     args = ["--ckpt", str(folder), "--data", "sample-corpus", "--k", "2", "--out", str(tmp_path / "out")]
     assert compress(*args) == 2
     assert "Pass --untie" in capsys.readouterr().err
-    assert compress(*args, "--untie", "true") == 0
+    assert compress(*args, "--untie") == 0
     model = AutoModelForMaskedLM.from_pretrained(tmp_path / "out" / "hf")
     original = BertForMaskedLM.from_pretrained(folder)
     assert torch.equal(model.get_output_embeddings().weight, original.get_output_embeddings().weight)
@@ -356,7 +358,7 @@ def test_checkpoints_the_method_cannot_read_are_refused(tmp_path, monkeypatch, c
     (tmp_path / "junk.ckpt").write_bytes(b"not a checkpoint")
     cases = {
         str(subspace): "has a SubspaceEmbedding embedding; compress reads a dense vocabulary x hidden table",
-        str(tmp_path / "junk.ckpt"): "is not a lit-embed checkpoint",
+        str(tmp_path / "junk.ckpt"): "is not a readable checkpoint",
         str(tmp_path / "missing.ckpt"): "checkpoint '" + str(tmp_path / "missing.ckpt") + "' does not exist",
     }
     for ckpt, message in cases.items():
@@ -367,22 +369,43 @@ def test_checkpoints_the_method_cannot_read_are_refused(tmp_path, monkeypatch, c
 
 def test_output_folder_is_complete_or_untouched(finetuned, tmp_path, monkeypatch, capsys):
     out = tmp_path / "out"
-    out.mkdir()
-    (out / "mine.txt").write_text("keep me")
     args = ["--ckpt", "all-MiniLM-L6-v2", "--data", SAMPLE_CORPUS, "--k", "2", "--out", str(out)]
+    assert compress(*args) == 0
+    earlier = {p.name: p.read_bytes() for p in out.rglob("*") if p.is_file()}
     assert compress(*args) == 2
     assert "exists: choose another --out or pass --overwrite" in capsys.readouterr().err
 
     def broken(*_args, **_kwargs):
-        raise OSError("disk full")
+        raise OSError(errno.ENOSPC, "No space left on device", "model.safetensors")
 
     monkeypatch.setattr("safetensors.torch.save_file", broken)  # the last file written
-    assert compress(*args, "--overwrite", "true") == 2
-    assert "disk full" in capsys.readouterr().err
-    assert [p.name for p in out.iterdir()] == ["mine.txt"] and not list(tmp_path.glob(".out.*"))
+    assert compress(*args, "--overwrite") == 2
+    assert "no space left on the device writing model.safetensors" in capsys.readouterr().err
+    assert {p.name: p.read_bytes() for p in out.rglob("*") if p.is_file()} == earlier and not list(tmp_path.glob(".out.*"))
     monkeypatch.undo()
-    assert compress(*args, "--overwrite", "true") == 0
-    assert (out / "hf").is_dir() and not (out / "mine.txt").exists() and not list(tmp_path.glob(".out.*"))
+    assert compress(*args, "--overwrite") == 0  # an earlier output of compress, holding nothing else: replaced
+    assert (out / "hf").is_dir() and not list(tmp_path.glob(".out.*"))
+
+
+@pytest.mark.parametrize("holds", ["user_files", "source_run", "compressed_runs"])
+def test_overwrite_replaces_only_an_earlier_compress_output(holds, finetuned, tmp_path, capsys):
+    """--overwrite never deletes what compress did not write: a user's folder, the source run's, or runs made
+    with the compressed model."""
+    out = tmp_path / "out"
+    args = ["--ckpt", "all-MiniLM-L6-v2", "--data", SAMPLE_CORPUS, "--k", "2", "--out"]
+    if holds == "source_run":
+        out = finetuned.parent.parent  # the fine-tuning's own folder, checkpoints and all
+    elif holds == "user_files":
+        out.mkdir()
+        (out / "notes.txt").write_text("mine")
+    else:
+        assert compress(*args, str(out)) == 0
+        (out / "version_0").mkdir()
+        (out / "version_0" / "results.json").write_text("{}")
+    before = sorted((p.relative_to(out), p.read_bytes()) for p in out.rglob("*") if p.is_file())
+    assert compress(*args, str(out), "--overwrite") == 2
+    assert "--overwrite replaces only" in capsys.readouterr().err or holds == "compressed_runs"
+    assert sorted((p.relative_to(out), p.read_bytes()) for p in out.rglob("*") if p.is_file()) == before
 
 
 @pytest.mark.parametrize("path", sorted((CONFIGS / "compress").glob("*.yaml")), ids=lambda p: p.stem)

@@ -62,10 +62,10 @@ def probe(out: Path, **init_args) -> dict:
 
 
 def checkpoints(every: int, dirpath: Path | None = None) -> dict:
-    init_args = {"every_n_train_steps": every, "save_top_k": -1, "filename": "{step}"}
+    init_args = {"every_n_train_steps": every, "save_top_k": -1, "save_last": True, "filename": "{step}"}
     if dirpath is not None:
         init_args["dirpath"] = str(dirpath)
-    return {"class_path": "lit_embed.callbacks.PeriodicCheckpoint", "init_args": init_args}
+    return {"class_path": "pytorch_lightning.callbacks.ModelCheckpoint", "init_args": init_args}
 
 
 def callbacks(*items: dict) -> list[str]:
@@ -122,8 +122,8 @@ def mlm_args(root: Path, name: str, embedding: str) -> list[str]:
 def mlm_runs(tmp_path_factory, clustered) -> dict[str, Path]:
     """The MLM demo with clustered codes for 6 steps of 8 blocks, on one process and on 2 ranks.
 
-    The DDP run saves last.ckpt every 2 steps (in the default folder, runs/ddp/checkpoints, the same
-    for every version), is killed (SIGKILL, both ranks) after step 5, and resumes with ``--ckpt_path last``.
+    The DDP run saves last.ckpt every 2 steps (in its run folder, ddp/version_0/checkpoints), is killed
+    (SIGKILL, both ranks) after step 5, and resumes with ``--ckpt_path last``, in the same run folder.
     """
     root = tmp_path_factory.mktemp("mlm")
     with pytest.MonkeyPatch.context() as monkeypatch:
@@ -135,7 +135,7 @@ def mlm_runs(tmp_path_factory, clustered) -> dict[str, Path]:
         resumed = run_ddp([*args, "--ckpt_path", "last", *callbacks(checkpoints(2), probe(root / "after"))], root)
         monkeypatch.chdir(root)
         assert main([*mlm_args(root, "one", clustered), *callbacks(probe(root / "one"))]) == 0
-    return {"root": root, "killed": killed, "resumed": resumed, "checkpoints": root / "ddp" / "checkpoints"}
+    return {"root": root, "killed": killed, "resumed": resumed, "checkpoints": root / "ddp" / "version_0" / "checkpoints"}
 
 
 def test_mlm_with_clustered_codes_agrees_across_ranks_and_with_one_process(mlm_runs):
@@ -280,11 +280,12 @@ def test_pretraining_freezes_the_pooler_it_does_not_use_and_still_counts_it():
 
 @pytest.mark.parametrize("name", ["ddp", "ddp_multinode", "ddp_500k"])
 def test_gpu_ddp_trainer_configs_build_with_nccl_settings(name, tmp_path, monkeypatch):
-    """They build (on the CPU, the accelerator swapped) with the DDP settings, atomic saves and periodic checkpoints."""
+    """They build (on the CPU, the accelerator swapped) with the DDP settings, the run guard (atomic saves) and
+    periodic checkpoints."""
+    from pytorch_lightning.callbacks import ModelCheckpoint
     from pytorch_lightning.strategies import DDPStrategy
 
-    from lit_embed.callbacks import PeriodicCheckpoint
-    from lit_embed.checkpointing import AtomicCheckpointIO
+    from lit_embed.callbacks import RunGuard
     from lit_embed.cli import LitEmbedCLI
 
     monkeypatch.chdir(tmp_path)
@@ -295,9 +296,9 @@ def test_gpu_ddp_trainer_configs_build_with_nccl_settings(name, tmp_path, monkey
     assert isinstance(trainer.strategy, DDPStrategy)
     assert trainer.strategy._ddp_kwargs["find_unused_parameters"] is False
     assert trainer.strategy._ddp_kwargs["forward_sync_buffers"] is False
-    assert isinstance(trainer.strategy.checkpoint_io, AtomicCheckpointIO)
-    periodic = [c for c in trainer.callbacks if isinstance(c, PeriodicCheckpoint)]
-    assert len(periodic) == 1 and periodic[0]._every_n_train_steps == 5000
+    assert any(isinstance(c, RunGuard) for c in trainer.callbacks)
+    periodic = [c for c in trainer.callbacks if isinstance(c, ModelCheckpoint) and c._every_n_train_steps]
+    assert len(periodic) == 1 and periodic[0]._every_n_train_steps == 5000 and periodic[0].save_last
     assert trainer.num_nodes == (2 if name == "ddp_multinode" else 1)
 
 

@@ -467,13 +467,13 @@ def test_bad_data_exits_non_zero_naming_the_problem(change, message, tmp_path, m
 
 
 def test_demo_finetunes_the_demo_checkpoint_end_to_end(tmp_path, monkeypatch):
-    """configs/demo.yaml writes runs/demo/checkpoints/last.ckpt; configs/demo_finetune.yaml starts from it,
-    trains, and tests the best checkpoint after fit (both shortened here)."""
+    """configs/demo.yaml writes runs/demo/version_0/checkpoints/last.ckpt; configs/demo_finetune.yaml starts from
+    it (``checkpoint: runs/demo``), trains, and tests the best checkpoint after fit (both shortened here)."""
     monkeypatch.chdir(tmp_path)
     quiet = ["--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false"]
     assert main(["fit", "--config", str(CONFIGS / "demo.yaml"), "--trainer.max_steps", "20",
                  "--trainer.limit_val_batches", "1", *quiet]) == 0
-    assert (tmp_path / "runs/demo/checkpoints/last.ckpt").is_file()
+    assert (tmp_path / "runs/demo/version_0/checkpoints/last.ckpt").is_file()
     assert main(["fit", "--config", str(CONFIGS / "demo_finetune.yaml"), "--trainer.max_epochs", "1",
                  "--model.init_args.optim.lr", "3.0e-3", *quiet]) == 0
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -484,8 +484,9 @@ def test_demo_finetunes_the_demo_checkpoint_end_to_end(tmp_path, monkeypatch):
     assert {"val/accuracy", "val/score", "test/accuracy", "test/loss"} <= set(tags)
     after_fit = events.Scalars("test/accuracy")[-1].value
     assert after_fit > 0.3  # chance is 1/6
-    best = next((tmp_path / "runs/demo_finetune/checkpoints").glob("epoch=*.ckpt"))
-    (tmp_path / "runs/demo/checkpoints/last.ckpt").unlink()  # testing the fine-tuned model needs only its own
+    best = next((tmp_path / "runs/demo_finetune/version_0/checkpoints").glob("epoch=*.ckpt"))
+    assert torch.load(best, weights_only=True)["hyper_parameters"]["checkpoint"] == "runs/demo/version_0/checkpoints/last.ckpt"
+    (tmp_path / "runs/demo/version_0/checkpoints/last.ckpt").unlink()  # testing the fine-tuned model needs only its own
     cli = LitEmbedCLI(args=["test", "--config", str(CONFIGS / "demo_finetune.yaml"), "--ckpt_path", str(best),
                             "--trainer.logger", "false", *quiet])
     assert float(cli.trainer.callback_metrics["test/accuracy"]) == pytest.approx(after_fit)

@@ -73,11 +73,11 @@ def run_demo(tmp_path: Path, *extra: str) -> Path:
     args = ["fit", "--config", str(CONFIGS / "demo.yaml"), "--trainer.default_root_dir", str(tmp_path),
             "--trainer.logger.init_args.save_dir", str(tmp_path), "--trainer.enable_progress_bar", "false", *extra]
     assert main(args) == 0
-    return tmp_path / "runs/demo/checkpoints/last.ckpt"
+    return tmp_path / "version_0/checkpoints/last.ckpt"
 
 
 def test_demo_loss_falls_and_checkpoint_restores_the_strategy(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)  # the demo's checkpoint goes to runs/demo/checkpoints/last.ckpt
+    monkeypatch.chdir(tmp_path)
     ckpt = run_demo(tmp_path, "--trainer.max_steps", "40", "--trainer.val_check_interval", "40",
                     "--trainer.limit_val_batches", "4", "--data.init_args.batch_size", "8")
     events = list(tmp_path.rglob("events.out.tfevents*"))

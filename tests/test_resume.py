@@ -286,18 +286,3 @@ def test_accumulation_from_the_global_batch_drives_the_schedule(tmp_path, monkey
     scheduler = trainer.lr_scheduler_configs[0].scheduler
     assert scheduler.last_epoch == trainer.global_step  # stepped once per optimiser step, not per batch
     assert scheduler.get_last_lr()[0] == pytest.approx(0.0)  # linear decay to 0 at the last step
-
-
-def test_last_is_found_in_a_folder_every_restart_shares_and_a_newer_requeue_checkpoint_wins(tmp_path):
-    from lit_embed.callbacks import PeriodicCheckpoint
-
-    logger = SimpleNamespace(save_dir=str(tmp_path / "runs"), name="exp", version=7)
-    trainer = SimpleNamespace(loggers=[logger], default_root_dir=str(tmp_path))
-    folder = tmp_path / "runs" / "exp" / "checkpoints"  # not version_7/checkpoints: a restart is version_8
-    folder.mkdir(parents=True)
-    (folder / "last.ckpt").write_bytes(b"")
-    assert PeriodicCheckpoint()._find_last_checkpoints(trainer) == {str(folder / "last.ckpt")}
-    for version in (1, 10, 2):  # Lightning's SLURM requeue saves hpc_ckpt_N.ckpt in default_root_dir
-        (tmp_path / f"hpc_ckpt_{version}.ckpt").write_bytes(b"")
-    assert PeriodicCheckpoint()._find_last_checkpoints(trainer) == {str(folder / "last.ckpt"), str(tmp_path / "hpc_ckpt_10.ckpt")}
-    assert PeriodicCheckpoint()._find_last_checkpoints(SimpleNamespace(loggers=[], default_root_dir=str(tmp_path / "x"))) == set()

@@ -8,6 +8,7 @@ import pytorch_lightning as pl
 from pytorch_lightning.loggers import TensorBoardLogger
 
 from lit_embed.analysis import ANALYSIS_DIR, analyse, read_texts, save_analysis
+from lit_embed.errors import ConfigError
 
 
 class EmbeddingAnalysis(pl.Callback):
@@ -26,7 +27,7 @@ class EmbeddingAnalysis(pl.Callback):
     def __init__(self, text: str = "sample-corpus", tokenizer: str | None = None, max_texts: int = 200,
                  points: int = 10_000) -> None:
         if max_texts < 1 or points < 1:
-            raise ValueError(f"max_texts={max_texts} and points={points} must be positive")
+            raise ConfigError(f"max_texts={max_texts} and points={points} must be positive")
         self.text = text
         self.tokenizer = tokenizer
         self.max_texts = max_texts
@@ -34,9 +35,9 @@ class EmbeddingAnalysis(pl.Callback):
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if not hasattr(pl_module, "embedding"):
-            raise ValueError(f"EmbeddingAnalysis needs a lit-embed EmbeddingModule, got {type(pl_module).__name__}")
+            raise ConfigError(f"EmbeddingAnalysis needs a lit-embed EmbeddingModule, got {type(pl_module).__name__}")
         if self._tokenizer(trainer) is None:
-            raise ValueError("EmbeddingAnalysis needs a tokenizer: set its `tokenizer`, or use a data module that has one")
+            raise ConfigError("EmbeddingAnalysis needs a tokenizer: set its `tokenizer`, or use a data module that has one")
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         run_dir = Path(trainer.log_dir or trainer.default_root_dir)  # a collective: every rank asks

@@ -11,6 +11,8 @@ import pytorch_lightning as pl
 import torch
 from pytorch_lightning.utilities.data import extract_batch_size
 
+from lit_embed.errors import ConfigError
+
 #: ``ru_maxrss`` is in kibibytes on Linux and in bytes on macOS.
 _RSS_UNIT = 1 if sys.platform == "darwin" else 1024
 
@@ -69,7 +71,7 @@ class EfficiencyMonitor(pl.Callback):
 
     def __init__(self, warmup_steps: int = 5) -> None:
         if warmup_steps < 0:
-            raise ValueError(f"warmup_steps={warmup_steps} must be 0 or more")
+            raise ConfigError(f"warmup_steps={warmup_steps} must be 0 or more")
         self.warmup_steps = warmup_steps
         self.timers = {kind: _Timer() for kind in self.KINDS}
         self._device = torch.device("cpu")

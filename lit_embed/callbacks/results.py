@@ -10,9 +10,11 @@ from typing import Any
 import pytorch_lightning as pl
 import torch
 from pytorch_lightning.loggers import TensorBoardLogger
+from pytorch_lightning.utilities.exceptions import SIGTERMException
 
 from lit_embed.accounting import parameter_report, performance_retention, speed_up
 from lit_embed.callbacks.efficiency import EfficiencyMonitor
+from lit_embed.errors import ConfigError
 from lit_embed.results import (
     RESULTS_FILE,
     RESULTS_FORMAT,
@@ -23,6 +25,7 @@ from lit_embed.results import (
     versions,
     write_json_atomic,
 )
+from lit_embed.runs import run_folder
 
 #: Lightning's name for an unnamed TensorBoard experiment: not a useful row label.
 _DEFAULT_LOGGER_NAME = "lightning_logs"
@@ -65,7 +68,7 @@ class ResultsWriter(pl.Callback):
             baseline = load_results(self.baseline)
             check_same_backbone({"backbone": backbone_of(pl_module), "run_dir": "this run"}, baseline)
             if not baseline.get("parameters") and hasattr(pl_module, "parameter_counts"):
-                raise ValueError(f"baseline {self.baseline} has no parameter counts: pick a lit-embed model's run")
+                raise ConfigError(f"baseline {self.baseline} has no parameter counts: pick a lit-embed model's run")
             self._baseline = baseline
 
     def on_fit_start(self, trainer, pl_module) -> None:
@@ -94,6 +97,10 @@ class ResultsWriter(pl.Callback):
     def on_predict_end(self, trainer, pl_module) -> None:
         self._finish(trainer, pl_module)
 
+    def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
+        if isinstance(exception, SIGTERMException):  # a signal stopped the run between two steps
+            self._finish(trainer, pl_module, status="interrupted")
+
     # -- figures ---------------------------------------------------------------------------------
     def parameters(self, pl_module: pl.LightningModule) -> dict | None:
         """:func:`~lit_embed.accounting.parameter_report` against the baseline run or the dense baseline."""
@@ -112,24 +119,26 @@ class ResultsWriter(pl.Callback):
         for logger in trainer.loggers:
             logger.log_metrics(figures, step=trainer.global_step)
 
-    def _finish(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+    def _finish(self, trainer: pl.Trainer, pl_module: pl.LightningModule, status: str = "complete") -> None:
         monitor = next((c for c in trainer.callbacks if isinstance(c, EfficiencyMonitor)), None)
         efficiency = monitor.summary(trainer) if monitor is not None else None  # collective: every rank
         run_dir = Path(trainer.log_dir or trainer.default_root_dir)  # collective too
         if not trainer.is_global_zero:
             return
         self._metrics.update(_final_metrics(trainer))
-        results = self.results(trainer, pl_module, run_dir, efficiency)
+        results = self.results(trainer, pl_module, run_dir, efficiency, status)
         write_json_atomic(run_dir / RESULTS_FILE, results)
         self._publish(trainer, results)
 
-    def results(self, trainer: pl.Trainer, pl_module: pl.LightningModule, run_dir: Path, efficiency: dict | None) -> dict:
+    def results(self, trainer: pl.Trainer, pl_module: pl.LightningModule, run_dir: Path, efficiency: dict | None,
+                status: str = "complete") -> dict:
         hparams = dict(pl_module.hparams)
         embedding = getattr(pl_module, "embedding", None)
         if hparams.get("task") is None and trainer.datamodule is not None:
             hparams["task"] = trainer.datamodule.hparams.get("task")  # task data modules may hold it instead
         return {
             "format": RESULTS_FORMAT,
+            "status": status,
             "label": self.label or _default_label(trainer, pl_module),
             "task": None if hparams.get("task") is None else str(hparams["task"]),
             "seed": _seed(hparams),
@@ -226,6 +235,9 @@ def _default_label(trainer: pl.Trainer, pl_module: pl.LightningModule) -> str:
         name = getattr(logger, "name", None)
         if isinstance(name, str) and name and name != _DEFAULT_LOGGER_NAME:
             return name
+    folder = run_folder(trainer)
+    if folder.name.startswith("version_") and folder.parent.name:
+        return folder.parent.name  # the experiment folder (runs/demo/version_0: demo)
     embedding = getattr(pl_module, "embedding", None)
     if embedding is None:
         return type(pl_module).__name__

@@ -1,6 +1,6 @@
 """``lit-embed compress``: post-hoc compression of a fine-tuned model's embedding.
 
-    lit-embed compress --ckpt RUN/checkpoints/last.ckpt --method sparse_coding --retention 0.5 --k 3 --out DIR
+    lit-embed compress --ckpt RUN_FOLDER --method sparse_coding --retention 0.5 --k 3 --out DIR
     lit-embed compress --config configs/compress/sparse_coding.yaml --ckpt CKPT --out DIR
 """
 
@@ -18,13 +18,13 @@ import pytorch_lightning as pl
 import torch
 import yaml
 
+from lit_embed.checkpoints import build_from_config, instantiate
 from lit_embed.compress import methods
 from lit_embed.compress.methods import AQOptions
 from lit_embed.compress.model_io import (
     Source,
-    build_from_config,
+    check_replaceable,
     classifier_for,
-    instantiate,
     load_source,
     write_atomically,
     write_checkpoint,
@@ -34,6 +34,7 @@ from lit_embed.compress.report import counts, format_report, rebuilt_cosines
 from lit_embed.compress.vocabulary import check_retention, count_tokens, split_vocabulary
 from lit_embed.data.sources import load_files, resolve_file
 from lit_embed.embeddings.text import VocabTextEncoder
+from lit_embed.errors import ConfigError, MissingFileError, OutputExistsError
 from lit_embed.hub import trusting_remote_code
 
 METHODS = ("sparse_coding", "unk", "pca", "aq")
@@ -94,18 +95,20 @@ def compress(
         seed: seeds AQ's training and the task head given to a HuggingFace model.
         accelerator: where validation (choosing k) and AQ's training run: ``auto``, ``cpu``, ``gpu``.
         limit_val_batches: validate on at most this many batches when choosing k (quick runs).
-        overwrite: replace an existing output folder.
+        overwrite: replace an existing output folder, if it is an earlier output of this command (nothing else).
     """
     started = time.perf_counter()
     if method not in METHODS:
-        raise ValueError(f"method={method!r} is not known: use one of {list(METHODS)}")
+        raise ConfigError(f"method={method!r} is not known: use one of {list(METHODS)}")
     check_retention(retention)
     ks = sorted(set(k)) if isinstance(k, list) else [k]
     if not ks or min(ks) < 1:
-        raise ValueError(f"k={k} must be at least 1 (the paper: 1 to 5 for sparse coding, 1 to 10 for PCA)")
+        raise ConfigError(f"k={k} must be at least 1 (the paper: 1 to 5 for sparse coding, 1 to 10 for PCA)")
     target = Path(out).expanduser()
-    if target.exists() and not overwrite:
-        raise FileExistsError(f"output folder {str(target)!r} exists: choose another --out or pass --overwrite")
+    if target.exists():  # before the work: refuse what could not be replaced at the end
+        if not overwrite:
+            raise OutputExistsError(f"output folder {str(target)!r} exists: choose another --out or pass --overwrite")
+        check_replaceable(target.absolute())
 
     source = load_source(ckpt, model_config, untie)
     chosen = resolve_data(data, source)
@@ -142,7 +145,7 @@ def compress(
     def fill(folder: Path) -> None:
         if source.module is not None:
             source.module.embedding = strategy
-            write_checkpoint(folder, source, strategy, chosen.config or source.data_config, run_name=target.name)
+            write_checkpoint(folder, source, strategy, chosen.config or source.data_config, out=target.absolute())
         if source.hf_model is not None:
             write_huggingface(folder / "hf", source, strategy)
         report["seconds"] = round(time.perf_counter() - started, 2)
@@ -163,10 +166,10 @@ def fit(method: str, weight, common_ids, ks: list[int], encoder: VocabTextEncode
     """The compressed strategies to choose from, by k (``None`` where k plays no part)."""
     common = len(common_ids)
     if method == "sparse_coding" and max(ks) > common:
-        raise ValueError(f"k={max(ks)} exceeds |V_C|={common}, the common tokens to choose neighbours from: "
+        raise ConfigError(f"k={max(ks)} exceeds |V_C|={common}, the common tokens to choose neighbours from: "
                          f"lower k or raise --retention")
     if method == "pca" and max(ks) > min(common, hidden):
-        raise ValueError(f"k={max(ks)} exceeds min(|V_C|={common}, hidden={hidden}), the principal components "
+        raise ConfigError(f"k={max(ks)} exceeds min(|V_C|={common}, hidden={hidden}), the principal components "
                          f"there are: lower k or raise --retention")
     if method == "sparse_coding":
         return methods.sparse_code(weight, common_ids, ks)
@@ -175,7 +178,7 @@ def fit(method: str, weight, common_ids, ks: list[int], encoder: VocabTextEncode
     if method == "unk":
         unk = encoder.tokenizer.unk_token_id
         if unk is None:
-            raise ValueError(f"tokenizer {encoder.name!r} has no <unk> token: the unk baseline needs one")
+            raise ConfigError(f"tokenizer {encoder.name!r} has no <unk> token: the unk baseline needs one")
         return {None: methods.unk_backoff(weight, common_ids, unk)}
     device = "cuda" if accelerator in ("auto", "gpu", "cuda") and torch.cuda.is_available() else "cpu"
     return {None: methods.additive_quantize(weight, aq, seed=seed, device=device)}
@@ -205,10 +208,10 @@ def choose_k(source: Source, candidates: dict, data: Data, accelerator: str, lim
 
 def check_k_choosable(source: Source, data: Data) -> None:
     if source.module is None or source.hf_model is not None or not hasattr(source.module, "task"):
-        raise ValueError("choosing k on the validation split needs a fine-tuned lit-embed classifier checkpoint "
+        raise ConfigError("choosing k on the validation split needs a fine-tuned lit-embed classifier checkpoint "
                          "(a HuggingFace model has no trained task head): give a single --k")
     if data.module is None or not hasattr(data.module, "eval_set_names"):
-        raise ValueError("choosing k on the validation split needs task data (--data: a task data config), "
+        raise ConfigError("choosing k on the validation split needs task data (--data: a task data config), "
                          "not text files: give a single --k")
 
 
@@ -216,7 +219,7 @@ def resolve_data(data, source: Source) -> Data:
     """The data as a task data module (from a config) or text files; default the checkpoint's own."""
     if data is None:
         if source.data_config is None:
-            raise ValueError(f"{source.name!r} records no fine-tuning data: pass --data (a task data config or text files)")
+            raise ConfigError(f"{source.name!r} records no fine-tuning data: pass --data (a task data config or text files)")
         return _task_data(source.data_config, "the checkpoint's fine-tuning data")
     if isinstance(data, dict):
         return _task_data(data.get("data", data), "inline data config")
@@ -224,14 +227,14 @@ def resolve_data(data, source: Source) -> Data:
     if len(files) == 1 and Path(files[0]).suffix in CONFIG_SUFFIXES:
         path = Path(files[0]).expanduser()
         if not path.is_file():
-            raise FileNotFoundError(f"data config {files[0]!r} does not exist: check the path")
+            raise MissingFileError(f"data config {files[0]!r} does not exist: check the path")
         config = yaml.safe_load(path.read_text()) or {}
         config = config.get("data", config) if isinstance(config, dict) else config
         if isinstance(config, str):  # a full config naming its data piece, relative to itself
             piece = path.parent / config
             config = yaml.safe_load(piece.read_text())
         if not isinstance(config, dict) or "class_path" not in config:
-            raise ValueError(f"{files[0]!r} is not a data config: it needs a class_path (e.g. lit_embed.data.TaskDataModule) "
+            raise ConfigError(f"{files[0]!r} is not a data config: it needs a class_path (e.g. lit_embed.data.TaskDataModule) "
                              f"and init_args, or a data: section holding them")
         return _task_data(config, files[0])
     for name in files:
@@ -243,7 +246,7 @@ def _task_data(config: dict, label: str) -> Data:
     config = {"class_path": config["class_path"], "init_args": dict(config.get("init_args") or {})}
     module = build_from_config(pl.LightningDataModule, config, "data")
     if not hasattr(module, "train_texts"):
-        raise ValueError(f"data module {config['class_path']} has no train_texts(): pass --data, text files or a "
+        raise ConfigError(f"data module {config['class_path']} has no train_texts(): pass --data, text files or a "
                          f"task data config (lit_embed.data.TaskDataModule)")
     task = getattr(getattr(module, "task", None), "name", None)
     return Data(label=f"{label} (task {task})" if task else label, module=module, config=config,
@@ -260,12 +263,26 @@ def _file_texts(files: list[str]) -> Iterator[str]:
 
 def parser():
     """The command's arguments (those of :func:`compress`), with ``--config FILE`` and ``--print_config``."""
-    from jsonargparse import ActionConfigFile, ArgumentParser
+    from jsonargparse import ActionConfigFile, ActionYesNo, ArgumentParser
 
     parsing = ArgumentParser(prog="lit-embed compress", description=(compress.__doc__ or "").split("\n")[0])
     parsing.add_argument("--config", action=ActionConfigFile, help="a YAML file of these arguments")
-    parsing.add_function_arguments(compress, as_group=False)
+    parsing.add_function_arguments(compress, as_group=False, skip={"untie", "overwrite"})
+    for flag in ("untie", "overwrite"):  # plain flags: --untie, --overwrite (and --no_untie, --no_overwrite)
+        parsing.add_argument(f"--{flag}", action=ActionYesNo, default=False, help=_argument_help(flag))
     return parsing
+
+
+def _argument_help(name: str) -> str:
+    """The ``Args:`` line of :func:`compress` for ``name``."""
+    lines = (compress.__doc__ or "").splitlines()
+    start = next(i for i, line in enumerate(lines) if line.strip().startswith(f"{name}:"))
+    text = [lines[start].strip().removeprefix(f"{name}:").strip()]
+    for line in lines[start + 1:]:
+        if not line.startswith(" " * 12):
+            break
+        text.append(line.strip())
+    return " ".join(text)
 
 
 def main(argv: list[str]) -> int:

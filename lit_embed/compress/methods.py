@@ -20,6 +20,7 @@ from lit_embed.embeddings.sparse_coded import (
     UnkEmbedding,
     rare_ids_of,
 )
+from lit_embed.errors import ConfigError
 
 #: Ridge added to each k x k local Gram matrix, relative to its mean eigenvalue: it only matters when the
 #: matrix is singular (a rare vector in the affine span of its neighbours, or duplicate neighbours).
@@ -95,7 +96,7 @@ def unk_backoff(weight: Tensor, common_ids: Tensor, unk_id: int) -> UnkEmbedding
     strategy = with_common_rows(UnkEmbedding, weight, common_ids)
     row = int(strategy.row_of[unk_id])
     if row < 0:
-        raise ValueError(f"the <unk> token (id {unk_id}) is not among the common tokens")
+        raise ConfigError(f"the <unk> token (id {unk_id}) is not among the common tokens")
     strategy.unk_row.fill_(row)
     return strategy
 
@@ -176,7 +177,7 @@ def additive_quantize(weight: Tensor, options: AQOptions, seed: int = 0, device:
     vocab, hidden = weight.shape
     strategy = AdditiveQuantizedEmbedding(vocab, hidden, options.codebooks, options.codewords)
     if options.epochs < 1 or options.batch_size < 1 or (options.max_steps is not None and options.max_steps < 1):
-        raise ValueError(f"AQ needs epochs, batch_size and max_steps of at least 1 (got {options})")
+        raise ConfigError(f"AQ needs epochs, batch_size and max_steps of at least 1 (got {options})")
     generator = torch.Generator(device=device).manual_seed(seed)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)

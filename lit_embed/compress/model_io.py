@@ -5,9 +5,11 @@ The output folder is built beside its final place and renamed into it, so it is 
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import shutil
+import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,10 +20,19 @@ import torch
 import yaml
 from torch import Tensor, nn
 
+from lit_embed.checkpoints import (
+    FACTS,
+    build_from_config,
+    read_checkpoint,
+    recorded_tokenizer,
+    state_differences,
+)
 from lit_embed.embeddings.base import EmbeddingStrategy
 from lit_embed.embeddings.dense import DenseEmbedding
+from lit_embed.errors import CheckpointError, ConfigError, MissingFileError, OutputExistsError
 from lit_embed.hub import explain_unreachable, remote_code_trusted, resolve_pretrained
-from lit_embed.models.base import CHECKPOINT_FACTS
+from lit_embed.results import process_alive
+from lit_embed.runs import start_checkpoint
 
 INSTANTIATOR = "pytorch_lightning.cli.instantiate_module"
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".h5", ".msgpack", ".onnx", ".ot", ".ckpt")
@@ -60,47 +71,41 @@ class Source:
 
 
 def load_source(name: str, model_config: str | None = None, untie: bool = False) -> Source:
-    """A lit-embed checkpoint (a file) or a HuggingFace model (a folder or hub name)."""
+    """A lit-embed checkpoint (a file, a run folder or an experiment folder: see
+    :func:`~lit_embed.runs.start_checkpoint`) or a HuggingFace model (a folder with ``config.json``, or a hub name)."""
     path = Path(name).expanduser()
+    if path.is_dir() and not (path / "config.json").is_file():
+        path = start_checkpoint(path)
     if path.is_file():
         return _load_checkpoint(path, model_config, untie)
     if path.suffix == ".ckpt" or (name.startswith((".", "/", "~")) and not path.exists()):
-        raise FileNotFoundError(f"checkpoint {name!r} does not exist: check the path")
+        raise MissingFileError(f"checkpoint {name!r} does not exist: check the path")
     return _load_huggingface(name, untie)
 
 
 def _load_checkpoint(path: Path, model_config: str | None, untie: bool) -> Source:
-    try:
-        raw = torch.load(path, map_location="cpu", weights_only=False)
-    except Exception as error:  # any unpickling failure means: not a checkpoint
-        raise ValueError(
-            f"{str(path)!r} is not a lit-embed checkpoint ({type(error).__name__}: {error}): give a checkpoint "
-            f"written by `lit-embed fit`, or a HuggingFace model name or folder"
-        ) from error
-    if not isinstance(raw, dict) or "state_dict" not in raw:
-        raise ValueError(f"{str(path)!r} holds no state_dict: give a checkpoint written by `lit-embed fit`")
+    raw = read_checkpoint(path)
     config = _model_config(raw, path, model_config)
     module = build_from_config(pl.LightningModule, config, "model")
-    try:
-        module.load_state_dict(raw["state_dict"])
-    except RuntimeError as error:
-        raise ValueError(f"checkpoint {str(path)!r} does not fit its model config ({str(error)[:300]}): pass "
-                         f"--model_config FILE, the config it was trained with") from error
+    details = state_differences(module.state_dict(), raw["state_dict"])
+    if details:
+        raise CheckpointError(f"checkpoint {str(path)!r} does not fit its model config ({details}): pass "
+                              f"--model_config FILE, the config it was trained with")
+    module.load_state_dict(raw["state_dict"])
     if not isinstance(getattr(module, "embedding", None), EmbeddingStrategy):
-        raise ValueError(f"checkpoint {str(path)!r} holds a {type(module).__name__}, which has no lit-embed embedding strategy")
+        raise ConfigError(f"checkpoint {str(path)!r} holds a {type(module).__name__}, which has no lit-embed embedding strategy")
     if not isinstance(module.embedding, DenseEmbedding):
-        raise ValueError(
+        raise ConfigError(
             f"checkpoint {str(path)!r} has a {type(module.embedding).__name__} embedding; compress reads a dense "
             f"vocabulary x hidden table (DenseEmbedding): compress a model fine-tuned with the dense strategy"
         )
-    facts = raw.get(CHECKPOINT_FACTS) or {}
-    tokenizer = facts.get("tokenizer") or getattr(module, "expected_tokenizer", None)
+    tokenizer = recorded_tokenizer(raw) or getattr(module, "expected_tokenizer", None)
     if tokenizer is None:
-        raise ValueError(f"checkpoint {str(path)!r} does not record its tokenizer: fine-tune it with `lit-embed fit`, "
+        raise ConfigError(f"checkpoint {str(path)!r} does not record its tokenizer: fine-tune it with `lit-embed fit`, "
                          f"which records it")
     if getattr(module, "tie_decoder", False):
         if not untie:
-            raise ValueError(f"checkpoint {str(path)!r} cannot be compressed as it is: {TIED_EXPLANATION}. "
+            raise ConfigError(f"checkpoint {str(path)!r} cannot be compressed as it is: {TIED_EXPLANATION}. "
                              f"Pass --untie to give the output layer its own copy of the table first")
         _untie_module(module)
         config["init_args"]["tie_decoder"] = False
@@ -123,7 +128,7 @@ def _model_config(raw: dict, path: Path, model_config: str | None) -> dict:
         return yaml.safe_load(cli.parser.dump(cli.config, skip_none=False))["model"]
     hparams = raw.get("hyper_parameters") or {}
     if "_class_path" not in hparams:
-        raise ValueError(
+        raise ConfigError(
             f"checkpoint {str(path)!r} does not record its model config (it was not written by `lit-embed fit`): "
             f"pass --model_config FILE, the config it was trained with"
         )
@@ -140,24 +145,6 @@ def _plain(value: Any) -> Any:
     if isinstance(value, os.PathLike):
         return str(value)
     raise TypeError(f"cannot record {value!r} in a config")
-
-
-def build_from_config(base: type, config: dict, key: str):
-    """Instantiate a ``{"class_path", "init_args"}`` config of a subclass of ``base`` as jsonargparse does."""
-    from jsonargparse import ArgumentParser
-
-    parser = ArgumentParser(exit_on_error=False)
-    parser.add_subclass_arguments(base, key, required=True)
-    try:
-        parsed = parser.parse_object({key: config})
-    except Exception as error:  # jsonargparse's ArgumentError: a config that does not fit the class
-        raise ValueError(f"the {key} config does not build ({error}): check {config.get('class_path')}") from error
-    return instantiate(parser, parsed)[key]
-
-
-def instantiate(parser, config):
-    """``parser.instantiate`` (jsonargparse >= 4.49), or its older name ``instantiate_classes``."""
-    return (getattr(parser, "instantiate", None) or parser.instantiate_classes)(config)
 
 
 def _untie_module(module: nn.Module) -> None:
@@ -181,11 +168,11 @@ def _load_huggingface(name: str, untie: bool) -> Source:
         raise explain_unreachable(name, "model", error) from error
     table = model.get_input_embeddings()
     if not isinstance(table, nn.Embedding):
-        raise ValueError(f"{name!r} has no input embedding table (nn.Embedding) to compress: give a BERT-like encoder")
+        raise ConfigError(f"{name!r} has no input embedding table (nn.Embedding) to compress: give a BERT-like encoder")
     output = model.get_output_embeddings()
     if output is not None and getattr(output, "weight", None) is table.weight:
         if not untie:
-            raise ValueError(f"{name!r} cannot be compressed as it is: {TIED_EXPLANATION}. Pass --untie to give "
+            raise ConfigError(f"{name!r} cannot be compressed as it is: {TIED_EXPLANATION}. Pass --untie to give "
                              f"the output layer its own copy of the table first")
         output.weight = nn.Parameter(table.weight.detach().clone())
         model.config.tie_word_embeddings = False
@@ -218,22 +205,53 @@ def strategy_config(strategy: EmbeddingStrategy) -> dict:
 # -- writing ---------------------------------------------------------------------------------------------
 
 
+#: What ``lit-embed compress`` writes into its output folder; a folder holding anything else is not one of its outputs.
+OUTPUT_ENTRIES = frozenset({"model.ckpt", "config.yaml", "report.json", "report.md", "hf"})
+
+
+def check_replaceable(out: Path) -> None:
+    """Refuse to replace ``out`` unless it is an earlier ``lit-embed compress`` output and holds nothing else."""
+    report = out / "report.json"
+    try:
+        earlier = report.is_file() and {"source", "method", "vocabulary"} <= set(json.loads(report.read_text()))
+    except (OSError, ValueError):
+        earlier = False
+    if not out.is_dir() or not earlier:
+        raise OutputExistsError(
+            f"--out {str(out)!r} exists and is not a lit-embed compress output (no report.json of one): --overwrite "
+            f"replaces only those; choose another --out"
+        )
+    foreign = sorted(p.name + ("/" if p.is_dir() else "") for p in out.iterdir() if p.name not in OUTPUT_ENTRIES)
+    if foreign:
+        raise OutputExistsError(
+            f"--out {str(out)!r} is a compress output that also holds {', '.join(foreign[:5])}, which compress did not "
+            f"write (runs of the compressed model?): move them away or choose another --out"
+        )
+
+
 def write_atomically(out: Path, overwrite: bool, fill: Callable[[Path], None]) -> None:
     """Build ``out`` in a temporary folder beside it with ``fill``, then rename it into place.
 
     On any error the temporary folder is removed and ``out`` is left as it was (absent, or untouched).
+    ``overwrite`` replaces only an earlier compress output (:func:`check_replaceable`). Temporary folders
+    that killed runs left beside ``out`` (``.NAME.building-HOST-PID``) are removed once their process is gone.
     """
     out = out.expanduser().absolute()
-    if out.exists() and not overwrite:
-        raise FileExistsError(f"output folder {str(out)!r} exists: choose another --out or pass --overwrite")
+    if out.exists():
+        if not overwrite:
+            raise OutputExistsError(f"output folder {str(out)!r} exists: choose another --out or pass --overwrite")
+        check_replaceable(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    building = out.parent / f".{out.name}.building-{os.getpid()}"
+    host = socket.gethostname()
+    _remove_stale(out.parent, f".{out.name}.building-{host}-")
+    _remove_stale(out.parent, f".{out.name}.replaced-{host}-")
+    building = out.parent / f".{out.name}.building-{host}-{os.getpid()}"
     shutil.rmtree(building, ignore_errors=True)
     building.mkdir()
     try:
         fill(building)
         if out.exists():
-            old = out.parent / f".{out.name}.replaced-{os.getpid()}"
+            old = out.parent / f".{out.name}.replaced-{host}-{os.getpid()}"
             out.rename(old)
             building.rename(out)
             shutil.rmtree(old, ignore_errors=True)
@@ -244,10 +262,17 @@ def write_atomically(out: Path, overwrite: bool, fill: Callable[[Path], None]) -
         raise
 
 
+def _remove_stale(folder: Path, prefix: str) -> None:
+    for path in folder.glob(glob.escape(prefix) + "*"):
+        pid = path.name[len(prefix):]
+        if pid.isdigit() and not process_alive(int(pid)):
+            shutil.rmtree(path, ignore_errors=True)
+
+
 def write_checkpoint(folder: Path, source: Source, strategy: EmbeddingStrategy, data_config: dict | None,
-                     run_name: str) -> None:
+                     out: Path) -> None:
     """``model.ckpt`` (the compressed lit-embed model) and ``config.yaml`` to validate or test it; those
-    runs log to ``runs/<run_name>/version_N`` with results.json, as every shipped config does."""
+    runs log beside it, to ``OUT/version_N`` with results.json, as every shipped config does."""
     module = source.module
     config = json.loads(json.dumps(source.model_config))
     config["init_args"]["embedding"] = strategy_config(strategy)
@@ -258,7 +283,7 @@ def write_checkpoint(folder: Path, source: Source, strategy: EmbeddingStrategy, 
         "state_dict": {k: v.detach().cpu().contiguous() for k, v in module.state_dict().items()},
         "hparams_name": "kwargs",
         "hyper_parameters": {"_class_path": config["class_path"], "_instantiator": INSTANTIATOR, **config["init_args"]},
-        CHECKPOINT_FACTS: {
+        FACTS: {
             "strategy": f"{type(strategy).__module__}.{type(strategy).__qualname__}",
             "vocab_size": strategy.vocab_size,
             "hidden_size": strategy.hidden_size,
@@ -276,8 +301,7 @@ def write_checkpoint(folder: Path, source: Source, strategy: EmbeddingStrategy, 
     document["trainer"] = {
         "accelerator": "auto",
         "devices": 1,
-        "logger": {"class_path": "pytorch_lightning.loggers.TensorBoardLogger",
-                   "init_args": {"save_dir": "runs", "name": run_name}},
+        "default_root_dir": str(out),  # validate/test runs of the compressed model log beside it
         "callbacks": [{"class_path": "lit_embed.callbacks.EfficiencyMonitor"},
                       {"class_path": "lit_embed.callbacks.ResultsWriter"}],
     }

@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 from lit_embed.embeddings.text import VocabTextEncoder
+from lit_embed.errors import ConfigError
 
 
 @dataclass(frozen=True)
@@ -48,7 +49,7 @@ def split_vocabulary(counts: np.ndarray, retention: float, special_ids: Iterable
     check_retention(retention)
     seen = int((counts > 0).sum())
     if seen == 0:
-        raise ValueError(
+        raise ConfigError(
             "no token of the vocabulary occurs in the data (it is empty or has no text): give the training "
             "texts the model was fine-tuned on (--data: a task data config or text files)"
         )
@@ -61,7 +62,7 @@ def split_vocabulary(counts: np.ndarray, retention: float, special_ids: Iterable
 
 def check_retention(retention: float) -> None:
     if not 0.0 < retention <= 1.0:
-        raise ValueError(
+        raise ConfigError(
             f"retention={retention} is outside (0, 1]: it is the share of the tokens seen in the training data "
             f"that stay common (the paper uses 0.5 to 1.0)"
         )

@@ -10,6 +10,7 @@ import torch
 from torch import Tensor
 
 from lit_embed.embeddings.text import TextEncoder
+from lit_embed.errors import ConfigError
 
 
 class PadCollator:
@@ -119,7 +120,7 @@ class MaskedLMCollator(CorruptingCollator):
     ) -> None:
         super().__init__(text_encoder, seed)
         if not 0.0 < mask_prob < 1.0:
-            raise ValueError(f"mask_prob={mask_prob} must lie strictly between 0 and 1")
+            raise ConfigError(f"mask_prob={mask_prob} must lie strictly between 0 and 1")
         self.mask_code = torch.as_tensor(text_encoder.special_code("mask"))
         self.random_codes = random_codes
         self.mask_prob = mask_prob
@@ -127,7 +128,7 @@ class MaskedLMCollator(CorruptingCollator):
     def corrupt(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
         codes, special = batch["codes"], batch["special_mask"]
         if codes.dim() != 2:
-            raise ValueError("masked LM needs one vocabulary id per token; hash strategies use Shuffle+Random")
+            raise ConfigError("masked LM needs one vocabulary id per token; hash strategies use Shuffle+Random")
         chosen = (torch.rand(codes.shape) < self.mask_prob) & ~special
         labels = torch.where(chosen, codes, torch.full_like(codes, -100))
         action = torch.rand(codes.shape)
@@ -169,7 +170,7 @@ class ShuffleRandomCollator(CorruptingCollator):
     ) -> None:
         super().__init__(text_encoder, seed)
         if not 0.0 < prob < 1.0:
-            raise ValueError(f"prob={prob} must lie strictly between 0 and 1")
+            raise ConfigError(f"prob={prob} must lie strictly between 0 and 1")
         self.random_codes = random_codes
         self.prob = prob
 

@@ -12,10 +12,17 @@ import numpy as np
 from torch.utils.data import DataLoader
 
 from lit_embed.data.collate import PadCollator
-from lit_embed.data.loading import EndlessStream, IndexedRows, ResumableLoader, ResumableTraining
+from lit_embed.data.loading import (
+    EndlessStream,
+    IndexedRows,
+    ResumableLoader,
+    ResumableTraining,
+    check_batching,
+)
 from lit_embed.data.sources import load_files, load_hub
 from lit_embed.distributed import is_distributed, share_buffers
 from lit_embed.embeddings.text import FittableTextEncoder, TextEncoder, VocabTextEncoder
+from lit_embed.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -81,14 +88,15 @@ class CorpusDataModule(ResumableTraining):
         seed: int = 0,
     ) -> None:
         super().__init__()
+        check_batching(batch_size, num_workers, global_batch_size=global_batch_size)
         if not datasets and not files:
-            raise ValueError("the corpus is empty: give hub `datasets` or local `files` (e.g. files: [sample-corpus])")
+            raise ConfigError("the corpus is empty: give hub `datasets` or local `files` (e.g. files: [sample-corpus])")
         if max_length < 3:
-            raise ValueError(f"max_length={max_length} leaves no room for text between cls and sep: use at least 3")
+            raise ConfigError(f"max_length={max_length} leaves no room for text between cls and sep: use at least 3")
         if streaming and not (val_size >= 1 and float(val_size).is_integer()):
-            raise ValueError(f"streaming needs val_size as a number of blocks, got {val_size}")
+            raise ConfigError(f"streaming needs val_size as a number of blocks, got {val_size}")
         if shuffle_buffer < 0:
-            raise ValueError(f"shuffle_buffer={shuffle_buffer} must be 0 (no shuffling) or more")
+            raise ConfigError(f"shuffle_buffer={shuffle_buffer} must be 0 (no shuffling) or more")
         self.save_hyperparameters()
         self.tokenizer = tokenizer
         self.sources = list(datasets or [])
@@ -119,7 +127,7 @@ class CorpusDataModule(ResumableTraining):
         if module is not None:
             limit = module.encoder.max_length
             if self.max_length > limit:
-                raise ValueError(
+                raise ConfigError(
                     f"max_length={self.max_length} exceeds the backbone's {limit} positions: lower "
                     f"data.max_length or raise encoder.max_position_embeddings"
                 )
@@ -199,7 +207,7 @@ class CorpusDataModule(ResumableTraining):
         for part, name in zip(parts, self.sources + ["files"] * bool(self.files)):
             names = part.column_names or [self.text_column]
             if self.text_column not in names:
-                raise ValueError(f"{name}: no column {self.text_column!r} (columns: {names}); set data.text_column")
+                raise ConfigError(f"{name}: no column {self.text_column!r} (columns: {names}); set data.text_column")
             part = part.select_columns([self.text_column])
             if self.max_texts is not None:
                 part = part.take(self.max_texts)
@@ -214,7 +222,7 @@ class CorpusDataModule(ResumableTraining):
         kwargs["new_fingerprint"] = hashlib.sha256(key.encode()).hexdigest()[:32]
         blocks = texts.map(builder, desc="Tokenising into blocks", **kwargs)
         if len(blocks) < 2:
-            raise ValueError(
+            raise ConfigError(
                 f"the corpus {self.sources + self.files} gives {len(blocks)} block(s) of {self.max_length} tokens: "
                 f"at least 2 are needed (one to train, one to validate); add text or lower max_length"
             )
@@ -223,7 +231,7 @@ class CorpusDataModule(ResumableTraining):
     def _val_count(self, total: int) -> int:
         count = int(round(self.val_size * total)) if self.val_size < 1 else int(self.val_size)
         if not 1 <= count < total:
-            raise ValueError(f"val_size={self.val_size} gives {count} of {total} blocks: pick between 1 and {total - 1}")
+            raise ConfigError(f"val_size={self.val_size} gives {count} of {total} blocks: pick between 1 and {total - 1}")
         return count
 
     # -- streaming -------------------------------------------------------------------------------
@@ -238,7 +246,7 @@ class CorpusDataModule(ResumableTraining):
             if len(blocks) >= count:
                 break
         if len(blocks) < count:
-            raise ValueError(
+            raise ConfigError(
                 f"the stream {self.sources + self.files} gives only {len(blocks)} block(s) of {self.max_length} tokens "
                 f"for val_size={count} validation blocks (and none to train on): lower val_size or add text"
             )

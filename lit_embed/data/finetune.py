@@ -25,10 +25,11 @@ from torch import Tensor
 from torch.utils.data import DataLoader
 
 from lit_embed.data.collate import PadCollator
-from lit_embed.data.loading import ResumableLoader, ResumableTraining
+from lit_embed.data.loading import ResumableLoader, ResumableTraining, check_batching
 from lit_embed.data.sources import SAMPLE_DIR, load_files
 from lit_embed.data.tasks import XNLI_LANGUAGES, Task, get_task
 from lit_embed.embeddings.text import FittableTextEncoder, TextEncoder, VocabTextEncoder
+from lit_embed.errors import ConfigError, HubError, MissingFileError
 from lit_embed.hub import resolve_pretrained, trusting_remote_code
 
 PIPELINE_VERSION = 1
@@ -95,27 +96,28 @@ class TaskDataModule(ResumableTraining):
         global_batch_size: int | None = None,
     ) -> None:
         super().__init__()
+        check_batching(batch_size, num_workers, eval_batch_size=eval_batch_size, global_batch_size=global_batch_size)
         self.task: Task = get_task(task)
         if protocol not in ("standard", "split_train"):
-            raise ValueError(f"protocol={protocol!r} is not known: use 'standard' or 'split_train'")
+            raise ConfigError(f"protocol={protocol!r} is not known: use 'standard' or 'split_train'")
         if not 0.0 < val_fraction < 1.0:
-            raise ValueError(f"val_fraction={val_fraction} must lie strictly between 0 and 1")
+            raise ConfigError(f"val_fraction={val_fraction} must lie strictly between 0 and 1")
         if max_length < 3 + (len(self.task.text_columns) > 1):
-            raise ValueError(f"max_length={max_length} leaves no room for text between the special tokens")
+            raise ConfigError(f"max_length={max_length} leaves no room for text between the special tokens")
         if pretokenize not in (None, "mecab"):
-            raise ValueError(f"pretokenize={pretokenize!r} is not known: use 'mecab' or leave it unset")
+            raise ConfigError(f"pretokenize={pretokenize!r} is not known: use 'mecab' or leave it unset")
         self.save_hyperparameters()
         self.tokenizer = tokenizer
         self.data_dir = Path(data_dir).expanduser() if data_dir else None
         if self.data_dir is not None and not self.data_dir.is_dir():
-            raise FileNotFoundError(f"data_dir {data_dir!r} is not a folder: check the path")
+            raise MissingFileError(f"data_dir {data_dir!r} is not a folder: check the path")
         self.protocol = protocol
         self.val_fraction = val_fraction
         self.split_seed = split_seed
         self.max_length = max_length
         self.batch_size = self.train_batch_size = batch_size
         self.global_batch_size = global_batch_size
-        self.eval_batch_size = eval_batch_size or batch_size
+        self.eval_batch_size = batch_size if eval_batch_size is None else eval_batch_size
         self.pretokenize = pretokenize
         self.trust_remote_code = trust_remote_code
         self.num_workers = num_workers
@@ -197,7 +199,7 @@ class TaskDataModule(ResumableTraining):
     def _check_module(self, module) -> None:
         task = getattr(module, "task", None)
         if task is not None and getattr(task, "name", task) != self.task.name:
-            raise ValueError(
+            raise ConfigError(
                 f"the model is built for task {getattr(task, 'name', task)!r} but the data is {self.task.name!r}: "
                 f"set the same task in model.init_args.task and data.init_args.task"
             )
@@ -224,7 +226,7 @@ class TaskDataModule(ResumableTraining):
         if self.tokenizer is None:
             return expected
         if expected is not None and not same_vocabulary(self.tokenizer, expected):
-            raise ValueError(
+            raise ConfigError(
                 f"data.tokenizer={self.tokenizer!r} differs from the model's tokenizer {expected!r} (its "
                 f"vocabulary ids would mean other tokens): leave data.init_args.tokenizer unset to use the model's"
             )
@@ -238,7 +240,7 @@ class TaskDataModule(ResumableTraining):
         if self.protocol == "split_train":
             count = math.ceil(self.val_fraction * len(rows))
             if not 1 <= count < len(rows):
-                raise ValueError(
+                raise ConfigError(
                     f"{self.task.name}: val_fraction={self.val_fraction} of {len(rows)} training rows leaves "
                     f"nothing to train or validate on: add rows or change val_fraction"
                 )
@@ -264,10 +266,10 @@ class TaskDataModule(ResumableTraining):
             rows = load_from_hub(self.task, config, split)
             origin = f"{self.task.hub} ({config}, {split})"
         if len(rows) == 0:
-            raise ValueError(f"{origin}: the {what} split of task {self.task.name!r} has no rows: give it data")
+            raise ConfigError(f"{origin}: the {what} split of task {self.task.name!r} has no rows: give it data")
         missing = [c for c in self.task.columns if c not in rows.column_names]
         if missing:
-            raise ValueError(
+            raise ConfigError(
                 f"{origin}: no column(s) {missing} (columns: {rows.column_names}); task {self.task.name!r} "
                 f"expects {list(self.task.columns)}"
             )
@@ -343,7 +345,7 @@ class XNLIDataModule(TaskDataModule):
             eval_batch_size=eval_batch_size, num_workers=num_workers, global_batch_size=global_batch_size,
         )
         if mode not in ("cross_lingual", "translate_train_all"):
-            raise ValueError(f"mode={mode!r} is not known: use 'cross_lingual' or 'translate_train_all'")
+            raise ConfigError(f"mode={mode!r} is not known: use 'cross_lingual' or 'translate_train_all'")
         everything = list(XNLI_LANGUAGES)
         self.mode = mode
         self.train_languages = _languages(train_languages or (["en"] if mode == "cross_lingual" else everything))
@@ -363,7 +365,7 @@ class XNLIDataModule(TaskDataModule):
 def _languages(names: list[str]) -> list[str]:
     unknown = [n for n in names if n not in XNLI_LANGUAGES]
     if unknown:
-        raise ValueError(f"XNLI has no language(s) {unknown}: use some of {list(XNLI_LANGUAGES)}")
+        raise ConfigError(f"XNLI has no language(s) {unknown}: use some of {list(XNLI_LANGUAGES)}")
     return list(names)
 
 
@@ -384,7 +386,7 @@ def split_files(root: Path, config: str | None, split: str) -> list[Path]:
             if found:
                 return sorted(found)
     where = " or ".join(str(f) for f in folders)
-    raise FileNotFoundError(
+    raise MissingFileError(
         f"no {split!r} files in {where}: expected {split}.{{parquet,csv,tsv,jsonl}}, {split}-*.parquet or "
         f"{split}/*.parquet (the hub's layout)"
     )
@@ -409,7 +411,7 @@ def load_from_hub(task: Task, config: str | None, split: str) -> datasets.Datase
                 f"Offline? Save it once where the hub is reachable (load_dataset({task.hub!r}, {config!r})"
                 f"[split].to_parquet('DIR/{config}/{split}.parquet')) and pass data.init_args.data_dir DIR"
             )
-        raise OSError(f"could not load {task.name} {split} from the hub: {how}. Cause: {error}") from error
+        raise HubError(f"could not load {task.name} {split} from the hub: {how}. Cause: {error}") from error
 
 
 # -- rows -> examples ----------------------------------------------------------------------------------
@@ -502,7 +504,7 @@ class ExampleBuilder:
             for row, value in zip(indices, values):
                 number = _as_float(value)
                 if number is None or not low <= number <= high:
-                    raise ValueError(
+                    raise ConfigError(
                         f"{task.name}: row {row} has label {value!r}; the task's scores are numbers in [{low}, {high}]"
                     )
                 out.append(number)
@@ -517,7 +519,7 @@ class ExampleBuilder:
                 name = name.lower()
             if name not in ours:
                 hidden = " (-1 marks a hidden test label: evaluate on a labelled split)" if value == -1 else ""
-                raise ValueError(
+                raise ConfigError(
                     f"{task.name}: row {row} has label {value!r}, outside the label set {list(task.labels)} "
                     f"(or ids 0..{len(task.labels) - 1}){hidden}"
                 )

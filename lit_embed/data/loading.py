@@ -18,7 +18,6 @@ import os
 import warnings
 from collections import deque
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytorch_lightning as pl
@@ -26,6 +25,8 @@ from torch.utils.data import Dataset, DistributedSampler, IterableDataset
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from lit_embed.distributed import apply_global_batch, gather_objects
+from lit_embed.errors import ConfigError
+from lit_embed.runs import run_folder
 
 log = logging.getLogger(__name__)
 
@@ -167,11 +168,13 @@ def _length(loader) -> int | None:
         return None
 
 
-def run_folder(trainer) -> Path:
-    """The run's folder as ``trainer.log_dir`` names it, without its broadcast (only rank 0 writes there)."""
-    logger = trainer.logger
-    folder = getattr(logger, "log_dir", None) or getattr(logger, "save_dir", None)
-    return Path(folder or trainer.default_root_dir)
+def check_batching(batch_size: int, num_workers: int, **others: int | None) -> None:
+    """Refuse batch sizes below 1 and negative worker counts, naming the argument."""
+    for name, value in {"batch_size": batch_size, **others}.items():
+        if value is not None and value < 1:
+            raise ConfigError(f"data {name}={value} must be at least 1")
+    if num_workers < 0:
+        raise ConfigError(f"data num_workers={num_workers} must be 0 (load in the main process) or more")
 
 
 class ResumableTraining(pl.LightningDataModule):

@@ -6,6 +6,11 @@ import csv
 from pathlib import Path
 
 import datasets
+import pyarrow
+from datasets.arrow_writer import SchemaInferenceError
+from datasets.exceptions import DatasetGenerationError
+
+from lit_embed.errors import ConfigError, HubError, MissingFileError
 
 SAMPLE_DIR = Path(__file__).parent / "sample"
 #: Data that ships with the package, usable anywhere by name.
@@ -19,9 +24,9 @@ def resolve_file(name: str) -> Path:
         return SAMPLES[name]
     path = Path(name).expanduser()
     if not path.is_file():
-        raise FileNotFoundError(f"data file {name!r} does not exist (samples shipped: {sorted(SAMPLES)})")
+        raise MissingFileError(f"data file {name!r} does not exist (samples shipped: {sorted(SAMPLES)})")
     if path.suffix not in BUILDERS:
-        raise ValueError(f"data file {name!r}: unsupported type {path.suffix!r}; use one of {sorted(BUILDERS)}")
+        raise ConfigError(f"data file {name!r}: unsupported type {path.suffix!r}; use one of {sorted(BUILDERS)}")
     return path
 
 
@@ -32,7 +37,7 @@ def check_utf8(path: Path) -> None:
             try:
                 line.decode("utf-8")
             except UnicodeDecodeError as error:
-                raise ValueError(
+                raise ConfigError(
                     f"{path}:{number}: not valid UTF-8 ({error.reason} at byte {error.start}): "
                     f"re-encode the file as UTF-8 (e.g. `iconv -f latin1 -t utf-8`)"
                 ) from error
@@ -47,15 +52,31 @@ def load_files(files: list[str], split: str = "train", streaming: bool = False, 
     paths = [resolve_file(f) for f in files]
     kinds = {BUILDERS[p.suffix] for p in paths}
     if len(kinds) != 1:
-        raise ValueError(f"data files {files} mix types {sorted(kinds)}: give files of one type per source")
+        raise ConfigError(f"data files {files} mix types {sorted(kinds)}: give files of one type per source")
     kind = kinds.pop()
-    if kind == "text":
-        for path in paths:
+    for path in paths:
+        if path.stat().st_size == 0:
+            raise ConfigError(f"data file {str(path)!r} is empty (0 bytes): give it data")
+        if kind == "text":
             check_utf8(path)
     kwargs = {"delimiter": "\t", "quoting": csv.QUOTE_NONE} if all(p.suffix == ".tsv" for p in paths) else {}
-    return datasets.load_dataset(
-        kind, data_files={split: [str(p) for p in paths]}, split=split, streaming=streaming, **kwargs
-    )
+    try:
+        return datasets.load_dataset(
+            kind, data_files={split: [str(p) for p in paths]}, split=split, streaming=streaming, **kwargs
+        )
+    except (DatasetGenerationError, SchemaInferenceError, UnicodeDecodeError, pyarrow.ArrowException) as error:
+        cause = _innermost(error)
+        raise ConfigError(
+            f"data file(s) {', '.join(repr(str(p)) for p in paths)} could not be read as {kind} "
+            f"({type(cause).__name__}: {str(cause).splitlines()[0][:200] if str(cause) else 'no rows'}): "
+            f"give UTF-8 {kind} with {'a header row and ' if kind == 'csv' else ''}at least one row"
+        ) from error
+
+
+def _innermost(error: BaseException) -> BaseException:
+    while error.__cause__ is not None or (error.__context__ is not None and not error.__suppress_context__):
+        error = error.__cause__ or error.__context__
+    return error
 
 
 def load_hub(name: str, split: str = "train", streaming: bool = False):
@@ -64,7 +85,7 @@ def load_hub(name: str, split: str = "train", streaming: bool = False):
     try:
         return datasets.load_dataset(path, config or None, split=split, streaming=streaming)
     except (ConnectionError, FileNotFoundError, OSError) as error:
-        raise OSError(
+        raise HubError(
             f"could not load dataset {name!r} from the HuggingFace hub ({error}). Offline? Save it once where "
             f"the hub is reachable (dataset.to_parquet(...)) and pass the files with `files:` instead"
         ) from error

@@ -11,6 +11,8 @@ from __future__ import annotations
 import difflib
 from dataclasses import dataclass, field
 
+from lit_embed.errors import ConfigError
+
 #: The 15 XNLI languages, in the order of the papers' tables.
 XNLI_LANGUAGES = ("en", "fr", "es", "de", "el", "bg", "ru", "tr", "ar", "vi", "th", "zh", "hi", "sw", "ur")
 NLI_LABELS = ("entailment", "neutral", "contradiction")  # MNLI's and XNLI's ids 0, 1, 2
@@ -128,4 +130,4 @@ def get_task(name: str) -> Task:
         return TASKS[key]
     near = difflib.get_close_matches(key, TASKS, n=1, cutoff=0.5)
     hint = f"did you mean {near[0]!r}? " if near else ""
-    raise ValueError(f"unknown task {name!r}: {hint}known tasks: {', '.join(TASKS)}")
+    raise ConfigError(f"unknown task {name!r}: {hint}known tasks: {', '.join(TASKS)}")

@@ -19,6 +19,8 @@ from typing import Literal
 import numpy as np
 import torch
 
+from lit_embed.errors import ConfigError
+
 log = logging.getLogger(__name__)
 
 
@@ -39,7 +41,7 @@ def smallest_table_size(num_tokens: int, num_tables: int) -> int:
 def check_capacity(num_tokens: int, num_tables: int, table_size: int) -> None:
     if table_size**num_tables < num_tokens:
         need = smallest_table_size(num_tokens, num_tables)
-        raise ValueError(
+        raise ConfigError(
             f"Q={table_size} gives {table_size}^{num_tables}={table_size**num_tables} codes for {num_tokens} "
             f"tokens: raise Q to at least {need} (or use more tables)"
         )
@@ -105,9 +107,9 @@ class ClusterAssignment(Assignment):
         cache_dir: str | None = None,
     ) -> None:
         if method not in ("equal", "kmeans"):
-            raise ValueError(f"method={method!r} is not a clustering method: use 'equal' or 'kmeans'")
+            raise ConfigError(f"method={method!r} is not a clustering method: use 'equal' or 'kmeans'")
         if max_iter < 1:
-            raise ValueError(f"max_iter={max_iter} must be at least 1")
+            raise ConfigError(f"max_iter={max_iter} must be at least 1")
         self.source = source
         self.method = method
         self.seed = seed
@@ -123,7 +125,7 @@ class ClusterAssignment(Assignment):
 
         matrix = load_embedding_matrix(self.source)
         if matrix.shape[0] != num_tokens:
-            raise ValueError(
+            raise ConfigError(
                 f"pretrained matrix {self.source!r} has {matrix.shape[0]} rows but the vocabulary has "
                 f"{num_tokens} tokens: use the matrix of the same tokenizer, or set vocab_size={matrix.shape[0]}"
             )

@@ -21,6 +21,7 @@ import torch
 from torch import Tensor, nn
 
 from lit_embed.embeddings.text import TextEncoder, VocabTextEncoder
+from lit_embed.errors import ConfigError
 
 
 class EmbeddingStrategy(nn.Module, ABC):
@@ -39,9 +40,9 @@ class EmbeddingStrategy(nn.Module, ABC):
     def __init__(self, hidden_size: int, vocab_size: int | None = None) -> None:
         super().__init__()
         if hidden_size < 1:
-            raise ValueError(f"hidden_size={hidden_size} must be a positive integer")
+            raise ConfigError(f"hidden_size={hidden_size} must be a positive integer")
         if vocab_size is not None and vocab_size < 1:
-            raise ValueError(f"vocab_size={vocab_size} must be a positive integer (or None for unlimited)")
+            raise ConfigError(f"vocab_size={vocab_size} must be a positive integer (or None for unlimited)")
         self.hidden_size = hidden_size
         self.vocab_size = vocab_size
 
@@ -88,7 +89,7 @@ class EmbeddingStrategy(nn.Module, ABC):
         """Scores of every vocabulary id for ``hidden`` (``(M, d)``) with the decoder tied to this embedding."""
         weight = self.full_weight()
         if weight is None:
-            raise ValueError(
+            raise ConfigError(
                 f"{type(self).__name__} has no finite vocabulary to tie an MLM decoder to: "
                 f"set tie_decoder: false or pre-train it with Shuffle+Random"
             )

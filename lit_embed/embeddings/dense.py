@@ -6,6 +6,7 @@ import torch
 from torch import Tensor, nn
 
 from lit_embed.embeddings.base import EmbeddingStrategy
+from lit_embed.errors import ConfigError
 
 
 class DenseEmbedding(EmbeddingStrategy):
@@ -26,7 +27,7 @@ class DenseEmbedding(EmbeddingStrategy):
 
     def load_pretrained(self, weight: Tensor) -> bool:
         if tuple(weight.shape) != tuple(self.weight.shape):
-            raise ValueError(
+            raise ConfigError(
                 f"the pretrained word embeddings are {tuple(weight.shape)} but the dense strategy is "
                 f"{tuple(self.weight.shape)}: set vocab_size to {weight.shape[0]} (the model's vocabulary)"
             )

@@ -27,6 +27,7 @@ from torch import Tensor
 
 from lit_embed.embeddings.hashers import Hasher, WordHash
 from lit_embed.embeddings.text import VocabTextEncoder
+from lit_embed.errors import ConfigError
 
 WORD_PATTERN = re.compile(r"\w+|[^\w\s]+")
 SPECIAL_IDS = {"cls": 0, "pad": 1, "sep": 2, "unk": 3, "mask": 4}
@@ -134,7 +135,7 @@ class HashTextEncoder:
         cache_size: int = 1 << 22,
     ) -> None:
         if cache_size < 1:
-            raise ValueError(f"cache_size={cache_size} must be at least 1")
+            raise ConfigError(f"cache_size={cache_size} must be at least 1")
         self._hasher: Hasher | None = hasher
         self.codes = codes
         self.cache_size = cache_size

@@ -25,6 +25,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from lit_embed.errors import ConfigError
+
 
 class WordHash(Protocol):
     """A hasher's state frozen into plain Python and NumPy: what the data pipeline calls."""
@@ -52,7 +54,7 @@ class Hasher(nn.Module, ABC):
     def __init__(self, num_outputs: int) -> None:
         super().__init__()
         if num_outputs < 1:
-            raise ValueError(f"a hasher needs at least one output bucket or bit, got num_outputs={num_outputs}")
+            raise ConfigError(f"a hasher needs at least one output bucket or bit, got num_outputs={num_outputs}")
         self.num_outputs = num_outputs
 
     @property
@@ -91,7 +93,7 @@ class MD5Hasher(Hasher):
     def __init__(self, num_outputs: int, key: str = "en") -> None:
         super().__init__(num_outputs)
         if num_outputs > 2**32:
-            raise ValueError(f"num_outputs={num_outputs} exceeds 2^32 buckets: use fewer")
+            raise ConfigError(f"num_outputs={num_outputs} exceeds 2^32 buckets: use fewer")
         self.register_buffer("key", torch.tensor(list(key.encode("utf-8")), dtype=torch.uint8), persistent=True)
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
@@ -143,7 +145,7 @@ class MD5Hash:
 
     def bits(self, words: list[str]) -> np.ndarray:
         if self.num_outputs > 128:
-            raise ValueError(f"MD5 gives 128 bits, not {self.num_outputs}: use at most 128 bits or the LSH hasher")
+            raise ConfigError(f"MD5 gives 128 bits, not {self.num_outputs}: use at most 128 bits or the LSH hasher")
         return np.unpackbits(self.digests(words), axis=1)[:, : self.num_outputs]
 
     def fingerprint(self) -> str:
@@ -192,11 +194,11 @@ class LSHHasher(Hasher):
     ) -> None:
         super().__init__(num_outputs)
         if num_ngrams < 1:
-            raise ValueError(f"num_ngrams={num_ngrams} must be at least 1")
+            raise ConfigError(f"num_ngrams={num_ngrams} must be at least 1")
         if max_ngram < 1:
-            raise ValueError(f"max_ngram={max_ngram} must be at least 1")
+            raise ConfigError(f"max_ngram={max_ngram} must be at least 1")
         if fit_texts is not None and fit_texts < 1:
-            raise ValueError(f"fit_texts={fit_texts} must be at least 1 (or unset for the whole corpus)")
+            raise ConfigError(f"fit_texts={fit_texts} must be at least 1 (or unset for the whole corpus)")
         self.num_ngrams = num_ngrams
         self.max_ngram = max_ngram
         self.fit_texts = fit_texts
@@ -226,13 +228,13 @@ class LSHHasher(Hasher):
             for gram in char_ngrams(token, self.max_ngram):
                 counts[gram] = get(gram, 0) + count
         if not counts:
-            raise ValueError("cannot fit the LSH n-gram vocabulary: the corpus has no tokens")
+            raise ConfigError("cannot fit the LSH n-gram vocabulary: the corpus has no tokens")
         top = heapq.nsmallest(self.num_ngrams, counts.items(), key=lambda kv: (-kv[1], kv[0]))
         self.set_ngrams([gram for gram, _ in top])
 
     def set_ngrams(self, ngrams: list[str]) -> None:
         if not ngrams or len(ngrams) > self.num_ngrams:
-            raise ValueError(f"an LSH vocabulary needs 1 to num_ngrams={self.num_ngrams} n-grams, got {len(ngrams)}")
+            raise ConfigError(f"an LSH vocabulary needs 1 to num_ngrams={self.num_ngrams} n-grams, got {len(ngrams)}")
         encoded = [g.encode("utf-8", "surrogatepass") for g in ngrams]
         device = self.eta.device
         self.ngram_bytes = torch.tensor(list(b"".join(encoded)), dtype=torch.uint8, device=device)
@@ -277,9 +279,9 @@ def read_ngrams(path: Path, max_ngram: int) -> list[str]:
     try:
         payload = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as error:
-        raise ValueError(f"cannot read the LSH n-gram vocabulary {str(path)!r} ({error}): give an lsh_ngrams.json") from error
+        raise ConfigError(f"cannot read the LSH n-gram vocabulary {str(path)!r} ({error}): give an lsh_ngrams.json") from error
     if payload.get("max_ngram") != max_ngram:
-        raise ValueError(
+        raise ConfigError(
             f"{path} holds n-grams up to length {payload.get('max_ngram')}, but max_ngram={max_ngram}: make them match"
         )
     return list(payload["ngrams"])

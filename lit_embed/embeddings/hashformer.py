@@ -37,6 +37,7 @@ from lit_embed.embeddings.hash_text import (
 )
 from lit_embed.embeddings.hashers import Hasher, LSHHasher, MD5Hasher
 from lit_embed.embeddings.text import VocabTextEncoder
+from lit_embed.errors import ConfigError
 
 #: A hasher still missing its number of outputs (N buckets or T bits), which the strategy gives.
 HasherFactory = Callable[[int], Hasher]
@@ -65,13 +66,13 @@ class HashStrategy(EmbeddingStrategy):
         tokenization: Tokenization = "word",
     ) -> None:
         if vocab_size is not None:
-            raise ValueError(
+            raise ConfigError(
                 f"{type(self).__name__} hashes an unlimited vocabulary, so vocab_size must be unset (got "
                 f"{vocab_size}): pre-train it with lit_embed.models.ShuffleRandom and give baseline_vocab_size "
                 f"to compare against a dense table"
             )
         if tokenization not in ("word", "subword"):
-            raise ValueError(f"tokenization={tokenization!r} must be 'word' or 'subword'")
+            raise ConfigError(f"tokenization={tokenization!r} must be 'word' or 'subword'")
         super().__init__(hidden_size=hidden_size, vocab_size=None)
         self.codes = codes
         self.code_shape = codes.code_shape
@@ -109,7 +110,7 @@ class HashEmbedding(HashStrategy):
         init_std: float = 0.02,
     ) -> None:
         if num_buckets <= NUM_SPECIAL:
-            raise ValueError(
+            raise ConfigError(
                 f"num_buckets={num_buckets} leaves no bucket for words after the {NUM_SPECIAL} special tokens: "
                 f"use at least {NUM_SPECIAL + 1}"
             )
@@ -144,11 +145,11 @@ class BitHashStrategy(HashStrategy):
         tokenization: Tokenization = "word",
     ) -> None:
         if num_bits < 1:
-            raise ValueError(f"num_bits={num_bits} must be a positive number of hash bits (T)")
+            raise ConfigError(f"num_bits={num_bits} must be a positive number of hash bits (T)")
         super().__init__(vocab_size, hidden_size, BitCodes(num_bits), num_bits, hasher, tokenization)
         limit = self.hasher.max_bits
         if limit is not None and num_bits > limit:
-            raise ValueError(
+            raise ConfigError(
                 f"num_bits={num_bits} exceeds the {limit} bits of {type(self.hasher).__name__}: use at most {limit} "
                 f"bits or the LSHHasher"
             )
@@ -207,9 +208,9 @@ class HashPool(BitHashStrategy):
     ) -> None:
         super().__init__(vocab_size, hidden_size, num_bits, hasher, tokenization)
         if not 1 <= chunk_bits <= num_bits:
-            raise ValueError(f"chunk_bits k={chunk_bits} must lie between 1 and num_bits T={num_bits}")
+            raise ConfigError(f"chunk_bits k={chunk_bits} must lie between 1 and num_bits T={num_bits}")
         if chunk_bits > 24:
-            raise ValueError(f"chunk_bits k={chunk_bits} makes a codebook of 2^{chunk_bits} rows: use k <= 24")
+            raise ConfigError(f"chunk_bits k={chunk_bits} makes a codebook of 2^{chunk_bits} rows: use k <= 24")
         self.chunk_bits = chunk_bits
         self.num_chunks = -(-num_bits // chunk_bits)
         self.codebook = nn.Parameter(torch.empty(2**chunk_bits, hidden_size).normal_(0.0, 0.02))

@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from lit_embed.errors import ConfigError, MissingFileError
 from lit_embed.hub import explain_unreachable, resolve_pretrained
 
 MATRIX_SUFFIXES = (".pt", ".pth", ".npy", ".safetensors")
@@ -21,7 +22,7 @@ def load_embedding_matrix(source: str) -> torch.Tensor:
     path = Path(source).expanduser()
     if path.suffix in MATRIX_SUFFIXES:
         if not path.is_file():
-            raise FileNotFoundError(f"embedding matrix file {source!r} does not exist: check the path")
+            raise MissingFileError(f"embedding matrix file {source!r} does not exist: check the path")
         return _as_matrix(_read_file(path), source)
     from transformers import AutoModel
 
@@ -50,11 +51,11 @@ def _as_matrix(obj, source: str) -> torch.Tensor:
         named = {k: v for k, v in matrices.items() if "word_embeddings" in k or "embed_tokens" in k}
         pick = named or matrices
         if len(pick) != 1:
-            raise ValueError(
+            raise ConfigError(
                 f"{source!r} holds {len(pick)} candidate matrices ({sorted(pick)[:5]}): save the single "
                 f"(vocab_size, dim) embedding tensor instead"
             )
         obj = next(iter(pick.values()))
     if not isinstance(obj, torch.Tensor) or obj.dim() != 2:
-        raise ValueError(f"{source!r} does not hold a 2-D (vocab_size, dim) matrix")
+        raise ConfigError(f"{source!r} does not hold a 2-D (vocab_size, dim) matrix")
     return obj.detach().float()

@@ -12,6 +12,7 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 
 from lit_embed.embeddings.base import EmbeddingStrategy
+from lit_embed.errors import ConfigError
 
 
 class AdditiveQuantizedEmbedding(EmbeddingStrategy):
@@ -30,9 +31,9 @@ class AdditiveQuantizedEmbedding(EmbeddingStrategy):
     def __init__(self, vocab_size: int, hidden_size: int, codebooks: int = 32, codewords: int = 16) -> None:
         super().__init__(hidden_size=hidden_size, vocab_size=vocab_size)
         if codebooks < 1:
-            raise ValueError(f"codebooks={codebooks} must be at least 1")
+            raise ConfigError(f"codebooks={codebooks} must be at least 1")
         if not 2 <= codewords <= 256:
-            raise ValueError(f"codewords={codewords} must lie in [2, 256] (codes are stored as bytes)")
+            raise ConfigError(f"codewords={codewords} must lie in [2, 256] (codes are stored as bytes)")
         self.num_codebooks, self.num_codewords = codebooks, codewords
         self.codebooks = nn.Parameter(torch.zeros(codebooks, codewords, hidden_size))
         self.register_buffer("codes", torch.zeros(vocab_size, codebooks, dtype=torch.uint8), persistent=True)

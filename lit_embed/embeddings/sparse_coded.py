@@ -13,6 +13,7 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 
 from lit_embed.embeddings.base import EmbeddingStrategy
+from lit_embed.errors import ConfigError
 
 
 class PartialEmbedding(EmbeddingStrategy):
@@ -31,7 +32,7 @@ class PartialEmbedding(EmbeddingStrategy):
     def __init__(self, vocab_size: int, hidden_size: int, num_common: int) -> None:
         super().__init__(hidden_size=hidden_size, vocab_size=vocab_size)
         if not 0 < num_common <= vocab_size:
-            raise ValueError(f"num_common={num_common} must lie in [1, vocab_size={vocab_size}]")
+            raise ConfigError(f"num_common={num_common} must lie in [1, vocab_size={vocab_size}]")
         self.common = nn.Parameter(torch.zeros(num_common, hidden_size))
         self.register_buffer("row_of", torch.empty(vocab_size, dtype=torch.int32), persistent=True)
         self.split(torch.arange(num_common))  # a placeholder until fitted or restored
@@ -49,9 +50,9 @@ class PartialEmbedding(EmbeddingStrategy):
         in increasing order, become rare slots 0, 1, ... (see :func:`rare_ids_of`)."""
         common_ids = torch.as_tensor(common_ids, dtype=torch.long).flatten()
         if len(common_ids) != self.num_common or len(common_ids.unique()) != self.num_common:
-            raise ValueError(f"expected {self.num_common} distinct common ids, got {len(common_ids)}")
+            raise ConfigError(f"expected {self.num_common} distinct common ids, got {len(common_ids)}")
         if common_ids.min() < 0 or common_ids.max() >= self.vocab_size:
-            raise ValueError(f"common ids must lie in [0, {self.vocab_size})")
+            raise ConfigError(f"common ids must lie in [0, {self.vocab_size})")
         rows = torch.empty(self.vocab_size, dtype=torch.int32)
         rows[common_ids] = torch.arange(self.num_common, dtype=torch.int32)
         rows[rare_ids_of(self.vocab_size, common_ids)] = -1 - torch.arange(self.num_rare, dtype=torch.int32)
@@ -111,7 +112,7 @@ class SparseCodedEmbedding(PartialEmbedding):
     def __init__(self, vocab_size: int, hidden_size: int, num_common: int, k: int = 5) -> None:
         super().__init__(vocab_size, hidden_size, num_common)
         if not 1 <= k <= num_common:
-            raise ValueError(f"k={k} must lie in [1, num_common={num_common}]")
+            raise ConfigError(f"k={k} must lie in [1, num_common={num_common}]")
         self.k = k
         self.register_buffer("neighbours", torch.zeros(self.num_rare, k, dtype=torch.int32), persistent=True)
         self.register_buffer("weights", torch.full((self.num_rare, k), 1.0 / k), persistent=True)
@@ -157,7 +158,7 @@ class PCAEmbedding(PartialEmbedding):
     def __init__(self, vocab_size: int, hidden_size: int, num_common: int, k: int = 5) -> None:
         super().__init__(vocab_size, hidden_size, num_common)
         if not 1 <= k <= min(num_common, hidden_size):
-            raise ValueError(f"k={k} must lie in [1, min(num_common={num_common}, hidden_size={hidden_size})]")
+            raise ConfigError(f"k={k} must lie in [1, min(num_common={num_common}, hidden_size={hidden_size})]")
         self.k = k
         self.components = nn.Parameter(torch.zeros(k, hidden_size))
         self.mean = nn.Parameter(torch.zeros(hidden_size))

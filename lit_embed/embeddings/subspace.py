@@ -8,6 +8,7 @@ from torch import Tensor, nn
 
 from lit_embed.embeddings.assignment import Assignment, RadixAssignment, radix_codes, smallest_table_size
 from lit_embed.embeddings.base import EmbeddingStrategy
+from lit_embed.errors import ConfigError
 
 
 class SubspaceEmbedding(EmbeddingStrategy):
@@ -41,16 +42,21 @@ class SubspaceEmbedding(EmbeddingStrategy):
     ) -> None:
         super().__init__(hidden_size=hidden_size, vocab_size=vocab_size)
         if num_tables < 1:
-            raise ValueError(f"num_tables={num_tables} must be at least 1")
+            raise ConfigError(f"num_tables={num_tables} must be at least 1")
         if num_tables > hidden_size:
-            raise ValueError(
+            raise ConfigError(
                 f"num_tables={num_tables} exceeds hidden_size={hidden_size}: every table needs at least one "
                 f"column; use at most {hidden_size} tables"
             )
         if padding_idx is not None and not 0 <= padding_idx < vocab_size:
-            raise ValueError(f"padding_idx={padding_idx} is outside the vocabulary [0, {vocab_size})")
+            raise ConfigError(f"padding_idx={padding_idx} is outside the vocabulary [0, {vocab_size})")
+        if table_size is not None and table_size < 2:
+            raise ConfigError(
+                f"table_size={table_size}: a table needs at least 2 rows; leave it unset for the smallest Q with "
+                f"Q^{num_tables} >= {vocab_size} ({smallest_table_size(vocab_size, num_tables)})"
+            )
         self.num_tables = num_tables
-        self.table_size = table_size or smallest_table_size(vocab_size, num_tables)
+        self.table_size = smallest_table_size(vocab_size, num_tables) if table_size is None else table_size
         self.assignment = assignment or RadixAssignment()
         self.padding_idx = padding_idx
         widths = [hidden_size // num_tables] * num_tables
@@ -105,12 +111,12 @@ class SubspaceEmbedding(EmbeddingStrategy):
         self.prepare()
         extra = new_vocab_size - self.vocab_size
         if extra < 0:
-            raise ValueError(f"new_vocab_size={new_vocab_size} is below the current {self.vocab_size}")
+            raise ConfigError(f"new_vocab_size={new_vocab_size} is below the current {self.vocab_size}")
         q, f = self.table_size, self.num_tables
         real = self.codes[(self.codes < q).all(1)].cpu().numpy()  # the pad row's code is not a tuple in [0, Q)^f
         used = set((real @ q ** np.arange(f, dtype=np.int64)).tolist())  # each tuple as its radix integer
         if extra > q**f - len(used):
-            raise ValueError(f"{extra} new tokens but only {q**f - len(used)} unused codes with Q={q}, f={f}: raise Q")
+            raise ConfigError(f"{extra} new tokens but only {q**f - len(used)} unused codes with Q={q}, f={f}: raise Q")
         fresh: list[int] = []
         start = 0
         while len(fresh) < extra:

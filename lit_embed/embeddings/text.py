@@ -14,6 +14,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from lit_embed.errors import ConfigError
 from lit_embed.hub import explain_unreachable, remote_code_trusted, resolve_pretrained
 
 SPECIAL_NAMES = ("cls", "sep", "pad", "mask", "unk")
@@ -62,7 +63,7 @@ class VocabTextEncoder:
         from transformers import AutoTokenizer
 
         if tokenizer is None:
-            raise ValueError("this strategy encodes text with a tokenizer: set data.init_args.tokenizer (e.g. roberta-base)")
+            raise ConfigError("this strategy encodes text with a tokenizer: set data.init_args.tokenizer (e.g. roberta-base)")
 
         self.name = tokenizer
         try:
@@ -73,7 +74,7 @@ class VocabTextEncoder:
             raise explain_unreachable(tokenizer, "tokenizer", error) from error
         size = len(self.tokenizer)
         if max_vocab_size is not None and size > max_vocab_size:
-            raise ValueError(
+            raise ConfigError(
                 f"tokenizer {tokenizer!r} has {size} ids but the embedding's vocab_size is {max_vocab_size}: "
                 f"set vocab_size to at least {size}"
             )
@@ -96,7 +97,7 @@ class VocabTextEncoder:
     def special_code(self, name: str) -> np.ndarray:
         code = self.special[name]
         if code is None:
-            raise ValueError(f"tokenizer {self.name!r} has no {name} token, which this objective needs")
+            raise ConfigError(f"tokenizer {self.name!r} has no {name} token, which this objective needs")
         return np.asarray(code, dtype=np.int64)
 
     def fingerprint(self) -> str:

@@ -10,18 +10,18 @@ from typing import Any
 import pytorch_lightning as pl
 from torch import Tensor, nn
 
+from lit_embed.checkpoints import FACTS, state_differences
 from lit_embed.distributed import is_distributed, share_buffers
 from lit_embed.embeddings.base import EmbeddingStrategy
 from lit_embed.embeddings.dense import DenseEmbedding
 from lit_embed.embeddings.text import TextEncoder
+from lit_embed.errors import CheckpointError, ConfigError
 from lit_embed.models.encoder import Encoder, count_parameters
 from lit_embed.models.metrics import BlockEvaluation
 from lit_embed.models.optim import OptimConfig, configure_adamw
+from lit_embed.runs import run_folder
 
 log = logging.getLogger(__name__)
-
-#: Key of the facts a checkpoint records about its strategy, vocabulary and tokenizer.
-CHECKPOINT_FACTS = "lit_embed"
 
 #: A strategy still missing ``(vocab_size, hidden_size)``; YAML gives it by ``class_path`` and
 #: ``init_args``, and the module supplies the two sizes so they are stated once.
@@ -66,7 +66,7 @@ class EmbeddingModule(pl.LightningModule):
         factory = embedding or DenseEmbedding
         self.embedding = factory(vocab_size, encoder.hidden_size)
         if self.embedding.hidden_size != encoder.hidden_size:
-            raise ValueError(
+            raise ConfigError(
                 f"the strategy's hidden_size={self.embedding.hidden_size} differs from the encoder's "
                 f"{encoder.hidden_size}: they must match"
             )
@@ -128,16 +128,33 @@ class EmbeddingModule(pl.LightningModule):
             self.embedding.prepare()
         share_buffers(trainer, self.embedding)
 
+    def on_train_start(self) -> None:
+        """Every module trains (dropout on), whatever the model was built or loaded from: Lightning keeps the
+        mode each module had, and a pretrained model arrives in eval mode. Validation restores it after."""
+        self.train()
+
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        """Record what a later run must match to reuse these weights (see ``checkpoint_facts``)."""
-        datamodule = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
+        """Record what a later run must match to reuse these weights, and the run folder they belong to."""
+        trainer = self._trainer
+        datamodule = getattr(trainer, "datamodule", None)
         strategy = type(self.embedding)
-        checkpoint[CHECKPOINT_FACTS] = {
+        checkpoint[FACTS] = {
             "strategy": f"{strategy.__module__}.{strategy.__qualname__}",
             "vocab_size": self.embedding.vocab_size,
             "hidden_size": self.encoder.hidden_size,
             "tokenizer": getattr(datamodule, "tokenizer", None) or self.encoder.pretrained,
+            "run_dir": None if trainer is None else str(run_folder(trainer).absolute()),
         }
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Refuse, naming the difference, a checkpoint whose weights do not fit this model (resume, test)."""
+        parameters = {name for name, _ in self.named_parameters()}
+        details = state_differences(self.state_dict(), checkpoint["state_dict"], sized=parameters)
+        if details and self.strict_loading:
+            raise CheckpointError(
+                f"the checkpoint does not fit the configured {type(self).__name__} ({details}): give the config it "
+                f"was trained with (its run folder's config.yaml)"
+            )
 
     # -- accounting ------------------------------------------------------------------------------
     def parameter_counts(self) -> dict[str, int]:
@@ -153,7 +170,7 @@ class EmbeddingModule(pl.LightningModule):
         """The same counts for the dense baseline: a ``baseline_vocab_size x hidden`` table on the same
         backbone, or on ``baseline_encoder`` where one is given."""
         if self.baseline_vocab_size is None:
-            raise ValueError("an unlimited-vocabulary strategy needs baseline_vocab_size to compare against a dense table")
+            raise ConfigError("an unlimited-vocabulary strategy needs baseline_vocab_size to compare against a dense table")
         embedding = self.baseline_vocab_size * self._baseline_backbone["hidden_size"]
         return {"embedding_params": embedding, "total_params": embedding + self._baseline_backbone["params"]}
 
@@ -174,7 +191,7 @@ def evaluate_blocks(
     ``logits`` and ``targets`` are those of the labelled positions (``labels != -100``) in row order.
     """
     if "index" not in batch:
-        raise ValueError("evaluation batches need each block's row 'index' (CorpusDataModule adds it)")
+        raise ConfigError("evaluation batches need each block's row 'index' (CorpusDataModule adds it)")
     token_rows = (batch["labels"] != -100).nonzero()[:, 0]
     values = {
         "loss": nn.functional.cross_entropy(logits.float(), targets, reduction="none"),

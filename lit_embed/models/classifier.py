@@ -13,18 +13,20 @@ The model starts from one of three places:
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Any
 
 import torch
 from pytorch_lightning.trainer.states import TrainerFn
 from torch import Tensor, nn
 
+from lit_embed.checkpoints import FACTS, read_checkpoint, recorded_tokenizer, state_differences
 from lit_embed.data.tasks import Task, get_task
-from lit_embed.models.base import CHECKPOINT_FACTS, EmbeddingModule, StrategyFactory
+from lit_embed.errors import CheckpointError, ConfigError
+from lit_embed.models.base import EmbeddingModule, StrategyFactory
 from lit_embed.models.encoder import Encoder
 from lit_embed.models.metrics import TaskEvaluation
 from lit_embed.models.optim import OptimConfig
+from lit_embed.runs import start_checkpoint
 
 #: k-sub-embedding Table 6: peak 2e-5 with 6% warm-up and linear decay; the rest as in pre-training.
 FINETUNE_OPTIM = OptimConfig(lr=2e-5, warmup=0.06)
@@ -100,64 +102,54 @@ class SequenceClassifier(EmbeddingModule):
             return self.encoder.pretrained
         if self.trained_tokenizer is not None:  # recorded by an earlier fit (restored from its hyper-parameters)
             return self.trained_tokenizer
-        fitting = self._trainer is None or self.trainer.state.fn == TrainerFn.FITTING
-        if self.checkpoint is None or self._restored or not fitting:
+        if self.checkpoint is None or self._restored or not self._starting():
             return None
-        return checkpoint_facts(self._read_checkpoint()).get("tokenizer")
+        return recorded_tokenizer(self._read_checkpoint())
 
     def _read_checkpoint(self) -> dict[str, Any]:
         if self._pretraining is None:
-            path = Path(self.checkpoint).expanduser()
-            if not path.is_file():
-                raise FileNotFoundError(
-                    f"pre-training checkpoint {self.checkpoint!r} does not exist: check the path (the demo "
-                    f"writes runs/demo/checkpoints/last.ckpt with `lit-embed fit --config configs/demo.yaml`)"
-                )
-            # A Lightning checkpoint holds its hyper-parameters as Python objects: load only your own.
-            self._pretraining = torch.load(path, map_location="cpu", weights_only=False)
+            path = start_checkpoint(self.checkpoint, "pre-training checkpoint")  # a file, or a run's newest
+            self._pretraining = read_checkpoint(path, "pre-training checkpoint")
+            self.hparams["checkpoint"] = str(path)  # the run records which file it started from
         return self._pretraining
 
     def load_pretraining_checkpoint(self) -> None:
         """Restore backbone and strategy from ``checkpoint``, refusing one built differently."""
         raw = self._read_checkpoint()
-        facts = checkpoint_facts(raw)
+        facts = raw.get(FACTS) or {}
         name = self.checkpoint
         ours = f"{type(self.embedding).__module__}.{type(self.embedding).__qualname__}"
         if facts.get("strategy") not in (None, ours):
-            raise ValueError(
+            raise ConfigError(
                 f"checkpoint {name!r} was trained with strategy {facts['strategy']} but the config builds {ours}: "
                 f"set model.init_args.embedding to the pre-training's strategy (e.g. configs/embedding/...yaml)"
             )
         if facts.get("vocab_size") != self.embedding.vocab_size and "vocab_size" in facts:
-            raise ValueError(
+            raise ConfigError(
                 f"checkpoint {name!r} has vocab_size={facts['vocab_size']} but the config sets "
                 f"{self.embedding.vocab_size}: set model.init_args.vocab_size {facts['vocab_size']}"
             )
         state = {k: v for k, v in raw["state_dict"].items() if k.startswith(("encoder.", "embedding."))}
         mine = {k: v for k, v in self.state_dict().items() if k.startswith(("encoder.", "embedding."))}
-        wrong = [f"{k} {tuple(state[k].shape)} vs {tuple(v.shape)}" for k, v in mine.items() if k in state and state[k].shape != v.shape]
-        missing = sorted(set(mine) - set(state))
-        extra = sorted(set(state) - set(mine))
-        if wrong or missing or extra:
-            details = "; ".join(filter(None, [
-                f"shapes differ: {wrong[:3]}" if wrong else "",
-                f"missing: {missing[:3]}" if missing else "",
-                f"unexpected: {extra[:3]}" if extra else "",
-            ]))
-            raise ValueError(
+        details = state_differences(mine, state)
+        if details:
+            raise CheckpointError(
                 f"checkpoint {name!r} does not fit the configured backbone and strategy ({details}): use the "
                 f"pre-training config's model.init_args.encoder, embedding and vocab_size"
             )
         self.load_state_dict(state, strict=False)
-        self.trained_tokenizer = self.trained_tokenizer or facts.get("tokenizer")  # still known once the file is released
+        self.trained_tokenizer = self.trained_tokenizer or recorded_tokenizer(raw)  # still known once the file is released
         self._pretraining, self._restored = None, True
 
     def restore_pretraining(self) -> None:
         """Load ``checkpoint`` once when fitting: before the strategy's state is computed or used to
         encode text (its hash keys and LSH n-grams define the codes the data must have)."""
-        fitting = self._trainer is None or self.trainer.state.fn == TrainerFn.FITTING
-        if fitting and self.checkpoint is not None and not self._restored:
+        if self._starting() and self.checkpoint is not None and not self._restored:
             self.load_pretraining_checkpoint()
+
+    def _starting(self) -> bool:
+        """Whether a fit is starting (not testing or validating, which use the fine-tuned weights)."""
+        return self._trainer is None or self.trainer.state.fn == TrainerFn.FITTING
 
     def text_encoder(self, tokenizer: str | None):
         self.restore_pretraining()
@@ -210,7 +202,7 @@ class SequenceClassifier(EmbeddingModule):
 
     def _evaluate(self, stage: str, batch: dict[str, Tensor], set_id: int) -> None:
         if "index" not in batch:
-            raise ValueError("evaluation batches need each example's row 'index' (TaskCollator adds it)")
+            raise ConfigError("evaluation batches need each example's row 'index' (TaskCollator adds it)")
         outputs = self(batch)
         preds = outputs.float() if self.task.regression else outputs.argmax(-1)
         self.evaluation[stage].update(set_id, batch["index"], preds, batch["labels"], self.losses(outputs, batch["labels"]))
@@ -243,11 +235,3 @@ class SequenceClassifier(EmbeddingModule):
         first = results[min(results)][main]
         score = torch.stack([v[main] for v in results.values()]).mean() if averaged else first
         self.log(f"{stage}/score", score, prog_bar=stage == "val", add_dataloader_idx=False)
-
-
-def checkpoint_facts(checkpoint: dict[str, Any]) -> dict[str, Any]:
-    """What a checkpoint says about its strategy, vocabulary and tokenizer (older ones: from hparams)."""
-    facts = dict(checkpoint.get(CHECKPOINT_FACTS) or {})
-    if "tokenizer" not in facts or facts["tokenizer"] is None:
-        facts["tokenizer"] = (checkpoint.get("datamodule_hyper_parameters") or {}).get("tokenizer")
-    return facts

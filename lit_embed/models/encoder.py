@@ -11,6 +11,7 @@ from typing import Literal
 
 from torch import Tensor, nn
 
+from lit_embed.errors import ConfigError
 from lit_embed.hub import explain_unreachable, known_architecture, resolve_pretrained
 
 ARCHITECTURES = {"roberta": "RobertaConfig", "xlm-roberta": "XLMRobertaConfig", "bert": "BertConfig"}
@@ -52,14 +53,16 @@ class Encoder(nn.Module):
         #: The HuggingFace model this encoder starts from (its tokenizer is the model's), or None.
         self.pretrained = pretrained
         if pretrained is not None:
-            self.model = _load_pretrained(pretrained, pooler)
+            # from_pretrained returns the model in eval mode (dropout off) and Lightning keeps each module's
+            # mode: without train() a fine-tuning would run with no dropout (the papers fine-tune with 0.1).
+            self.model = _load_pretrained(pretrained, pooler).train()
             #: The pretrained word-embedding matrix until the module hands it to its strategy.
             self.pretrained_word_embeddings = self.model.get_input_embeddings().weight.detach().clone()
         else:
             if arch not in ARCHITECTURES:
-                raise ValueError(f"arch={arch!r} is not supported: use one of {sorted(ARCHITECTURES)}")
+                raise ConfigError(f"arch={arch!r} is not supported: use one of {sorted(ARCHITECTURES)}")
             if hidden_size % num_heads:
-                raise ValueError(
+                raise ConfigError(
                     f"hidden_size={hidden_size} is not divisible by num_heads={num_heads}: pick a divisor"
                 )
             config = getattr(transformers, ARCHITECTURES[arch])(
@@ -111,7 +114,7 @@ class Encoder(nn.Module):
         output_hidden_states: bool = False,
     ):
         if inputs_embeds.shape[1] > self.max_length:
-            raise ValueError(
+            raise ConfigError(
                 f"sequence length {inputs_embeds.shape[1]} exceeds the backbone's {self.max_length} positions: "
                 f"lower the data's max_length or raise max_position_embeddings"
             )
@@ -148,7 +151,7 @@ def _load_pretrained(name: str, pooler: bool) -> nn.Module:
     except OSError as error:
         raise explain_unreachable(name, "pretrained encoder", error) from error
     except KeyError as error:
-        raise ValueError(f"{name!r} is not an encoder AutoModel can load: use a BERT-like encoder") from error
+        raise ConfigError(f"{name!r} is not an encoder AutoModel can load: use a BERT-like encoder") from error
 
 
 def count_parameters(module: nn.Module) -> int:

@@ -17,6 +17,8 @@ from torchmetrics.functional import matthews_corrcoef, pearson_corrcoef, spearma
 from torchmetrics.functional.classification import binary_f1_score, multiclass_accuracy
 from torchmetrics.utilities import dim_zero_cat
 
+from lit_embed.errors import ConfigError
+
 METRICS = ("accuracy", "f1", "matthews", "pearson", "spearman")
 
 
@@ -32,7 +34,7 @@ def task_metric(name: str, preds: Tensor, target: Tensor, num_classes: int | Non
         return pearson_corrcoef(preds.double(), target.double()).float()
     if name == "spearman":
         return spearman_corrcoef(preds.double(), target.double()).float()
-    raise ValueError(f"metric {name!r} is not known: use one of {METRICS}")
+    raise ConfigError(f"metric {name!r} is not known: use one of {METRICS}")
 
 
 class TaskEvaluation(Metric):
@@ -49,7 +51,7 @@ class TaskEvaluation(Metric):
         super().__init__()
         unknown = [m for m in metrics if m not in METRICS]
         if unknown:
-            raise ValueError(f"metric(s) {unknown} are not known: use some of {METRICS}")
+            raise ConfigError(f"metric(s) {unknown} are not known: use some of {METRICS}")
         self.metric_names = tuple(metrics)
         self.num_classes = num_classes
         for name in ("set_id", "index", "preds", "target", "loss"):

@@ -9,6 +9,8 @@ from typing import Literal
 import torch
 from torch import nn
 
+from lit_embed.errors import ConfigError
+
 
 @dataclass
 class OptimConfig:
@@ -34,9 +36,9 @@ class OptimConfig:
 
     def __post_init__(self) -> None:
         if self.lr <= 0:
-            raise ValueError(f"lr={self.lr} must be positive")
+            raise ConfigError(f"lr={self.lr} must be positive")
         if self.warmup < 0:
-            raise ValueError(f"warmup={self.warmup} must be >= 0 (steps, or a fraction below 1)")
+            raise ConfigError(f"warmup={self.warmup} must be >= 0 (steps, or a fraction below 1)")
 
     def warmup_steps(self, total_steps: int) -> int:
         return int(self.warmup * total_steps) if 0 < self.warmup < 1 else int(self.warmup)

@@ -7,6 +7,7 @@ from torch import Tensor, nn
 
 from lit_embed.data.collate import ORIGINAL, ShuffleRandomCollator
 from lit_embed.embeddings.text import TextEncoder
+from lit_embed.errors import ConfigError
 from lit_embed.models.base import EmbeddingModule, StrategyFactory, evaluate_blocks, log_block_evaluation
 from lit_embed.models.encoder import Encoder
 from lit_embed.models.metrics import BlockEvaluation
@@ -42,7 +43,7 @@ class ShuffleRandom(EmbeddingModule):
             encoder=encoder, embedding=embedding, vocab_size=vocab_size, optim=optim, baseline_vocab_size=baseline_vocab_size
         )
         if not 0.0 < prob < 1.0:
-            raise ValueError(f"prob={prob} must lie strictly between 0 and 1")
+            raise ConfigError(f"prob={prob} must lie strictly between 0 and 1")
         self.prob = prob
         self.head = nn.Linear(encoder.hidden_size, 3)
         self.val_blocks = BlockEvaluation(("loss", "accuracy", "original_rate"))

@@ -1,0 +1,259 @@
+"""lit-embed checkpoints: the one place that reads them, and what they record about their model.
+
+Every command that takes a checkpoint (``--ckpt_path``, ``model.init_args.checkpoint``, ``compress --ckpt``,
+``analyze --ckpt``) reads it with :func:`read_checkpoint`: ``torch.load(weights_only=True)`` with no
+classes allowed beyond tensors and plain data, so a crafted file cannot run code when it is loaded (a
+pickle can name any function to call). What lit-embed writes is plain data already: a Lightning
+checkpoint made by ``lit-embed fit`` records its hyper-parameters as the parsed config (class paths
+and init args). A file that needs anything else is refused, naming the type; a checkpoint you trust
+can be rewritten as plain data once, knowingly::
+
+    python -m lit_embed.checkpoints convert --trust IN.ckpt OUT.ckpt
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib
+import json
+import os
+import pickle
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from lit_embed.errors import CheckpointError, MissingFileError
+
+#: Key of the facts a checkpoint records about its strategy, vocabulary, tokenizer and run.
+FACTS = "lit_embed"
+#: Model arguments that change how a model trains, not what it is: a checkpoint may differ from the
+#: config in these (resuming restores the checkpoint's), but not in anything else.
+TRAINING_ARGUMENTS = frozenset({
+    "optim", "checkpoint", "seed", "trained_tokenizer", "dropout", "attention_dropout", "classifier_dropout",
+    "mask_prob", "prob", "init_range", "baseline_vocab_size", "baseline_encoder",
+})
+_UNSAFE = re.compile(r"GLOBAL ([\w.]+)")
+
+
+def read_checkpoint(path: str | os.PathLike, what: str = "checkpoint") -> dict[str, Any]:
+    """The checkpoint at ``path`` as tensors and plain data; a clear :class:`CheckpointError` otherwise.
+
+    Nothing in the file is executed: it is unpickled with ``weights_only=True``. A missing, empty,
+    truncated or foreign file, one holding Python objects, and one without a ``state_dict`` are refused,
+    naming the file and what to do.
+    """
+    path = Path(path).expanduser()
+    if not path.exists():
+        raise MissingFileError(f"{what} {str(path)!r} does not exist: check the path")
+    if path.is_dir():
+        raise CheckpointError(f"{what} {str(path)!r} is a folder: give the .ckpt file (e.g. {path}/checkpoints/last.ckpt)")
+    if path.stat().st_size == 0:
+        raise CheckpointError(f"{what} {str(path)!r} is empty (0 bytes): it was never written whole; use another checkpoint")
+    try:
+        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as error:
+        found = _UNSAFE.search(str(error))
+        if found is None:
+            raise CheckpointError(
+                f"{what} {str(path)!r} is not a readable checkpoint (it is corrupt, or not a PyTorch file): use another"
+            ) from None
+        raise CheckpointError(
+            f"{what} {str(path)!r} holds a Python object of type {found.group(1)}, which lit-embed does not load: "
+            f"unpickling it could run code. If you trust where it came from, rewrite it as plain data once with "
+            f"`python -m lit_embed.checkpoints convert --trust {path} NEW.ckpt` and use NEW.ckpt"
+        ) from None
+    except Exception as error:  # whatever a damaged file makes the reader trip over
+        reason = str(error).splitlines()[0].split(". ")[0][:160] if str(error) else type(error).__name__
+        raise CheckpointError(
+            f"{what} {str(path)!r} is truncated or corrupt ({reason}): a copy cut short? use another checkpoint"
+        ) from None
+    if not isinstance(checkpoint, dict) or not isinstance(checkpoint.get("state_dict"), dict):
+        raise CheckpointError(
+            f"{what} {str(path)!r} holds no state_dict: give a checkpoint written by `lit-embed fit` or `lit-embed compress`"
+        )
+    return checkpoint
+
+
+def recorded_model(checkpoint: dict) -> dict | None:
+    """The model config a checkpoint records, ``{"class_path", "init_args"}`` (``None`` if it records none)."""
+    hparams = dict(checkpoint.get("hyper_parameters") or {})
+    if "_class_path" not in hparams:
+        return None
+    return {"class_path": hparams["_class_path"],
+            "init_args": {k: v for k, v in hparams.items() if not k.startswith("_")}}
+
+
+def recorded_tokenizer(checkpoint: dict) -> str | None:
+    """The tokenizer the checkpoint's weights were trained with (its facts, else its data's hyper-parameters)."""
+    return ((checkpoint.get(FACTS) or {}).get("tokenizer")
+            or (checkpoint.get("datamodule_hyper_parameters") or {}).get("tokenizer"))
+
+
+def recorded_run(checkpoint: dict) -> str | None:
+    """The run folder that wrote the checkpoint, where it recorded one."""
+    return (checkpoint.get(FACTS) or {}).get("run_dir")
+
+
+def model_differences(recorded: dict, configured: dict) -> list[str]:
+    """What makes two model configs different models: ``key: checkpoint X, config Y`` lines.
+
+    Training arguments (:data:`TRAINING_ARGUMENTS`) and arguments one side leaves unset are not
+    differences; class paths are compared as the classes they name.
+    """
+    mine, theirs = _flatten(recorded, "model"), _flatten(configured, "model")
+    lines = []
+    for key in sorted(set(mine) | set(theirs)):
+        a, b = mine.get(key), theirs.get(key)
+        if a is None or b is None or _same(key, a, b):
+            continue
+        lines.append(f"{key}: checkpoint {a!r}, config {b!r}")
+    return lines
+
+
+def build_from_config(base: type, config: dict, key: str):
+    """Instantiate a ``{"class_path", "init_args"}`` config of a subclass of ``base`` as jsonargparse does."""
+    from jsonargparse import ArgumentParser
+
+    parser = ArgumentParser(exit_on_error=False)
+    parser.add_subclass_arguments(base, key, required=True)
+    try:
+        parsed = parser.parse_object({key: config})
+    except Exception as error:  # jsonargparse's ArgumentError: a config that does not fit the class
+        raise CheckpointError(f"the {key} config does not build ({error}): check {config.get('class_path')}") from error
+    return instantiate(parser, parsed)[key]
+
+
+def instantiate(parser, config):
+    """``parser.instantiate`` (jsonargparse >= 4.49), or its older name ``instantiate_classes``."""
+    return (getattr(parser, "instantiate", None) or parser.instantiate_classes)(config)
+
+
+def load_model(name: str | os.PathLike, what: str = "checkpoint"):
+    """The LightningModule a ``lit-embed fit`` checkpoint records, with its weights, and the checkpoint.
+
+    ``name`` is a file, a run folder or an experiment folder (:func:`~lit_embed.runs.start_checkpoint`).
+    The module is built from the model config the checkpoint records (class path and init args).
+    """
+    import pytorch_lightning as pl
+
+    from lit_embed.runs import start_checkpoint
+
+    path = start_checkpoint(name, what)
+    checkpoint = read_checkpoint(path, what)
+    config = recorded_model(checkpoint)
+    if config is None:
+        raise CheckpointError(f"{what} {str(path)!r} does not record its model's config: it was not written by `lit-embed fit`")
+    module = build_from_config(pl.LightningModule, config, "model")
+    details = state_differences(module.state_dict(), checkpoint["state_dict"], sized={n for n, _ in module.named_parameters()})
+    if details:
+        raise CheckpointError(f"{what} {str(path)!r} does not fit the model it records ({details})")
+    module.load_state_dict(checkpoint["state_dict"])
+    return module, checkpoint
+
+
+def state_differences(expected: dict[str, torch.Tensor], found: dict[str, torch.Tensor],
+                      sized: set[str] | None = None) -> str:
+    """How a state dict ``found`` fails to fit a model's ``expected`` one (``""`` when it fits).
+
+    Shapes are compared for the keys in ``sized`` (default all): buffers that take their size from
+    the checkpoint (a fitted LSH vocabulary, a grown vocabulary's codes) are left out by the caller.
+    """
+    wrong = [f"{k} {tuple(found[k].shape)} vs {tuple(v.shape)}" for k, v in expected.items()
+             if k in found and (sized is None or k in sized) and found[k].shape != v.shape]
+    missing = sorted(set(expected) - set(found))
+    extra = sorted(set(found) - set(expected))
+    return "; ".join(filter(None, [
+        f"shapes differ (checkpoint vs model): {wrong[:3]}" if wrong else "",
+        f"missing: {missing[:3]}" + (f" and {len(missing) - 3} more" if len(missing) > 3 else "") if missing else "",
+        f"unexpected: {extra[:3]}" + (f" and {len(extra) - 3} more" if len(extra) > 3 else "") if extra else "",
+    ]))
+
+
+def _flatten(value: Any, prefix: str) -> dict[str, Any]:
+    if isinstance(value, dict):
+        flat: dict[str, Any] = {}
+        for key, item in value.items():
+            if key in TRAINING_ARGUMENTS:
+                continue
+            flat.update(_flatten(item, prefix if key == "init_args" else f"{prefix}.{key}"))
+        return flat
+    if isinstance(value, (list, tuple)):
+        return {prefix: json.dumps(value, default=str)}
+    return {prefix: value}
+
+
+def _same(key: str, a: Any, b: Any) -> bool:
+    if a == b:
+        return True
+    if key.endswith("class_path") and isinstance(a, str) and isinstance(b, str):
+        return _resolve(a) is not None and _resolve(a) is _resolve(b)
+    return isinstance(a, (int, float)) and isinstance(b, (int, float)) and float(a) == float(b)
+
+
+def _resolve(class_path: str):
+    module, _, name = class_path.rpartition(".")
+    try:
+        return getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError, ValueError):
+        return None
+
+
+# -- the one-off conversion of a trusted checkpoint --------------------------------------------------------
+
+
+def plain(value: Any) -> Any:
+    """``value`` as tensors and plain data (dataclasses and namespaces as dicts, arrays as tensors)."""
+    import numpy as np
+
+    if isinstance(value, torch.Tensor) or value is None or isinstance(value, (bool, int, float, str, bytes)):
+        return value
+    if isinstance(value, dict):
+        return {plain(k): plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(plain(v) for v in value) if type(value) in (list, tuple) else [plain(v) for v in value]
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return plain(dataclasses.asdict(value))
+    if isinstance(value, np.ndarray):
+        return torch.from_numpy(value)
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, os.PathLike):
+        return str(value)
+    if hasattr(value, "__dict__") and type(value).__name__ in ("Namespace", "AttributeDict", "SimpleNamespace"):
+        return plain(dict(vars(value)))
+    if isinstance(value, torch.dtype | torch.device | torch.Size):
+        return str(value) if not isinstance(value, torch.Size) else list(value)
+    raise CheckpointError(f"cannot convert an object of type {type(value).__module__}.{type(value).__qualname__} to plain data")
+
+
+def convert(source: str, target: str) -> None:
+    """Load ``source`` trusting it (this runs whatever code it holds) and write it as plain data to ``target``."""
+    from lit_embed.results import atomic_writer
+
+    checkpoint = torch.load(Path(source).expanduser(), map_location="cpu", weights_only=False)
+    with atomic_writer(target) as handle:
+        torch.save(plain(checkpoint), handle)
+    read_checkpoint(target)  # what lit-embed will read back
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m lit_embed.checkpoints",
+                                     description="Rewrite a checkpoint you trust as tensors and plain data.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    converting = commands.add_parser("convert", help="unpickle IN trusting it (runs its code) and write OUT as plain data")
+    converting.add_argument("--trust", action="store_true", required=True,
+                            help="required: you trust IN, since unpickling it runs whatever code it holds")
+    converting.add_argument("source", metavar="IN")
+    converting.add_argument("target", metavar="OUT")
+    args = parser.parse_args(argv)
+    convert(args.source, args.target)
+    print(f"wrote {args.target}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

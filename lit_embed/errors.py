@@ -1,0 +1,51 @@
+"""Errors that are the user's to fix: ``lit-embed`` prints their message and exits 2, without a traceback.
+
+Each also derives from the built-in error it used to be (``ValueError``, ``FileNotFoundError``, ...), so
+code that catches those keeps working. Anything else that escapes a command is a bug and keeps its
+traceback. A message names the value or file at fault and says how to fix it.
+"""
+
+from __future__ import annotations
+
+import errno
+
+
+class UserError(Exception):
+    """Bad input, a missing file, an unreachable hub: fixable by the user, reported without a traceback."""
+
+
+class ConfigError(UserError, ValueError):
+    """A value in a config, on the command line or in a data file that cannot be used."""
+
+
+class MissingFileError(UserError, FileNotFoundError):
+    """A file or folder the user named does not exist."""
+
+
+class OutputExistsError(UserError, FileExistsError):
+    """An output that already exists and is not ours to replace."""
+
+
+class HubError(UserError, OSError):
+    """A hub name that could not be loaded (offline, or no such repository)."""
+
+
+class CheckpointError(UserError, ValueError):
+    """A checkpoint that cannot be read safely, or belongs to another model."""
+
+
+class DiskFullError(UserError, OSError):
+    """No space left on the device a file was being written to (the file is left as it was)."""
+
+    def __init__(self, path: str, device: str) -> None:
+        super().__init__(errno.ENOSPC, f"no space left on {device} writing {path}: free space or write elsewhere", path)
+
+    def __str__(self) -> str:
+        return self.strerror
+
+
+class RunBusyError(UserError, RuntimeError):
+    """A run folder or checkpoint folder that a live run holds."""
+
+
+__all__ = ["CheckpointError", "ConfigError", "DiskFullError", "HubError", "MissingFileError", "OutputExistsError", "RunBusyError", "UserError"]

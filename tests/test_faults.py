@@ -1,0 +1,290 @@
+"""Faults through the real CLI: bad input and broken files exit 2 naming the culprit, keep what is on disk,
+and show no traceback; signals save and exit 128 + N; runs started together never share a folder.
+
+The matrix runs every case in one fresh process (``tests/helpers/cli_driver.py``: each command through
+``lit_embed.cli.main`` as the console script runs it), so it costs seconds; signals, concurrency and a
+bug's traceback run as separate ``lit-embed`` processes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from .conftest import CONFIGS, REPO
+
+DRIVER = REPO / "tests" / "helpers" / "cli_driver.py"
+QUIET = ["--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false"]
+#: The demo, made short: a few steps, a little validation, no plots.
+SHORT = [*QUIET, "--trainer.max_steps", "4", "--trainer.val_check_interval", "2", "--trainer.limit_val_batches", "2",
+         "--data.init_args.batch_size", "4",
+         "--trainer.callbacks", json.dumps([{"class_path": "pytorch_lightning.callbacks.ModelCheckpoint",
+                                             "init_args": {"save_last": True}},
+                                            {"class_path": "lit_embed.callbacks.ResultsWriter"}])]
+DEMO = ["fit", "--config", str(CONFIGS / "demo.yaml")]
+FINETUNE = ["fit", "--config", str(CONFIGS / "demo_finetune.yaml")]
+
+
+class Evil:
+    """Unpickling it runs a shell command that leaves a file: what a crafted checkpoint does."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return os.system, (f"touch {self.marker}",)
+
+
+def env(tmp: Path) -> dict[str, str]:
+    cache = tmp / "cache"
+    return {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
+            "HF_DATASETS_CACHE": str(cache / "datasets"), "LIT_EMBED_CACHE": str(cache / "lit_embed"),
+            "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory) -> Path:
+    """A finished demo run, and broken files of every kind beside it."""
+    root = tmp_path_factory.mktemp("faults")
+    done = subprocess.run([sys.executable, "-m", "lit_embed.cli", *DEMO, *SHORT], cwd=root, env=env(root),
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    good = root / "runs/demo/version_0/checkpoints/last.ckpt"
+    data = good.read_bytes()
+    (root / "empty.ckpt").write_bytes(b"")
+    (root / "truncated.ckpt").write_bytes(data[: len(data) // 2])
+    (root / "random.ckpt").write_bytes(os.urandom(4096))
+    torch.save({"state_dict": {}, "hyper_parameters": {"x": Evil(root / "PWNED")}}, root / "evil.ckpt")
+    torch.save({"something": torch.zeros(2)}, root / "nostate.ckpt")
+    (root / "empty.txt").write_text("")
+    (root / "blank.txt").write_text("\n  \n")
+    for name, content in (("empty_csv", b""), ("binary_csv", os.urandom(3000))):
+        folder = root / name
+        folder.mkdir()
+        (folder / "train.csv").write_bytes(content)
+        for split in ("validation", "test"):
+            (folder / f"{split}.csv").write_text("text,label\nthe sea is calm,sea\n")
+    (root / "broken.yaml").write_text("trainer:\n  max_steps: [1, 2\n")
+    bad_results = root / "bad_results" / "version_0"
+    bad_results.mkdir(parents=True)
+    (bad_results / "results.json").write_text(json.dumps({"format": 1, "metrics": {}}))
+    user = root / "mine"
+    user.mkdir()
+    (user / "notes.txt").write_text("a user's file")
+    return root
+
+
+def snapshot(root: Path) -> dict[str, str]:
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in root.rglob("*") if p.is_file() and "cache" not in p.relative_to(root).parts and p.name != ".lock"}
+
+
+CKPT = "runs/demo/version_0/checkpoints/last.ckpt"
+NOT_READABLE = r"is (truncated or corrupt|not a readable checkpoint)"
+#: id, command, exit status, what the message must say (a regex).
+CASES = [
+    ("empty corpus file", [*DEMO, *SHORT, "--data.init_args.files", "[empty.txt]"], 2, r"empty\.txt"),
+    ("blank corpus file", [*DEMO, *SHORT, "--data.init_args.files", "[blank.txt]"], 2, r"blank\.txt"),
+    ("0-byte train.csv", [*FINETUNE, *SHORT, "--model.init_args.checkpoint", "null", "--data.init_args.tokenizer",
+                          "all-MiniLM-L6-v2", "--data.init_args.data_dir", "empty_csv"], 2, r"empty_csv/train\.csv"),
+    ("binary train.csv", [*FINETUNE, *SHORT, "--model.init_args.checkpoint", "null", "--data.init_args.tokenizer",
+                          "all-MiniLM-L6-v2", "--data.init_args.data_dir", "binary_csv"], 2, r"binary_csv/train\.csv"),
+    ("0-byte --ckpt_path", [*DEMO, *SHORT, "--ckpt_path", "empty.ckpt"], 2, r"empty\.ckpt' is empty \(0 bytes\)"),
+    ("truncated --ckpt_path", [*DEMO, *SHORT, "--ckpt_path", "truncated.ckpt"], 2, r"truncated\.ckpt' " + NOT_READABLE),
+    ("random --ckpt_path", [*DEMO, *SHORT, "--ckpt_path", "random.ckpt"], 2, r"random\.ckpt' " + NOT_READABLE),
+    ("no state_dict", [*DEMO, *SHORT, "--ckpt_path", "nostate.ckpt"], 2, r"nostate\.ckpt' holds no state_dict"),
+    ("truncated pre-training checkpoint", [*FINETUNE, *SHORT, "--model.init_args.checkpoint", "truncated.ckpt"], 2,
+     r"truncated\.ckpt' " + NOT_READABLE),
+    ("0-byte compress --ckpt", ["compress", "--ckpt", "empty.ckpt", "--data", "sample-corpus", "--out", "out_c"], 2,
+     r"empty\.ckpt' is empty"),
+    ("random analyze --ckpt", ["analyze", "--ckpt", "random.ckpt"], 2, r"random\.ckpt' " + NOT_READABLE),
+    ("crafted --ckpt_path", [*DEMO, *SHORT, "--ckpt_path", "evil.ckpt"], 2, r"evil\.ckpt' holds a Python object of type posix\.system"),
+    ("crafted pre-training checkpoint", [*FINETUNE, *SHORT, "--model.init_args.checkpoint", "evil.ckpt"], 2, r"posix\.system"),
+    ("crafted compress --ckpt", ["compress", "--ckpt", "evil.ckpt", "--data", "sample-corpus", "--out", "out_c"], 2, r"posix\.system"),
+    ("crafted analyze --ckpt", ["analyze", "--ckpt", "evil.ckpt"], 2, r"posix\.system"),
+    ("crafted test --ckpt_path", ["test", "--config", str(CONFIGS / "demo_finetune.yaml"), "--ckpt_path", "evil.ckpt"], 2,
+     r"posix\.system"),
+    ("analyze --text empty", ["analyze", "--ckpt", CKPT, "--text", "empty.txt"], 2, r"empty\.txt.* is empty"),
+    ("another model's checkpoint", [*DEMO, *SHORT, "--model.init_args.embedding", str(CONFIGS / "embedding/dense.yaml"),
+                                    "--ckpt_path", CKPT], 2,
+     r"checkpoint of another model.*model\.embedding\.class_path: checkpoint 'lit_embed\.embeddings\.SubspaceEmbedding'"),
+    ("max_steps -5", [*DEMO, *QUIET, "--trainer.max_steps", "-5"], 2, r"max_steps.*-5"),
+    ("GPU without one", [*DEMO, *QUIET, "--trainer.accelerator", "gpu"], 2, r"--trainer\.accelerator cpu"),
+    ("table_size 0", [*DEMO, *SHORT, "--model.init_args.embedding.init_args.table_size", "0"], 2, r"table_size=0"),
+    ("table_size -3", [*DEMO, *SHORT, "--model.init_args.embedding.init_args.table_size", "-3"], 2, r"table_size=-3"),
+    ("batch_size 0", [*DEMO, *SHORT, "--data.init_args.batch_size", "0"], 2, r"batch_size=0 must be at least 1"),
+    ("an abbreviated option", [*DEMO, *QUIET, "--trainer.max_step", "5"], 2, r"unrecognized arguments: --trainer\.max_step"),
+    ("a YAML error", ["fit", "--config", "broken.yaml"], 2, r"broken\.yaml"),
+    ("results.json without its keys", ["report", "bad_results"], 2, r"bad_results/version_0/results\.json.*label"),
+    ("compress --overwrite of a user's folder", ["compress", "--ckpt", "all-MiniLM-L6-v2", "--data", "sample-corpus",
+                                                 "--out", "mine", "--overwrite"], 2, r"not a lit-embed compress output"),
+    ("compress --overwrite of a run folder", ["compress", "--ckpt", "all-MiniLM-L6-v2", "--data", "sample-corpus",
+                                              "--out", "runs/demo", "--overwrite"], 2, r"not a lit-embed compress output"),
+    ("a missing checkpoint", [*FINETUNE, *SHORT, "--model.init_args.checkpoint", "nowhere.ckpt"], 2, r"nowhere\.ckpt"),
+]
+
+
+@pytest.fixture(scope="module")
+def matrix(workspace) -> dict[str, dict]:
+    """Every case of :data:`CASES`, run once in a fresh process; the files before and after."""
+    before = snapshot(workspace)
+    cases = workspace / "cases.json"
+    cases.write_text(json.dumps([{"id": case, "argv": argv, "cwd": str(workspace)} for case, argv, _, _ in CASES]))
+    done = subprocess.run([sys.executable, str(DRIVER), str(cases)], cwd=workspace, env=env(workspace),
+                          capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = {r["id"]: r for r in map(json.loads, done.stdout.splitlines()) if r}
+    cases.unlink()
+    return {"results": results, "before": before, "after": snapshot(workspace)}
+
+
+@pytest.mark.parametrize(("case", "argv", "status", "message"), CASES, ids=[c[0] for c in CASES])
+def test_a_fault_exits_with_a_message_naming_it(case, argv, status, message, matrix):
+    import re
+
+    if case == "GPU without one" and torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    result = matrix["results"][case]
+    assert result["status"] == status, result["stderr"][-3000:]
+    assert "Traceback" not in result["stderr"], result["stderr"][-3000:]
+    assert re.search(message, result["stderr"], flags=re.S), result["stderr"][-2000:]
+
+
+def test_no_fault_loses_or_half_writes_anything(matrix, workspace):
+    before, after = matrix["before"], matrix["after"]
+    assert {k: v for k, v in after.items() if k in before} == before  # nothing changed or removed
+    new = sorted(set(after) - set(before))
+    assert not [p for p in new if p.endswith((".ckpt", "results.json", ".tmp"))], new
+    assert not (workspace / "PWNED").exists()  # the crafted checkpoints ran nothing
+    assert not list(workspace.glob(".out_c*")) and not (workspace / "out_c").exists()
+
+
+# -- real processes: a bug's traceback, signals, runs at once ----------------------------------------------------
+
+
+def lit_embed(args: list[str], cwd: Path, path: Path | None = None) -> subprocess.Popen:
+    """``lit-embed ARGS`` as its own process (``path``: a folder of the user's modules to import)."""
+    environment = env(cwd)
+    if path is not None:
+        environment["PYTHONPATH"] = os.pathsep.join([str(path), environment["PYTHONPATH"]])
+    return subprocess.Popen([sys.executable, "-m", "lit_embed.cli", *args], cwd=cwd, env=environment, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+
+
+def finish(process: subprocess.Popen, timeout: float = 600) -> tuple[int, str]:
+    try:
+        _, err = process.communicate(timeout=timeout)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+    return process.returncode, err
+
+
+def test_a_bug_keeps_its_traceback(tmp_path):
+    """An error lit-embed did not foresee is not dressed up as a user error: exit 1, with the traceback."""
+    (tmp_path / "buggy.py").write_text(
+        "from lit_embed.embeddings import DenseEmbedding\n\n"
+        "class Buggy(DenseEmbedding):\n"
+        "    def forward(self, codes):\n"
+        "        raise RuntimeError('a bug in a strategy')\n"
+    )
+    config = json.dumps({"class_path": "buggy.Buggy"})
+    process = lit_embed([*DEMO, *SHORT, "--model.init_args.embedding", config], tmp_path, path=tmp_path)
+    status, err = finish(process)
+    assert status == 1 and "Traceback" in err and "RuntimeError: a bug in a strategy" in err, err[-2000:]
+
+
+def wait_for(path_glob: str, root: Path, process: subprocess.Popen, timeout: float = 300) -> None:
+    deadline = time.monotonic() + timeout
+    while not list(root.glob(path_glob)):
+        assert process.poll() is None, process.communicate()[1][-3000:]
+        assert time.monotonic() < deadline, f"no {path_glob} after {timeout} s"
+        time.sleep(0.2)
+
+
+LONG = [*QUIET, "--trainer.max_steps", "100000", "--trainer.val_check_interval", "100000", "--data.init_args.batch_size", "4"]
+
+
+@pytest.mark.parametrize(("signum", "status"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)], ids=["SIGTERM", "SIGINT"])
+def test_a_signal_saves_a_resumable_checkpoint_and_exits_non_zero(signum, status, tmp_path):
+    process = lit_embed([*DEMO, *LONG, "--trainer.log_every_n_steps", "1"], tmp_path)
+    wait_for("runs/demo/version_0/events.out.tfevents.*", tmp_path, process)
+    time.sleep(3)  # some steps
+    os.kill(process.pid, signum)
+    code, err = finish(process)
+    assert code == status, err[-3000:]
+    assert f"stopped by {signal.Signals(signum).name}" in err
+    run = tmp_path / "runs/demo/version_0"
+    saved = torch.load(run / "checkpoints/last.ckpt", weights_only=True)
+    results = json.loads((run / "results.json").read_text())
+    assert results["status"] == "interrupted" and results["global_step"] == saved["global_step"] > 0
+    # resumed, it continues in its own folder from the step it stopped at
+    resumed = lit_embed([*DEMO, *QUIET, "--trainer.max_steps", str(saved["global_step"] + 2), "--trainer.limit_val_batches", "2",
+                         "--data.init_args.batch_size", "4", "--ckpt_path", "last"], tmp_path)
+    code, err = finish(resumed)
+    assert code == 0, err[-3000:]
+    assert sorted(p.name for p in (tmp_path / "runs/demo").iterdir()) == ["version_0"]
+    results = json.loads((run / "results.json").read_text())
+    assert results["status"] == "complete" and results["global_step"] == saved["global_step"] + 2
+
+
+def test_two_runs_started_together_keep_their_own_folders(tmp_path):
+    every_step = json.dumps([{"class_path": "pytorch_lightning.callbacks.ModelCheckpoint",
+                              "init_args": {"every_n_train_steps": 1, "save_top_k": -1, "save_last": True}},
+                             {"class_path": "lit_embed.callbacks.ResultsWriter"}])
+    runs = [lit_embed([*DEMO, *SHORT, "--seed_everything", str(seed), "--trainer.callbacks", every_step], tmp_path)
+            for seed in (1, 2)]
+    for process in runs:
+        code, err = finish(process)
+        assert code == 0, err[-3000:]
+    folders = sorted((tmp_path / "runs/demo").iterdir())
+    assert [f.name for f in folders] == ["version_0", "version_1"]
+    seeds = sorted(json.loads((f / "results.json").read_text())["seed"] for f in folders)
+    assert seeds == [1, 2]
+    for folder in folders:
+        names = sorted(p.name for p in (folder / "checkpoints").iterdir() if not p.name.startswith("."))
+        assert names[-1] == "last.ckpt" and len(names) == 5, names
+
+
+def test_a_checkpoint_folder_held_by_a_live_run_is_refused(tmp_path):
+    shared = tmp_path / "shared"
+    callbacks = json.dumps([{"class_path": "pytorch_lightning.callbacks.ModelCheckpoint",
+                             "init_args": {"dirpath": str(shared), "every_n_train_steps": 1, "save_last": True}}])
+    first = lit_embed([*DEMO, *LONG, "--trainer.callbacks", callbacks], tmp_path)
+    try:
+        wait_for("shared/last.ckpt", tmp_path, first)
+        code, err = finish(lit_embed([*DEMO, *SHORT, "--trainer.callbacks", callbacks], tmp_path))
+        assert code == 2 and "is in use by a live run" in err and str(shared) in err, err[-2000:]
+        assert first.poll() is None  # the first run goes on
+    finally:
+        os.killpg(first.pid, signal.SIGKILL)
+        first.communicate()
+
+
+def test_a_full_disk_names_the_device_and_keeps_the_old_file(tmp_path):
+    """A checkpoint save onto a full filesystem (a 1 MB tmpfs, where this machine lets us mount one)."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(disk)], capture_output=True).returncode:
+        pytest.skip("cannot mount a small tmpfs here")
+    try:
+        (disk / "last.ckpt").write_bytes(b"the previous checkpoint")
+        from lit_embed.errors import DiskFullError
+        from lit_embed.results import atomic_writer
+
+        with pytest.raises(DiskFullError, match=f"no space left on {disk} writing {disk}/last.ckpt"):
+            with atomic_writer(disk / "last.ckpt") as handle:
+                torch.save({"weights": torch.zeros(1_000_000)}, handle)
+        assert (disk / "last.ckpt").read_bytes() == b"the previous checkpoint"
+        assert [p.name for p in disk.iterdir()] == ["last.ckpt"]
+    finally:
+        subprocess.run(["umount", str(disk)], capture_output=True)

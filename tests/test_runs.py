@@ -1,0 +1,129 @@
+"""Run folders: claimed atomically, locked while a run lives, and found again by resume and by configs."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from lit_embed.errors import MissingFileError, RunBusyError
+from lit_embed.runs import claim_version, hold, newest_checkpoint, run_of, start_checkpoint, version_folders
+
+from .conftest import REPO
+
+
+def test_processes_claiming_at_once_each_get_their_own_version(tmp_path):
+    import multiprocessing
+
+    with multiprocessing.get_context("fork").Pool(6) as pool:
+        numbers = sorted(pool.map(claim_version, [tmp_path] * 6))
+    assert numbers == list(range(6))
+    assert [p.name for p in version_folders(tmp_path)] == [f"version_{n}" for n in range(6)]
+    assert claim_version(tmp_path) == 6
+
+
+def test_a_folder_held_by_a_live_process_is_refused_and_freed_when_it_ends(tmp_path):
+    folder = tmp_path / "run"
+    script = f"import sys, time; sys.path.insert(0, {str(REPO)!r}); from lit_embed.runs import hold; " \
+             f"hold({str(folder)!r}); print('held', flush=True); time.sleep(60)"
+    holder = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(RunBusyError, match=rf"{folder} is in use by a live run \(pid {holder.pid} on "):
+            hold(folder)
+    finally:
+        holder.kill()
+        holder.wait()
+    hold(folder)  # the lock went with the process
+    hold(folder / "checkpoints")  # inside a folder this process holds: nothing more to take
+
+
+def touch(path, content: bytes = b"x", age: float = 0.0):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(content)
+    stamp = time.time() - age
+    os.utime(path, (stamp, stamp))
+    return path
+
+
+def test_last_is_the_newest_checkpoint_of_any_run_or_requeue(tmp_path):
+    root = tmp_path / "runs" / "exp"
+    assert newest_checkpoint(root) is None
+    older = touch(root / "version_0/checkpoints/last.ckpt", age=30)
+    newer = touch(root / "version_1/checkpoints/last.ckpt", age=20)
+    touch(root / "version_2/checkpoints/last.ckpt", b"", age=0)  # empty: never written whole
+    assert newest_checkpoint(root) == newer
+    requeue = touch(tmp_path / "hpc_ckpt_3.ckpt", age=10)  # Lightning's SLURM requeue save, in default_root_dir
+    assert newest_checkpoint(root, tmp_path) == requeue
+    assert run_of(newer, root) == 1 and run_of(older, root) == 0 and run_of(requeue, root) is None
+
+
+def test_a_start_point_is_a_file_a_run_folder_or_the_newest_finished_run(tmp_path):
+    root = tmp_path / "demo"
+    first = touch(root / "version_0/checkpoints/last.ckpt")
+    touch(root / "version_0/checkpoints/epoch=0-step=4.ckpt")
+    second = touch(root / "version_1/checkpoints/epoch=1-step=8.ckpt")
+    touch(root / "version_2/hparams.yaml")  # killed before its first checkpoint
+    interrupted = touch(root / "version_3/checkpoints/last.ckpt")
+    (root / "version_3/results.json").write_text(json.dumps({"status": "interrupted"}))
+    assert start_checkpoint(first) == first
+    assert start_checkpoint(root / "version_0") == first  # last.ckpt among several
+    assert start_checkpoint(root / "version_1") == second  # the only one
+    assert start_checkpoint(root) == second  # version_3 was interrupted, version_2 has none
+    assert interrupted.exists()
+    with pytest.raises(MissingFileError, match="holds no finished run with a checkpoint"):
+        start_checkpoint(tmp_path)  # no runs in it
+    with pytest.raises(MissingFileError, match="does not exist"):
+        start_checkpoint(tmp_path / "nowhere")
+
+
+def test_a_write_removes_only_the_temporary_files_of_dead_writers(tmp_path):
+    """Two runs writing into one folder must not delete each other's half-written files (the live one's)."""
+    import socket
+
+    from lit_embed.results import write_atomic
+
+    host = socket.gethostname()
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    live = tmp_path / f".last.ckpt.{host}.{os.getpid()}.abc.tmp"
+    gone = tmp_path / f".last.ckpt.{host}.{dead.pid}.def.tmp"
+    other_host = tmp_path / f".last.ckpt.elsewhere.{dead.pid}.ghi.tmp"
+    for path in (live, gone, other_host):
+        path.write_text("half")
+    write_atomic(tmp_path / "last.ckpt", "whole")
+    assert (tmp_path / "last.ckpt").read_text() == "whole"
+    assert live.exists() and other_host.exists() and not gone.exists()
+
+
+def test_a_requeued_slurm_run_continues_in_its_own_folder(tmp_path, monkeypatch):
+    """Lightning saves a SLURM requeue checkpoint in default_root_dir, outside the run folder: the checkpoint
+    records its run, where ``--ckpt_path last`` continues."""
+    import shutil
+
+    import torch
+
+    from lit_embed.cli import main
+
+    from .conftest import CONFIGS
+
+    monkeypatch.chdir(tmp_path)
+    args = ["fit", "--config", str(CONFIGS / "demo.yaml"), "--trainer.limit_val_batches", "1", "--data.init_args.batch_size",
+            "4", "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false",
+            "--trainer.callbacks", json.dumps([{"class_path": "pytorch_lightning.callbacks.ModelCheckpoint",
+                                               "init_args": {"save_last": True}},
+                                              {"class_path": "lit_embed.callbacks.ResultsWriter"}])]
+    assert main([*args, "--trainer.max_steps", "2"]) == 0
+    run = tmp_path / "runs/demo/version_0"
+    assert main([*args, "--trainer.max_steps", "2"]) == 0  # another run of the experiment: version_1
+    requeue = tmp_path / "runs/demo/hpc_ckpt_1.ckpt"
+    shutil.move(run / "checkpoints" / "last.ckpt", requeue)
+    os.utime(requeue)  # the newest checkpoint of the experiment
+    assert main([*args, "--trainer.max_steps", "4", "--ckpt_path", "last"]) == 0
+    assert json.loads((run / "results.json").read_text())["global_step"] == 4
+    assert sorted(p.name for p in (tmp_path / "runs/demo").glob("version_*")) == ["version_0", "version_1"]
+    assert torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 4
