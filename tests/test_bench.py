@@ -1,9 +1,13 @@
-"""The benchmark suite keeps working: every benchmark runs at its smallest size (figures are not checked here)."""
+"""The benchmark suite keeps working: every benchmark runs at its smallest size (figures are not checked
+here), and the peers written for it compute what they claim to."""
 
 from __future__ import annotations
 
+import importlib
 import subprocess
 import sys
+
+import torch
 
 from .conftest import REPO
 
@@ -18,3 +22,34 @@ def test_benchmark_suite_runs_at_smoke_size():
     for name in names:
         assert f"== {name}:" in done.stdout
     assert "lit-embed equal-size" in done.stdout and "speed-up vs dense" in done.stdout
+
+
+def bench_module(monkeypatch, name: str):
+    monkeypatch.syspath_prepend(str(REPO / "tools" / "bench"))
+    return importlib.import_module(name)
+
+
+def test_touched_row_adamw_peer_is_adamw_on_the_rows_it_touches(monkeypatch):
+    """The embedding step's touched-row peer is AdamW: on the rows a batch touches it steps as torch's AdamW
+    does (same settings), and it leaves every other row alone (lazy, like SparseAdam)."""
+    bench = bench_module(monkeypatch, "bench_embedding_step")
+    table = bench.TouchedRowsAdamW(50, 8)
+    reference = torch.nn.Embedding(50, 8)
+    reference.weight.data.copy_(table.weight)
+    start = table.weight.clone()
+    config = table.config
+    optimizer = torch.optim.AdamW(reference.parameters(), lr=config.lr, betas=config.betas, eps=config.eps,
+                                  weight_decay=config.weight_decay)
+    ids = torch.tensor([[3, 7, 7, 11], [3, 42, 0, 11]])
+    for seed in range(3):  # the same rows every step: dense AdamW moves them exactly as the lazy one does
+        grad = torch.randn(2, 4, 8, generator=torch.Generator().manual_seed(seed))
+        for module, step in ((table, table), (reference, optimizer)):
+            step.zero_grad(set_to_none=True)
+            module(ids).backward(grad)
+            step.step()
+    touched = ids.unique()
+    untouched = torch.ones(50, dtype=torch.bool)
+    untouched[touched] = False
+    torch.testing.assert_close(table.weight[touched], reference.weight.detach()[touched])
+    assert torch.equal(table.weight[untouched], start[untouched])
+    assert not torch.equal(table.weight[touched], start[touched])
