@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 import importlib
 from pathlib import Path
 
 import numpy as np
 import torch
+from torch import nn
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 TINY = CONFIGS / "backbone" / "tiny.yaml"
@@ -60,17 +62,64 @@ class Specials:
         return np.asarray(self.ids[name])
 
 
+def backbone_config(backbone: str, vocab_size: int, smoke: bool = False):
+    """The transformers config of ``configs/backbone/<backbone>.yaml``'s encoder (the tiny one at smoke
+    size) with a ``vocab_size`` word table: built on the meta device, so no weights are allocated."""
+    import yaml
+
+    from lit_embed.models import Encoder
+
+    path = TINY if smoke else CONFIGS / "backbone" / f"{backbone}.yaml"
+    with torch.device("meta"):
+        config = Encoder(**yaml.safe_load(path.read_text())["init_args"]).config
+    config.vocab_size = vocab_size
+    return config
+
+
+class HuggingFaceMLM(nn.Module):
+    """HuggingFace's own masked LM (``RobertaForMaskedLM``, ``XLMRobertaForMaskedLM``) of a config:
+    the tied word table and full-vocabulary logits at every position, the model a user would
+    otherwise train. It reads lit-embed's MLM batches and returns its loss first, as lit-embed's
+    modules do, so :func:`step_timer` and :func:`batch` take it."""
+
+    def __init__(self, config) -> None:
+        super().__init__()
+        import transformers
+
+        from lit_embed.models.optim import OptimConfig
+
+        self.model = transformers.AutoModelForMaskedLM.from_config(config)
+        self.vocab_size = config.vocab_size
+        self.optim = OptimConfig()
+
+    def forward(self, batch: dict):
+        out = self.model(input_ids=batch["codes"], attention_mask=batch["attention_mask"], labels=batch["labels"])
+        return out.loss, out.logits, batch["labels"]
+
+    def collator(self, text_encoder):
+        from lit_embed.data.collate import MaskedLMCollator
+
+        return MaskedLMCollator(text_encoder, functools.partial(torch.randint, self.vocab_size))
+
+    def parameter_counts(self) -> dict[str, int]:
+        """The backbone's (word table included), as lit-embed counts its models: no MLM head."""
+        from lit_embed.models.encoder import count_parameters
+
+        return {"total_params": count_parameters(self.model.base_model)}
+
+
 def batch(model, size: tuple[int, int], seed: int = 0) -> dict:
     """A collated batch of ``size`` (sequences x tokens) for ``model``'s objective: random vocabulary
-    ids between the specials, or a hash strategy's random codes."""
+    ids between the specials, or a hash strategy's random codes. A HuggingFace MLM gets the batch a
+    lit-embed MLM of its vocabulary gets from the same seed."""
     torch.manual_seed(seed)
-    if model.embedding.vocab_size is None:
+    vocab = model.vocab_size if isinstance(model, HuggingFaceMLM) else model.embedding.vocab_size
+    if vocab is None:
         encoder = model.text_encoder(None)
         ends = [encoder.special_code("cls")[None], encoder.special_code("sep")[None]]
         sampler = model.embedding.code_sampler()
         items = [{"codes": np.concatenate([ends[0], sampler((size[1] - 2,)).numpy(), ends[1]])} for _ in range(size[0])]
         return model.collator(encoder)(items)
-    vocab = model.embedding.vocab_size
     rng = np.random.default_rng(seed)
     items = [{"codes": np.r_[0, rng.integers(4, vocab - 1, size[1] - 2), 2]} for _ in range(size[0])]
     return model.collator(Specials(vocab))(items)
