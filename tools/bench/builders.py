@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import itertools
 from pathlib import Path
 
 import numpy as np
@@ -125,29 +126,38 @@ def batch(model, size: tuple[int, int], seed: int = 0) -> dict:
     return model.collator(Specials(vocab))(items)
 
 
-def step_timer(model, data: dict, ctx):
+def step_timer(model, data: dict | list[dict], ctx, dtype: torch.dtype | None = None):
     """One training step as Lightning runs it (forward, backward, lit-embed's AdamW, schedule), as a
-    function; on a GPU in fp16 mixed precision with a gradient scaler, as ``configs/trainer/gpu.yaml``."""
+    function returning the loss; on a GPU in fp16 mixed precision with a gradient scaler, as
+    ``configs/trainer/gpu.yaml``, or in ``dtype`` autocast (see :func:`autocast`). Given several
+    batches, the steps take them in turn."""
     from lit_embed.models.optim import configure_adamw
 
     model.to(ctx.device).train()
-    data = {k: v.to(ctx.device) for k, v in data.items()}
+    batches = itertools.cycle([{k: v.to(ctx.device) for k, v in b.items()} for b in ([data] if isinstance(data, dict) else data)])
     configured = configure_adamw(model, model.optim, 10_000)
     optimizer, scheduler = configured["optimizer"], configured["lr_scheduler"]["scheduler"]
-    scaler = torch.amp.GradScaler("cuda", enabled=ctx.device.startswith("cuda"))
+    scaler = torch.amp.GradScaler("cuda", enabled=ctx.device.startswith("cuda") and amp_dtype(ctx, dtype) == torch.float16)
 
-    def step():
+    def step() -> torch.Tensor:
         optimizer.zero_grad(set_to_none=True)
-        with autocast(ctx):
-            loss, _, _ = model(data)
+        with autocast(ctx, dtype):
+            loss, _, _ = model(next(batches))
         scaler.scale(loss).backward()
         scaler.step(optimizer)
         scaler.update()
         scheduler.step()
+        return loss.detach()
 
     return step
 
 
-def autocast(ctx):
-    """fp16 autocast on a GPU (the papers' mixed precision); nothing on the CPU."""
-    return torch.autocast("cuda", dtype=torch.float16, enabled=ctx.device.startswith("cuda"))
+def amp_dtype(ctx, dtype: torch.dtype | None = None) -> torch.dtype:
+    """``dtype``, or by default fp16 on a GPU (the papers' mixed precision) and fp32 on the CPU."""
+    return dtype or (torch.float16 if ctx.device.startswith("cuda") else torch.float32)
+
+
+def autocast(ctx, dtype: torch.dtype | None = None):
+    """Autocast to :func:`amp_dtype` on the context's device; none for fp32."""
+    dtype = amp_dtype(ctx, dtype)
+    return torch.autocast(ctx.device.split(":")[0], dtype=dtype, enabled=dtype != torch.float32)
