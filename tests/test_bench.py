@@ -4,6 +4,7 @@ here), and the peers written for it compute what they claim to."""
 from __future__ import annotations
 
 import importlib
+import json
 import subprocess
 import sys
 
@@ -21,7 +22,14 @@ def test_benchmark_suite_runs_at_smoke_size():
     names = sorted(p.stem.removeprefix("bench_") for p in (REPO / "tools" / "bench").glob("bench_*.py"))
     for name in names:
         assert f"== {name}:" in done.stdout
-    assert "lit-embed equal-size" in done.stdout and "speed-up vs dense" in done.stdout
+    out = done.stdout
+    assert "lit-embed equal-size" in out and "speed-up vs dense" in out
+    # the peers an expert would pick, each in the table of what it is compared with (optional ones may be skipped)
+    assert "SparseAdam" in out and "AdamW on touched rows" in out and "speed-up vs best peer" in out
+    assert "RobertaForMaskedLM" in out and "speed-up vs HuggingFace MLM" in out
+    assert "faiss Kmeans" in out and "xxHash XXH3-128" in out
+    assert "== startup:" in out and "import torch" in out and "lit-embed report" in out
+    assert "bf16 autocast" in out and "largest loss gap vs fp32" in out
 
 
 def bench_module(monkeypatch, name: str):
@@ -53,3 +61,15 @@ def test_touched_row_adamw_peer_is_adamw_on_the_rows_it_touches(monkeypatch):
     torch.testing.assert_close(table.weight[touched], reference.weight.detach()[touched])
     assert torch.equal(table.weight[untouched], start[untouched])
     assert not torch.equal(table.weight[touched], start[touched])
+
+
+def test_results_say_when_no_gpu_figures_exist(monkeypatch, tmp_path):
+    run = bench_module(monkeypatch, "run")
+    environment = {"cpu_count": 2, "torch_threads": 2, "torch": "2"}
+    payload = {"title": "T", "description": "D", "date": "2026-01-01", "command": "c", "environment": environment,
+               "rows": [{"what": "x", "seconds": 1.0}]}
+    (tmp_path / "x.cpu.json").write_text(json.dumps(payload))
+    monkeypatch.setattr(run, "RESULTS", tmp_path)
+    assert "No GPU results" in run.render()
+    (tmp_path / "x.cuda.json").write_text(json.dumps({**payload, "environment": {**environment, "gpu": "H100"}}))
+    assert "No GPU results" not in run.render()
