@@ -73,3 +73,12 @@ def test_results_say_when_no_gpu_figures_exist(monkeypatch, tmp_path):
     assert "No GPU results" in run.render()
     (tmp_path / "x.cuda.json").write_text(json.dumps({**payload, "environment": {**environment, "gpu": "H100"}}))
     assert "No GPU results" not in run.render()
+
+
+def test_a_measurement_in_a_child_process_comes_back_as_its_row(monkeypatch):
+    """The path every full-size memory figure takes (the smoke run measures in its own process)."""
+    harness = bench_module(monkeypatch, "harness")
+    bench = bench_module(monkeypatch, "bench_embedding_step")
+    jobs = [{"shape": [100, 8], "label": "nn.Embedding(sparse=True), SparseAdam"}]
+    rows = harness.in_children(bench.__file__, jobs, harness.Context(), bench.measure_memory)
+    assert len(rows) == 1 and rows[0]["step memory MB"] >= 0

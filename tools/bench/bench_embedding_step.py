@@ -223,14 +223,15 @@ def run(ctx) -> list[dict]:
     for vocab_size, hidden in shapes(ctx):
         rows += time_shape(vocab_size, hidden, ctx)
     jobs = [{"shape": [int(n) for n in row["V x d"].split(" x ")], "label": row["strategy"]} for row in rows]
-    for row, memory in zip(rows, in_children(__file__, jobs, ctx)):
+    for row, memory in zip(rows, in_children(__file__, jobs, ctx, measure_memory)):
         row.update(memory)
     for shape in {row["V x d"] for row in rows}:
         group = [row for row in rows if row["V x d"] == shape]
         lowest = min((row for row in group if row["who"] == "peer"), key=lambda row: row["step memory MB"])
         lowest["note"] = ", ".join(filter(None, (lowest.get("note"), "best peer (memory)")))
         for row in group:
-            row["memory vs best peer"] = row["step memory MB"] / lowest["step memory MB"]
+            if lowest["step memory MB"] > 0:  # in one process (smoke size) freed memory is reused: figures may be 0
+                row["memory vs best peer"] = row["step memory MB"] / lowest["step memory MB"]
     return rows
 
 

@@ -44,6 +44,7 @@ def measure(label: str, ctx) -> dict:
 
     from builders import batch, compose
 
+    logging.getLogger("pytorch_lightning").setLevel(logging.ERROR)
     device, smoke = ctx.device, ctx.smoke
     monitor = EfficiencyMonitor(warmup_steps=0)
     gpu = device.startswith("cuda")
@@ -71,7 +72,7 @@ def measure(label: str, ctx) -> dict:
 
 
 def run(ctx) -> list[dict]:
-    rows = in_children(__file__, list(STRATEGIES), ctx)  # a process per strategy (one for all at smoke size)
+    rows = in_children(__file__, list(STRATEGIES), ctx, measure)  # a process per strategy (this one at smoke size)
     dense = rows[0]
     for row in rows:
         for key in ("peak memory MB", "checkpoint MB"):
@@ -80,5 +81,4 @@ def run(ctx) -> list[dict]:
 
 
 if __name__ == "__main__":
-    logging.getLogger("pytorch_lightning").setLevel(logging.ERROR)
     child_main(measure)

@@ -52,7 +52,7 @@ def run(ctx) -> list[dict]:
     size = (4, 32) if ctx.smoke else (32, 128) if ctx.device.startswith("cuda") else (2, 128)
     count = 2 if ctx.smoke else 3
     rows = []
-    for label, embedding in STRATEGIES.items():
+    for label, embedding in list(STRATEGIES.items())[: 1 if ctx.smoke else None]:
         model = compose("MaskedLM", "roberta_s", embedding, 50265, ctx.smoke)
         batches = [batch(model, size, seed) for seed in range(count)]
         trained = losses(model, batches, ctx)

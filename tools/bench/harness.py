@@ -109,18 +109,19 @@ def _proc_status(field: str) -> int:
     return 0
 
 
-def in_children(script: str, jobs: list, ctx: Context) -> list[dict]:
+def in_children(script: str, jobs: list, ctx: Context, measure: Callable[[object, Context], dict]) -> list[dict]:
     """Measure each of ``jobs`` (JSON-able) in a fresh process of ``script``, so that peaks do not mix;
-    at smoke size all of them in one process (seconds; its figures are not read). The script calls
-    :func:`child_main`; each job gives one row."""
-    groups = [jobs] if ctx.smoke else [[job] for job in jobs]
+    each job gives one row. The script calls :func:`child_main` with ``measure``. At smoke size, where
+    figures are not read and CI's time is, the jobs run in this process through ``measure`` (a child
+    would import Lightning again, seconds per benchmark)."""
+    if ctx.smoke:
+        return [measure(job, ctx) for job in jobs]
     rows = []
-    for group in groups:
-        command = [sys.executable, script, ctx.device, str(int(ctx.smoke)), str(torch.get_num_threads()),
-                   *(json.dumps(job) for job in group)]
+    for job in jobs:
+        command = [sys.executable, script, ctx.device, str(int(ctx.smoke)), str(torch.get_num_threads()), json.dumps(job)]
         done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "PYTHONWARNINGS": "ignore"})
         if done.returncode:
-            raise RuntimeError(f"measuring {group} in {Path(script).name} failed:\n{done.stderr[-3000:]}")
+            raise RuntimeError(f"measuring {job} in {Path(script).name} failed:\n{done.stderr[-3000:]}")
         rows += [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
     return rows
 
