@@ -20,10 +20,11 @@ Time: the peers take turns step by step (a warm-up, then 7 rounds, medians) and 
 best peer; every other row then takes turns with the best peer the same way, and "speed-up vs best
 peer" divides the best peer's median of those rounds by the row's, so a busy machine slows both
 alike. Memory: each set-up runs two steps (the second holds the table, its optimiser state and the
-step's gradient at once) in a process of its own; "step memory MB" is the peak resident set size
-(VmHWM, lowered to the resident size through /proc/self/clear_refs before the module is built) less
-that resident size, CUDA's peak allocated bytes less those allocated before on a GPU. "memory vs
-best peer" divides by the lowest peer figure. What bounds the result: uniform random ids touch about
+step's gradient at once) in a process of its own, after two steps of the same set-up on a 1000-row
+table (so that what loads on first use is not counted); "step memory MB" is the peak resident set
+size (VmHWM, lowered to the resident size through /proc/self/clear_refs before the module is built)
+less that resident size, CUDA's peak allocated bytes less those allocated before on a GPU. "memory
+vs best peer" divides by the lowest peer figure. What bounds the result: uniform random ids touch about
 as many rows as the batch has tokens (4096 for 32 x 128), the worst case for the touched-row peers;
 text, Zipf-distributed, touches fewer. Target (issue 8): subspace at least 3x faster than
 nn.Embedding at 250002 x 512.
@@ -36,7 +37,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from harness import child_main, in_children, peak_memory, reset_peak_memory, time_interleaved
+from harness import child_main, in_children, memory_of, time_interleaved
 
 TITLE = "Embedding step: every strategy against the best peer (nn.Embedding + fused AdamW, SparseAdam, touched-row AdamW)"
 SIZE, SMOKE_SIZE = (32, 128), (4, 16)
@@ -176,14 +177,16 @@ def parameters(module: nn.Module) -> int:
 
 
 def measure_memory(job: dict, ctx) -> dict:
-    """Two steps of one set-up in this process: its step memory (see the module's notes)."""
+    """Two steps of one set-up in this process, after two of it on a 1000-row table: its step memory."""
     vocab_size, hidden = job["shape"]
-    setup = {**peers(vocab_size, hidden), **strategies(vocab_size, hidden)}[job["label"]]
-    before = reset_peak_memory(ctx.device)
-    _, step = prepare(setup, vocab_size, hidden, ctx)
-    step()
-    step()
-    return {"step memory MB": (peak_memory(ctx.device) - before) / 2**20}
+
+    def two_steps(vocab_size: int) -> None:
+        setup = {**peers(vocab_size, hidden), **strategies(vocab_size, hidden)}[job["label"]]
+        _, step = prepare(setup, vocab_size, hidden, ctx)
+        step()
+        step()
+
+    return {"step memory MB": memory_of(lambda: two_steps(vocab_size), ctx.device, lambda: two_steps(1000))}
 
 
 def shapes(ctx) -> list[tuple[int, int]]:

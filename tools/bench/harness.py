@@ -6,6 +6,7 @@ timed and, where it has one, the baseline measured in the same run and the ratio
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import platform
@@ -97,6 +98,18 @@ def peak_memory(device: str) -> int:
         torch.cuda.synchronize(device)
         return int(torch.cuda.max_memory_allocated(device))
     return _proc_status("VmHWM")
+
+
+def memory_of(work: Callable[[], object], device: str, warmup: Callable[[], object] | None = None) -> float:
+    """MB that ``work()`` adds, at its peak, to what the process holds before it. ``warmup()``, a small
+    version of the same work, runs first, so that what loads on first use (modules imported inside
+    functions, kernel libraries, thread pools) is not counted."""
+    if warmup is not None:
+        warmup()
+        gc.collect()
+    before = reset_peak_memory(device)
+    work()
+    return (peak_memory(device) - before) / 2**20
 
 
 def _proc_status(field: str) -> int:
