@@ -36,7 +36,7 @@ def available() -> list[str]:
 
 
 NO_GPU = """No GPU results: every figure below was measured on the CPU (no `results/*.cuda.json` exists).
-The GPU rows come from `python tools/bench/run.py --device cuda` on a machine with one.
+`python tools/bench/run.py --device cuda` on a machine with a GPU adds them.
 """
 
 
