@@ -91,8 +91,7 @@ def peak_memory(device: str) -> int:
     """Peak bytes since :func:`reset_peak_memory`: CUDA's peak allocated bytes, or the process's VmHWM.
 
     VmHWM is the process's own peak resident set size (``getrusage``'s ru_maxrss starts from the
-    parent's at fork, see the memory benchmark). lit-embed's EfficiencyMonitor reads the same, but
-    importing it loads Lightning, seconds in every child process.
+    parent's at fork, see the memory benchmark), the figure lit-embed's EfficiencyMonitor reads.
     """
     if device.startswith("cuda"):
         torch.cuda.synchronize(device)
