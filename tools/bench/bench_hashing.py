@@ -7,19 +7,31 @@ word. The obvious alternative, in the same run: hashing every occurrence without
 the paper's (character 1-4-grams, top-50K fitted on the stream, T = 128 hyperplanes); LSH-Emb takes
 the argmax over 50260 hyperplanes, far costlier per new word, so it runs on the first 10K words. For reference, the packaged MiniLM fast (Rust) WordPiece tokenizer on the same texts.
 Targets (issue 3): MD5 at least 500k words/s warm, LSH at least 200k words/s warm.
+
+The peer: xxHash's XXH3-128 (`pip install xxhash`; `datasets` already depends on it), a widely used
+fast non-cryptographic hash, giving the same 128 bits per word through the same encoder and cache;
+"vs MD5" is its words/s over HMAC-MD5's in the same cache state. It is not a drop-in: the HashFormers'
+codes are HMAC-MD5 with the key "en" (the golden values in tests/test_hashing.py), so a model trained
+on xxHash codes gets other codes for every word and cannot be compared with the paper's checkpoints
+or figures. What it would save is bounded by the hash's share of the encoder's time: cold (each new
+word hashed once) and uncached rows pay it per word, warm rows only look codes up.
 """
 
 from __future__ import annotations
 
 import functools
+import importlib.util
 import os
 
 import numpy as np
 import torch
 
+from lit_embed.embeddings.hashers import Hasher
+
 from harness import time_call
 
-TITLE = "Tokenise + hash throughput (one core, Zipf word stream): per-word cache against none"
+TITLE = "Tokenise + hash throughput (one core, Zipf word stream): per-word cache against none, HMAC-MD5 against xxHash"
+MD5, XXH3 = "MD5, 128 bits", "xxHash XXH3-128 (peer), 128 bits"
 
 
 def stream(smoke: bool) -> tuple[list[str], int]:
@@ -33,12 +45,43 @@ def stream(smoke: bool) -> tuple[list[str], int]:
     return [" ".join(words[i : i + 50]) for i in range(0, count, 50)], count
 
 
+class XXH3Hash:
+    """XXH3-128's bits of each word's UTF-8 bytes (bucket: XXH3-64 modulo N), as lit-embed's hashers give them."""
+
+    def __init__(self, num_outputs: int) -> None:
+        self.num_outputs = num_outputs
+
+    def buckets(self, words: list[str]) -> np.ndarray:
+        from xxhash import xxh3_64_intdigest
+
+        hashes = [xxh3_64_intdigest(word.encode("utf-8", "surrogatepass")) for word in words]
+        return (np.array(hashes, dtype=np.uint64) % np.uint64(self.num_outputs)).astype(np.int64)
+
+    def bits(self, words: list[str]) -> np.ndarray:
+        from xxhash import xxh3_128_digest
+
+        digests = b"".join(xxh3_128_digest(word.encode("utf-8", "surrogatepass")) for word in words)
+        return np.unpackbits(np.frombuffer(digests, dtype=np.uint8).reshape(len(words), 16), axis=1)[:, : self.num_outputs]
+
+    def fingerprint(self) -> str:
+        return f"xxh3-{self.num_outputs}"
+
+
+class XXH3Hasher(Hasher):
+    max_bits = 128
+
+    def function(self) -> XXH3Hash:
+        return XXH3Hash(self.num_outputs)
+
+
 def encoders(smoke: bool) -> dict:
+    """The strategies whose text encoders are measured (``None``: the peer's package is missing)."""
     from lit_embed.embeddings import HashEmbedding, HashProj, LSHHasher
 
     lsh = functools.partial(LSHHasher, num_ngrams=2_000 if smoke else 50_000)
     return {
-        "MD5, 128 bits": HashProj(None, 8),
+        MD5: HashProj(None, 8),
+        XXH3: HashProj(None, 8, hasher=XXH3Hasher) if importlib.util.find_spec("xxhash") else None,
         "LSH, 128 bits": HashProj(None, 8, hasher=lsh),
         "LSH-Emb, 50260 buckets": HashEmbedding(None, 8, num_buckets=50265, hasher=lsh),
     }
@@ -77,7 +120,14 @@ def run(ctx) -> list[dict]:
     rows = []
     try:
         for name, strategy in encoders(ctx.smoke).items():
+            if strategy is None:
+                rows.append({"encoder": name, "note": "not installed (pip install xxhash)"})
+                continue
             rows += measure(name, strategy, texts, count, ctx)
+        md5 = {row["cache"]: row["words/s"] for row in rows if row["encoder"] == MD5}
+        for row in rows:
+            if row["encoder"] == XXH3 and "words/s" in row:
+                row["vs MD5"] = row["words/s"] / md5[row["cache"]]
         wordpiece = VocabTextEncoder("all-MiniLM-L6-v2")
         timing = time_call(lambda: wordpiece.encode(texts), ctx, warmup=1, repeat=3)
         rows.append({"encoder": "MiniLM WordPiece ids (Rust, reference)", "cache": "-", "words": count,

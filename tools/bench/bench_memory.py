@@ -14,14 +14,13 @@ needs (weights, AdamW's state, the strategy's buffers), and weights only.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
+import logging
 import tempfile
 from pathlib import Path
 
 import torch
+
+from harness import child_main, in_children
 
 TITLE = "Memory: peak training memory and checkpoint bytes of every strategy at XLM-R_S size, against dense"
 STRATEGIES = {
@@ -36,7 +35,7 @@ STRATEGIES = {
 }
 
 
-def measure(label: str, device: str, smoke: bool) -> dict:
+def measure(label: str, ctx) -> dict:
     """Train one strategy briefly in this process; its peak memory and checkpoint sizes."""
     import pytorch_lightning as pl
     from torch.utils.data import DataLoader
@@ -45,6 +44,8 @@ def measure(label: str, device: str, smoke: bool) -> dict:
 
     from builders import batch, compose
 
+    logging.getLogger("pytorch_lightning").setLevel(logging.ERROR)
+    device, smoke = ctx.device, ctx.smoke
     monitor = EfficiencyMonitor(warmup_steps=0)
     gpu = device.startswith("cuda")
     peak = monitor.peak_memory_bytes  # CUDA's peak allocated bytes, or this process's peak RSS (VmHWM)
@@ -70,25 +71,8 @@ def measure(label: str, device: str, smoke: bool) -> dict:
     return row
 
 
-def child(labels: list[str], device: str, smoke: bool) -> None:
-    """Measure ``labels`` in turn and print one JSON line each (the parent reads them)."""
-    import logging
-
-    logging.getLogger("pytorch_lightning").setLevel(logging.ERROR)
-    for label in labels:
-        print(json.dumps(measure(label, device, smoke)), flush=True)
-
-
 def run(ctx) -> list[dict]:
-    # At full size each strategy gets a fresh process; the smoke test runs them all in one (seconds).
-    groups = [list(STRATEGIES)] if ctx.smoke else [[label] for label in STRATEGIES]
-    rows = []
-    for labels in groups:
-        command = [sys.executable, __file__, ctx.device, str(int(ctx.smoke)), str(torch.get_num_threads()), *labels]
-        done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "PYTHONWARNINGS": "ignore"})
-        if done.returncode:
-            raise RuntimeError(f"measuring {labels} failed:\n{done.stderr[-3000:]}")
-        rows += [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    rows = in_children(__file__, list(STRATEGIES), ctx, measure)  # a process per strategy (this one at smoke size)
     dense = rows[0]
     for row in rows:
         for key in ("peak memory MB", "checkpoint MB"):
@@ -97,5 +81,4 @@ def run(ctx) -> list[dict]:
 
 
 if __name__ == "__main__":
-    torch.set_num_threads(int(sys.argv[3]))
-    child(sys.argv[4:], sys.argv[1], sys.argv[2] == "1")
+    child_main(measure)

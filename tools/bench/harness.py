@@ -6,10 +6,13 @@ timed and, where it has one, the baseline measured in the same run and the ratio
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import platform
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -64,6 +67,84 @@ def time_interleaved(calls: dict[str, Callable[[], object]], ctx: Context, warmu
             if round_ >= warmup:
                 samples[name].append(time.perf_counter() - start)
     return {name: {"seconds": statistics.median(s), "min_seconds": min(s), "repeats": repeat} for name, s in samples.items()}
+
+
+def reset_peak_memory(device: str) -> int:
+    """Start a new peak-memory measurement; the memory in use now, which the peak is read against.
+
+    On a GPU CUDA's allocated bytes. On the CPU the resident set size: writing 5 to
+    ``/proc/self/clear_refs`` (Linux) lowers VmHWM, the peak, to it.
+    """
+    if device.startswith("cuda"):
+        torch.cuda.synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        return int(torch.cuda.memory_allocated(device))
+    try:
+        with open("/proc/self/clear_refs", "w") as handle:
+            handle.write("5")
+    except OSError:  # not Linux, or not allowed: the peak since the process started
+        pass
+    return _proc_status("VmRSS")
+
+
+def peak_memory(device: str) -> int:
+    """Peak bytes since :func:`reset_peak_memory`: CUDA's peak allocated bytes, or the process's VmHWM.
+
+    VmHWM is the process's own peak resident set size (``getrusage``'s ru_maxrss starts from the
+    parent's at fork, see the memory benchmark), the figure lit-embed's EfficiencyMonitor reads.
+    """
+    if device.startswith("cuda"):
+        torch.cuda.synchronize(device)
+        return int(torch.cuda.max_memory_allocated(device))
+    return _proc_status("VmHWM")
+
+
+def memory_of(work: Callable[[], object], device: str, warmup: Callable[[], object] | None = None) -> float:
+    """MB that ``work()`` adds, at its peak, to what the process holds before it. ``warmup()``, a small
+    version of the same work, runs first, so that what loads on first use (modules imported inside
+    functions, kernel libraries, thread pools) is not counted."""
+    if warmup is not None:
+        warmup()
+        gc.collect()
+    before = reset_peak_memory(device)
+    work()
+    return (peak_memory(device) - before) / 2**20
+
+
+def _proc_status(field: str) -> int:
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def in_children(script: str, jobs: list, ctx: Context, measure: Callable[[object, Context], dict]) -> list[dict]:
+    """Measure each of ``jobs`` (JSON-able) in a fresh process of ``script``, so that peaks do not mix;
+    each job gives one row. The script calls :func:`child_main` with ``measure``. At smoke size, where
+    figures are not read and CI's time is, the jobs run in this process through ``measure`` (a child
+    would import Lightning again, seconds per benchmark)."""
+    if ctx.smoke:
+        return [measure(job, ctx) for job in jobs]
+    rows = []
+    for job in jobs:
+        command = [sys.executable, script, ctx.device, str(int(ctx.smoke)), str(torch.get_num_threads()), json.dumps(job)]
+        done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "PYTHONWARNINGS": "ignore"})
+        if done.returncode:
+            raise RuntimeError(f"measuring {job} in {Path(script).name} failed:\n{done.stderr[-3000:]}")
+        rows += [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    return rows
+
+
+def child_main(measure: Callable[[object, Context], dict]) -> None:
+    """A child of :func:`in_children`: ``measure(job, ctx)`` for every job on the command line, one JSON line each."""
+    device, smoke, threads, *jobs = sys.argv[1:]
+    torch.set_num_threads(int(threads))
+    ctx = Context(device=device, smoke=smoke == "1")
+    for job in jobs:
+        print(json.dumps(measure(json.loads(job), ctx)), flush=True)
 
 
 def environment(ctx: Context) -> dict:

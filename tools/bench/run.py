@@ -35,8 +35,15 @@ def available() -> list[str]:
     return sorted(p.stem.removeprefix("bench_") for p in HERE.glob("bench_*.py"))
 
 
+NO_GPU = """No GPU results: every figure below was measured on the CPU (no `results/*.cuda.json` exists).
+`python tools/bench/run.py --device cuda` on a machine with a GPU adds them.
+"""
+
+
 def render() -> str:
     parts = [INTRO]
+    if not any(RESULTS.glob("*.cuda*.json")):
+        parts.append(NO_GPU)
     for path in sorted(RESULTS.glob("*.json")):
         result = json.loads(path.read_text())
         env = result["environment"]
