@@ -26,7 +26,8 @@ from typing import Any
 
 import torch
 
-from lit_embed.errors import CheckpointError, MissingFileError
+from lit_embed._compat import instantiate
+from lit_embed.errors import CheckpointError, ConfigError, MissingFileError
 
 #: Key of the facts a checkpoint records about its strategy, vocabulary, tokenizer and run.
 FACTS = "lit_embed"
@@ -123,13 +124,8 @@ def build_from_config(base: type, config: dict, key: str):
     try:
         parsed = parser.parse_object({key: config})
     except Exception as error:  # jsonargparse's ArgumentError: a config that does not fit the class
-        raise CheckpointError(f"the {key} config does not build ({error}): check {config.get('class_path')}") from error
+        raise ConfigError(f"the {key} config does not build ({error}): check {config.get('class_path')}") from error
     return instantiate(parser, parsed)[key]
-
-
-def instantiate(parser, config):
-    """``parser.instantiate`` (jsonargparse >= 4.49), or its older name ``instantiate_classes``."""
-    return (getattr(parser, "instantiate", None) or parser.instantiate_classes)(config)
 
 
 def load_model(name: str | os.PathLike, what: str = "checkpoint"):

@@ -21,12 +21,14 @@ import warnings
 from pathlib import Path
 
 import pytorch_lightning as pl
+from jsonargparse import Namespace
 from pytorch_lightning.cli import LightningCLI
 from pytorch_lightning.utilities.exceptions import MisconfigurationException
 
 from lit_embed.accounting import format_report, parameter_report
 from lit_embed.callbacks.guard import Interrupted, RunGuard, install_signal_handlers, received_signal
 from lit_embed.checkpoints import (
+    build_from_config,
     model_differences,
     read_checkpoint,
     recorded_model,
@@ -35,6 +37,7 @@ from lit_embed.checkpoints import (
 )
 from lit_embed.errors import CheckpointError, ConfigError, UserError
 from lit_embed.hub import shapes_only
+from lit_embed.interfaces import TaskData, provides
 from lit_embed.runs import CHECKPOINTS, RunLogger, newest_checkpoint, run_of
 
 log = logging.getLogger(__name__)
@@ -157,9 +160,7 @@ class LitEmbedCLI(LightningCLI):
     def after_fit(self) -> None:
         """Fine-tuning data with test sets: test the selected checkpoint (the best ``val/score``
         where a ModelCheckpoint monitors it, else the last weights) right after ``fit``."""
-        if not hasattr(self.datamodule, "test_dataloader") or not hasattr(self.datamodule, "eval_set_names"):
-            return
-        if self.trainer.interrupted:
+        if not provides(self.datamodule, TaskData) or self.trainer.interrupted:
             return
         callback = self.trainer.checkpoint_callback
         best = callback is not None and callback.monitor is not None and callback.best_model_path
@@ -170,7 +171,7 @@ def _logger_configs(trainer_config) -> list:
     """The trainer's logger configs that name a class (``class_path`` + ``init_args``)."""
     loggers = trainer_config.get("logger")
     loggers = loggers if isinstance(loggers, list) else [loggers]
-    return [item for item in loggers if hasattr(item, "class_path") and item.get("init_args") is not None]
+    return [item for item in loggers if isinstance(item, Namespace) and item.get("init_args") is not None]
 
 
 class ModelOnlyCLI(LitEmbedCLI):
@@ -180,11 +181,7 @@ class ModelOnlyCLI(LitEmbedCLI):
         """Nothing: no run is made."""
 
     def instantiate_classes(self) -> None:
-        from jsonargparse import ArgumentParser
-
-        parser = ArgumentParser(exit_on_error=False)
-        parser.add_subclass_arguments(pl.LightningModule, "model", required=True)
-        self.model = parser.instantiate_classes(parser.parse_object({"model": self.config["model"]}))["model"]
+        self.model = build_from_config(pl.LightningModule, self.config["model"].as_dict(), "model")
 
     def after_instantiate_classes(self) -> None:
         """Nothing: there is no trainer."""

@@ -187,21 +187,6 @@ def find_run_dirs(paths: list[str]) -> list[Path]:
     return list(unique.values())
 
 
-def backbone_of(module) -> dict | None:
-    """The shape of a module's encoder, as compared between a run and its baseline."""
-    encoder = getattr(module, "encoder", None)
-    config = getattr(encoder, "config", None)
-    if config is None:
-        return None
-    return {
-        "arch": config.model_type,
-        "layers": config.num_hidden_layers,
-        "hidden": config.hidden_size,
-        "heads": config.num_attention_heads,
-        "ffn": config.intermediate_size,
-    }
-
-
 def describe_backbone(backbone: dict | None) -> str:
     if not backbone:
         return "unknown backbone"

@@ -24,6 +24,7 @@ from pathlib import Path
 from pytorch_lightning.loggers import TensorBoardLogger
 from pytorch_lightning.utilities.rank_zero import rank_zero_only
 
+from lit_embed._compat import set_save_dir
 from lit_embed.errors import CheckpointError, MissingFileError, RunBusyError
 
 try:
@@ -89,7 +90,7 @@ class RunLogger(TensorBoardLogger):
     def bind(self, default_root_dir: str) -> None:
         """Take ``default_root_dir`` as the experiment folder where none was given (before the run starts)."""
         if not self.save_dir_given:
-            self._root_dir = os.fspath(default_root_dir)  # Lightning keeps save_dir there (TensorBoardLogger)
+            set_save_dir(self, default_root_dir)
 
     @property
     def version(self) -> int | str:
@@ -108,7 +109,7 @@ class RunLogger(TensorBoardLogger):
 def run_folder(trainer) -> Path:
     """The run's folder as ``trainer.log_dir`` names it, without its broadcast (only rank 0 writes there)."""
     logger = trainer.logger
-    folder = getattr(logger, "log_dir", None) or getattr(logger, "save_dir", None)
+    folder = (logger.log_dir or logger.save_dir) if logger is not None else None
     return Path(folder or trainer.default_root_dir)
 
 

@@ -410,7 +410,8 @@ def test_overwrite_replaces_only_an_earlier_compress_output(holds, finetuned, tm
 
 @pytest.mark.parametrize("path", sorted((CONFIGS / "compress").glob("*.yaml")), ids=lambda p: p.stem)
 def test_every_compress_config_parses_into_its_method(path):
-    from lit_embed.compress.command import instantiate, parser
+    from lit_embed._compat import instantiate
+    from lit_embed.compress.command import parser
 
     parsing = parser()
     arguments = instantiate(parsing, parsing.parse_args(["--config", str(path), "--ckpt", "CKPT", "--out", "OUT"]))

@@ -47,8 +47,8 @@ def test_blocks_are_reused_from_the_datasets_cache(tmp_path):
     second = CorpusDataModule("all-MiniLM-L6-v2", files=[str(path)], max_length=32, val_size=2)
     second.setup("fit")
     assert first.train_set.cache_files and first.train_set.cache_files[0]["filename"]
-    blocks_a = first._blocks(first._text_encoder())
-    blocks_b = second._blocks(second._text_encoder())
+    blocks_a = first._blocks(first.text_encoder_for())
+    blocks_b = second._blocks(second.text_encoder_for())
     assert blocks_a._fingerprint == blocks_b._fingerprint
 
 

@@ -73,7 +73,7 @@ def test_streamed_texts_are_split_between_ranks_without_the_validation_texts(sha
     texts = []
     for rank in range(world):
         dm = streaming(shards, fake_trainer(rank, world))
-        val, held_out = dm._held_out_blocks(dm._text_encoder())
+        val, held_out = dm._held_out_blocks(dm.text_encoder_for())
         assert len(val) == 5
         texts.append([row["text"] for row in dm._train_texts(held_out)])
     everything = [line for f in shards for line in open(f).read().splitlines()]

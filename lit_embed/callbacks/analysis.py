@@ -8,7 +8,9 @@ import pytorch_lightning as pl
 from pytorch_lightning.loggers import TensorBoardLogger
 
 from lit_embed.analysis import ANALYSIS_DIR, analyse, read_texts, save_analysis
+from lit_embed.data.base import TextDataModule
 from lit_embed.errors import ConfigError
+from lit_embed.models.base import EmbeddingModule
 
 
 class EmbeddingAnalysis(pl.Callback):
@@ -34,7 +36,7 @@ class EmbeddingAnalysis(pl.Callback):
         self.points = points
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        if not hasattr(pl_module, "embedding"):
+        if not isinstance(pl_module, EmbeddingModule):
             raise ConfigError(f"EmbeddingAnalysis needs a lit-embed EmbeddingModule, got {type(pl_module).__name__}")
         if self._tokenizer(trainer) is None:
             raise ConfigError("EmbeddingAnalysis needs a tokenizer: set its `tokenizer`, or use a data module that has one")
@@ -48,4 +50,5 @@ class EmbeddingAnalysis(pl.Callback):
         save_analysis(result, run_dir / ANALYSIS_DIR, logger.experiment if logger else None, step=trainer.global_step)
 
     def _tokenizer(self, trainer: pl.Trainer) -> str | None:
-        return self.tokenizer or getattr(trainer.datamodule, "tokenizer", None)
+        data = trainer.datamodule
+        return self.tokenizer or (data.tokenizer if isinstance(data, TextDataModule) else None)

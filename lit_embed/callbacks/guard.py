@@ -19,6 +19,7 @@ from pytorch_lightning.callbacks import ModelCheckpoint
 from pytorch_lightning.plugins.io import TorchCheckpointIO
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 
+from lit_embed._compat import request_stop
 from lit_embed.checkpointing import AtomicCheckpointIO
 from lit_embed.runs import CHECKPOINTS, LAST, hold, run_folder
 
@@ -51,7 +52,7 @@ def _on_signal(signum, frame) -> None:
     if signum == signal.SIGTERM and trainer is not None:
         return  # Lightning's own SIGTERM handler ran first: its loops stop at the next step
     if signum == signal.SIGINT and trainer is not None and first:
-        trainer._signal_connector.received_sigterm = True  # Lightning's loops stop at the next step on this flag
+        request_stop(trainer)
         log.warning("Interrupted: stopping after this step and saving a checkpoint (Ctrl-C again stops at once)")
         return
     raise KeyboardInterrupt if signum == signal.SIGINT else Interrupted(signum)
@@ -101,7 +102,7 @@ class RunGuard(pl.Callback):
 def last_checkpoint_path(trainer: pl.Trainer) -> Path:
     """Where an interrupted run saves ``last.ckpt``: its checkpoint callback's folder, else the run's own."""
     callback = trainer.checkpoint_callback
-    folder = getattr(callback, "dirpath", None) or run_folder(trainer) / CHECKPOINTS
+    folder = (callback.dirpath if callback is not None else None) or run_folder(trainer) / CHECKPOINTS
     return Path(folder) / LAST
 
 

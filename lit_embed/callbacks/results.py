@@ -12,13 +12,14 @@ import torch
 from pytorch_lightning.loggers import TensorBoardLogger
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 
+from lit_embed._compat import keep_hparams_tab_for_final_figures, tensorboard_file_writer
 from lit_embed.accounting import parameter_report, performance_retention, speed_up
 from lit_embed.callbacks.efficiency import EfficiencyMonitor
 from lit_embed.errors import ConfigError
+from lit_embed.models.base import EmbeddingModule
 from lit_embed.results import (
     RESULTS_FILE,
     RESULTS_FORMAT,
-    backbone_of,
     check_same_backbone,
     is_score,
     load_results,
@@ -63,11 +64,11 @@ class ResultsWriter(pl.Callback):
             if isinstance(logger, TensorBoardLogger):
                 # TensorBoard shows the first HPARAMS session summary of a run; without this, Lightning's
                 # placeholder (hp_metric = -1) would be that one and hide the figures written at the end.
-                logger._default_hp_metric = False
+                keep_hparams_tab_for_final_figures(logger)
         if self.baseline is not None and self._baseline is None:
             baseline = load_results(self.baseline)
-            check_same_backbone({"backbone": backbone_of(pl_module), "run_dir": "this run"}, baseline)
-            if not baseline.get("parameters") and hasattr(pl_module, "parameter_counts"):
+            check_same_backbone({"backbone": _backbone(pl_module), "run_dir": "this run"}, baseline)
+            if not baseline.get("parameters") and isinstance(pl_module, EmbeddingModule):
                 raise ConfigError(f"baseline {self.baseline} has no parameter counts: pick a lit-embed model's run")
             self._baseline = baseline
 
@@ -104,7 +105,7 @@ class ResultsWriter(pl.Callback):
     # -- figures ---------------------------------------------------------------------------------
     def parameters(self, pl_module: pl.LightningModule) -> dict | None:
         """:func:`~lit_embed.accounting.parameter_report` against the baseline run or the dense baseline."""
-        if not hasattr(pl_module, "parameter_counts"):
+        if not isinstance(pl_module, EmbeddingModule):
             return None
         baseline = None
         if self._baseline is not None:
@@ -133,7 +134,7 @@ class ResultsWriter(pl.Callback):
     def results(self, trainer: pl.Trainer, pl_module: pl.LightningModule, run_dir: Path, efficiency: dict | None,
                 status: str = "complete") -> dict:
         hparams = dict(pl_module.hparams)
-        embedding = getattr(pl_module, "embedding", None)
+        embedding = pl_module.embedding if isinstance(pl_module, EmbeddingModule) else None
         if hparams.get("task") is None and trainer.datamodule is not None:
             hparams["task"] = trainer.datamodule.hparams.get("task")  # task data modules may hold it instead
         return {
@@ -144,7 +145,7 @@ class ResultsWriter(pl.Callback):
             "seed": _seed(hparams),
             "model": f"{type(pl_module).__module__}.{type(pl_module).__qualname__}",
             "strategy": None if embedding is None else type(embedding).__name__,
-            "backbone": backbone_of(pl_module),
+            "backbone": _backbone(pl_module),
             "parameters": self.parameters(pl_module),
             "efficiency": efficiency,
             "metrics": dict(sorted(self._metrics.items())),
@@ -232,17 +233,21 @@ def _seed(hparams: dict) -> int | None:
 
 def _default_label(trainer: pl.Trainer, pl_module: pl.LightningModule) -> str:
     for logger in trainer.loggers:
-        name = getattr(logger, "name", None)
+        name = logger.name
         if isinstance(name, str) and name and name != _DEFAULT_LOGGER_NAME:
             return name
     folder = run_folder(trainer)
     if folder.name.startswith("version_") and folder.parent.name:
         return folder.parent.name  # the experiment folder (runs/demo/version_0: demo)
-    embedding = getattr(pl_module, "embedding", None)
-    if embedding is None:
+    if not isinstance(pl_module, EmbeddingModule):
         return type(pl_module).__name__
+    embedding = pl_module.embedding
     details = embedding.extra_repr()
     return f"{type(embedding).__name__}({details})" if details else type(embedding).__name__
+
+
+def _backbone(pl_module: pl.LightningModule) -> dict | None:
+    return pl_module.encoder.shape() if isinstance(pl_module, EmbeddingModule) else None
 
 
 def _config(trainer: pl.Trainer, pl_module: pl.LightningModule, run_dir: Path) -> dict:
@@ -284,7 +289,7 @@ def _write_hparams_tab(logger: TensorBoardLogger, params: dict[str, Any], metric
     from torch.utils.tensorboard.summary import hparams
 
     experiment, start, end = hparams(params, metrics)
-    writer = logger.experiment._get_file_writer()
+    writer = tensorboard_file_writer(logger)
     for summary in (experiment, start, end):
         writer.add_summary(summary)
     writer.flush()

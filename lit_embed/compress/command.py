@@ -14,11 +14,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+import datasets
 import pytorch_lightning as pl
 import torch
 import yaml
 
-from lit_embed.checkpoints import build_from_config, instantiate
+from lit_embed._compat import instantiate
+from lit_embed.checkpoints import build_from_config
 from lit_embed.compress import methods
 from lit_embed.compress.methods import AQOptions
 from lit_embed.compress.model_io import (
@@ -36,6 +38,7 @@ from lit_embed.data.sources import load_files, resolve_file
 from lit_embed.embeddings.text import VocabTextEncoder
 from lit_embed.errors import ConfigError, MissingFileError, OutputExistsError
 from lit_embed.hub import trusting_remote_code
+from lit_embed.interfaces import TaskData, TaskModel, provides
 
 METHODS = ("sparse_coding", "unk", "pca", "aq")
 CONFIG_SUFFIXES = (".yaml", ".yml")
@@ -118,7 +121,7 @@ def compress(
     with trusting_remote_code(chosen.trust_remote_code):
         encoder = VocabTextEncoder(source.tokenizer, max_vocab_size=vocab)
     split = split_vocabulary(count_tokens(chosen.stream(), encoder, vocab), retention, encoder.tokenizer.all_special_ids)
-    task = getattr(chosen.module, "task", None)
+    task = chosen.module.task if chosen.module is not None else None
     if source.module is None and task is not None:
         classifier_for(source, task.name, seed)
 
@@ -207,10 +210,10 @@ def choose_k(source: Source, candidates: dict, data: Data, accelerator: str, lim
 
 
 def check_k_choosable(source: Source, data: Data) -> None:
-    if source.module is None or source.hf_model is not None or not hasattr(source.module, "task"):
+    if source.hf_model is not None or not provides(source.module, TaskModel):
         raise ConfigError("choosing k on the validation split needs a fine-tuned lit-embed classifier checkpoint "
                          "(a HuggingFace model has no trained task head): give a single --k")
-    if data.module is None or not hasattr(data.module, "eval_set_names"):
+    if data.module is None:
         raise ConfigError("choosing k on the validation split needs task data (--data: a task data config), "
                          "not text files: give a single --k")
 
@@ -245,17 +248,18 @@ def resolve_data(data, source: Source) -> Data:
 def _task_data(config: dict, label: str) -> Data:
     config = {"class_path": config["class_path"], "init_args": dict(config.get("init_args") or {})}
     module = build_from_config(pl.LightningDataModule, config, "data")
-    if not hasattr(module, "train_texts"):
-        raise ConfigError(f"data module {config['class_path']} has no train_texts(): pass --data, text files or a "
-                         f"task data config (lit_embed.data.TaskDataModule)")
-    task = getattr(getattr(module, "task", None), "name", None)
+    if not provides(module, TaskData):
+        raise ConfigError(f"data module {config['class_path']} is not task data (lit_embed.interfaces.TaskData): pass "
+                         f"--data text files or a task data config (lit_embed.data.TaskDataModule)")
+    task = module.task.name
     return Data(label=f"{label} (task {task})" if task else label, module=module, config=config,
-                trust_remote_code=bool(getattr(module, "trust_remote_code", False)))
+                trust_remote_code=module.trust_remote_code)
 
 
 def _file_texts(files: list[str]) -> Iterator[str]:
     rows = load_files(files)
-    columns = [name for name, feature in rows.features.items() if getattr(feature, "dtype", None) in ("string", "large_string")]
+    columns = [name for name, feature in rows.features.items()
+               if isinstance(feature, datasets.Value) and feature.dtype in ("string", "large_string")]
     for batch in rows.select_columns(columns).iter(batch_size=1000):
         for column in columns:
             yield from (t for t in batch[column] if isinstance(t, str))

@@ -31,6 +31,8 @@ from lit_embed.embeddings.base import EmbeddingStrategy
 from lit_embed.embeddings.dense import DenseEmbedding
 from lit_embed.errors import CheckpointError, ConfigError, MissingFileError, OutputExistsError
 from lit_embed.hub import explain_unreachable, remote_code_trusted, resolve_pretrained
+from lit_embed.models.base import EmbeddingModule
+from lit_embed.models.mlm import MaskedLM
 from lit_embed.results import process_alive
 from lit_embed.runs import start_checkpoint
 
@@ -92,18 +94,18 @@ def _load_checkpoint(path: Path, model_config: str | None, untie: bool) -> Sourc
         raise CheckpointError(f"checkpoint {str(path)!r} does not fit its model config ({details}): pass "
                               f"--model_config FILE, the config it was trained with")
     module.load_state_dict(raw["state_dict"])
-    if not isinstance(getattr(module, "embedding", None), EmbeddingStrategy):
+    if not isinstance(module, EmbeddingModule):
         raise ConfigError(f"checkpoint {str(path)!r} holds a {type(module).__name__}, which has no lit-embed embedding strategy")
     if not isinstance(module.embedding, DenseEmbedding):
         raise ConfigError(
             f"checkpoint {str(path)!r} has a {type(module.embedding).__name__} embedding; compress reads a dense "
             f"vocabulary x hidden table (DenseEmbedding): compress a model fine-tuned with the dense strategy"
         )
-    tokenizer = recorded_tokenizer(raw) or getattr(module, "expected_tokenizer", None)
+    tokenizer = recorded_tokenizer(raw) or module.expected_tokenizer
     if tokenizer is None:
         raise ConfigError(f"checkpoint {str(path)!r} does not record its tokenizer: fine-tune it with `lit-embed fit`, "
                          f"which records it")
-    if getattr(module, "tie_decoder", False):
+    if isinstance(module, MaskedLM) and module.tie_decoder:
         if not untie:
             raise ConfigError(f"checkpoint {str(path)!r} cannot be compressed as it is: {TIED_EXPLANATION}. "
                              f"Pass --untie to give the output layer its own copy of the table first")
@@ -170,7 +172,7 @@ def _load_huggingface(name: str, untie: bool) -> Source:
     if not isinstance(table, nn.Embedding):
         raise ConfigError(f"{name!r} has no input embedding table (nn.Embedding) to compress: give a BERT-like encoder")
     output = model.get_output_embeddings()
-    if output is not None and getattr(output, "weight", None) is table.weight:
+    if isinstance(output, nn.Linear) and output.weight is table.weight:
         if not untie:
             raise ConfigError(f"{name!r} cannot be compressed as it is: {TIED_EXPLANATION}. Pass --untie to give "
                              f"the output layer its own copy of the table first")

@@ -9,6 +9,7 @@ from torch.nn import functional as F
 
 from lit_embed.accounting import human
 from lit_embed.embeddings.base import EmbeddingStrategy
+from lit_embed.models.base import EmbeddingModule
 from lit_embed.models.encoder import count_parameters
 
 
@@ -43,7 +44,7 @@ def counts(weight: Tensor, strategy: EmbeddingStrategy, model) -> dict:
     table = weight.numel()
     after = strategy.num_embedding_parameters()
     total = count_parameters(model)
-    dense = model.embedding.weight if hasattr(model, "embedding") else model.get_input_embeddings().weight
+    dense = model.embedding.weight if isinstance(model, EmbeddingModule) else model.get_input_embeddings().weight
     rest = tensor_bytes({k: v for k, v in model.state_dict().items() if v.data_ptr() != dense.data_ptr()})
     table_bytes, strategy_bytes = table * dense.element_size(), tensor_bytes(strategy.state_dict())
     return {

@@ -45,6 +45,19 @@ class PadCollator:
         return batch
 
 
+class TaskCollator(PadCollator):
+    """Pads codes, segment ids and the row ``index``; adds ``labels`` (class ids, or float scores)."""
+
+    def __init__(self, text_encoder: TextEncoder, regression: bool) -> None:
+        super().__init__(text_encoder)
+        self.label_dtype = torch.float32 if regression else torch.long
+
+    def __call__(self, items: list[dict]) -> dict[str, Tensor]:
+        batch = super().__call__([{k: v for k, v in item.items() if k != "labels"} for item in items])
+        batch["labels"] = torch.as_tensor(np.asarray([item["labels"] for item in items]), dtype=self.label_dtype)
+        return batch
+
+
 #: Padding value of each batch key when rows of different lengths are stacked (``codes``: the pad code).
 _FILLS = {"attention_mask": 0, "special_mask": True, "labels": -100, "token_type_ids": 0}
 
@@ -106,7 +119,7 @@ class MaskedLMCollator(CorruptingCollator):
 
     Args:
         text_encoder: gives the pad and mask codes.
-        random_codes: draws random codes of a given shape (the strategy's ``random_codes``).
+        random_codes: draws random codes of a given shape (the strategy's ``code_sampler()``).
         mask_prob: share of positions to predict (0.15).
         seed: draw each block's masking from ``(seed, index)`` (see :class:`CorruptingCollator`).
     """

@@ -11,17 +11,11 @@ import datasets
 import numpy as np
 from torch.utils.data import DataLoader
 
-from lit_embed.data.collate import PadCollator
-from lit_embed.data.loading import (
-    EndlessStream,
-    IndexedRows,
-    ResumableLoader,
-    ResumableTraining,
-    check_batching,
-)
+from lit_embed._compat import dataset_fingerprint
+from lit_embed.data.base import TextDataModule, check_batching
+from lit_embed.data.loading import EndlessStream, IndexedRows, ResumableLoader
 from lit_embed.data.sources import load_files, load_hub
-from lit_embed.distributed import is_distributed, share_buffers
-from lit_embed.embeddings.text import FittableTextEncoder, TextEncoder, VocabTextEncoder
+from lit_embed.embeddings.text import TextEncoder
 from lit_embed.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -29,7 +23,7 @@ log = logging.getLogger(__name__)
 PIPELINE_VERSION = 1
 
 
-class CorpusDataModule(ResumableTraining):
+class CorpusDataModule(TextDataModule):
     """A pre-training corpus grouped into ``max_length`` blocks of the strategy's codes.
 
     Texts are concatenated and cut into blocks of ``max_length - 2`` codes, each wrapped in the
@@ -118,23 +112,16 @@ class CorpusDataModule(ResumableTraining):
 
     # -- Lightning hooks -------------------------------------------------------------------------
     def prepare_data(self) -> None:
-        encoder = self._text_encoder()  # fitted here first where it depends on the corpus
+        encoder = self.text_encoder_for()  # fitted here first where it depends on the corpus
         if not self.streaming:
             self._blocks(encoder)  # downloads and builds the cache once per node
 
     def setup(self, stage: str | None = None) -> None:
-        module = self.trainer.lightning_module if self.trainer is not None else None
-        if module is not None:
-            limit = module.encoder.max_length
-            if self.max_length > limit:
-                raise ConfigError(
-                    f"max_length={self.max_length} exceeds the backbone's {limit} positions: lower "
-                    f"data.max_length or raise encoder.max_position_embeddings"
-                )
-        encoder = self._shared_text_encoder(module)
-        self.save_fitted_encoder(encoder)
-        self.collate = module.collator(encoder) if module is not None else PadCollator(encoder)
-        self.eval_collate = module.collator(encoder, seed=self.seed) if module is not None else self.collate
+        self.check_length(self.max_length)
+        encoder = self.text_encoder_for(shared=True)
+        model = self.model()
+        self.collate = model.collator(encoder)
+        self.eval_collate = model.collator(encoder, seed=self.seed)
         self.train_batch_size = self.per_device_batch_size(stage)
         if self.streaming:
             self.val_set, held_out = self._held_out_blocks(encoder)
@@ -166,35 +153,7 @@ class CorpusDataModule(ResumableTraining):
         )
 
     # -- pipeline --------------------------------------------------------------------------------
-    def _text_encoder(self) -> TextEncoder:
-        if self.text_encoder is None:
-            module = self.trainer.lightning_module if self.trainer is not None else None
-            encoder = module.text_encoder(self.tokenizer) if module is not None else VocabTextEncoder(self.tokenizer)
-            if isinstance(encoder, FittableTextEncoder) and not encoder.fitted:
-                self._fit(encoder)
-            self.text_encoder = encoder
-        return self.text_encoder
-
-    def _shared_text_encoder(self, module) -> TextEncoder:
-        """The text encoder, identical on every rank: a corpus-fitted one is rank 0's (a collective)."""
-        trainer = self.trainer
-        if module is None or not is_distributed(trainer):
-            return self._text_encoder()
-        encoder = self.text_encoder or module.text_encoder(self.tokenizer)
-        if isinstance(encoder, FittableTextEncoder):
-            if trainer.is_global_zero and not encoder.fitted:
-                self._fit(encoder)  # prepare_data normally did this already
-            share_buffers(trainer, module.embedding)
-            if not trainer.is_global_zero:
-                encoder = module.text_encoder(self.tokenizer)  # rebuilt from rank 0's fitted state
-        self.text_encoder = encoder
-        return encoder
-
-    def _fit(self, encoder: FittableTextEncoder) -> None:
-        encoder.fit(self._text_stream())  # deterministic, and under DDP done by rank 0 only
-        self._unsaved_fit = True
-
-    def _text_stream(self) -> Iterator[str]:
+    def fit_texts(self) -> Iterator[str]:
         """Every text of the corpus, in order (what a corpus-fitted text encoder learns from)."""
         for batch in self._texts().iter(batch_size=1000):
             yield from batch[self.text_column]
@@ -218,7 +177,7 @@ class CorpusDataModule(ResumableTraining):
         texts = self._texts()
         builder = BlockBuilder(encoder, self.max_length, self.text_column)
         kwargs: dict[str, Any] = {"batched": True, "batch_size": 1000, "remove_columns": [self.text_column]}
-        key = f"{texts._fingerprint}|{encoder.fingerprint()}|{self.max_length}|{PIPELINE_VERSION}"
+        key = f"{dataset_fingerprint(texts)}|{encoder.fingerprint()}|{self.max_length}|{PIPELINE_VERSION}"
         kwargs["new_fingerprint"] = hashlib.sha256(key.encode()).hexdigest()[:32]
         blocks = texts.map(builder, desc="Tokenising into blocks", **kwargs)
         if len(blocks) < 2:

@@ -20,17 +20,16 @@ from typing import Literal
 
 import datasets
 import numpy as np
-import torch
-from torch import Tensor
 from torch.utils.data import DataLoader
 
-from lit_embed.data.collate import PadCollator
-from lit_embed.data.loading import ResumableLoader, ResumableTraining, check_batching
+from lit_embed._compat import dataset_fingerprint
+from lit_embed.data.base import TextDataModule, check_batching
+from lit_embed.data.loading import ResumableLoader
 from lit_embed.data.sources import SAMPLE_DIR, load_files
 from lit_embed.data.tasks import XNLI_LANGUAGES, Task, get_task
-from lit_embed.embeddings.text import FittableTextEncoder, TextEncoder, VocabTextEncoder
+from lit_embed.embeddings.text import TextEncoder
 from lit_embed.errors import ConfigError, HubError, MissingFileError
-from lit_embed.hub import resolve_pretrained, trusting_remote_code
+from lit_embed.interfaces import TaskModel, provides
 
 PIPELINE_VERSION = 1
 DATA_SUFFIXES = (".parquet", ".csv", ".tsv", ".jsonl", ".json")
@@ -46,7 +45,7 @@ SPLIT_ALIASES = {
 Sources = dict[str, tuple[str | None, str]]
 
 
-class TaskDataModule(ResumableTraining):
+class TaskDataModule(TextDataModule):
     """One task of :data:`~lit_embed.data.tasks.TASKS` (GLUE, JGLUE or the demo task).
 
     Protocols:
@@ -160,21 +159,26 @@ class TaskDataModule(ResumableTraining):
     def prepare_data(self) -> None:
         # Once per node, before any rank's setup: download and encode what this run needs, so that
         # every rank's setup reads the datasets cache instead of running the same maps.
-        self._build(self.trainer.state.fn.value if self.trainer is not None else None)
+        self._build(self.trainer.state.fn.value if self.trainer is not None else None, self.text_encoder_for())
 
     def setup(self, stage: str | None = None) -> None:
-        self._build(stage)
+        self._build(stage, self.text_encoder_for(shared=True))
         self.train_batch_size = self.per_device_batch_size(stage)
 
-    def _build(self, stage: str | None) -> None:
+    def fit_texts(self) -> Iterator[str]:
+        return self.train_texts()  # a model trained on the task (ProFormer): its LSH n-grams
+
+    def _build(self, stage: str | None, encoder: TextEncoder) -> None:
         """Encode the sets ``stage`` uses (``fit``, ``validate``, ``test``; ``None``: all)."""
-        module = self.trainer.lightning_module if self.trainer is not None else None
-        self._check_module(module)
-        encoder = self._text_encoder(module)
-        self.save_fitted_encoder(encoder)
-        self.collate = TaskCollator(encoder, self.task.regression)
-        separators = 2 if module is not None and module.encoder.config.model_type in ("roberta", "xlm-roberta") else 1
-        build = ExampleBuilder(encoder, self.task, self.max_length, separators, self.pretokenize)
+        model = self.model()
+        if provides(model, TaskModel) and model.task.name != self.task.name:
+            raise ConfigError(
+                f"the model is built for task {model.task.name!r} but the data is {self.task.name!r}: set the same task "
+                f"in model.init_args.task and data.init_args.task"
+            )
+        self.check_length(self.max_length)
+        self.collate = model.collator(encoder)
+        build = ExampleBuilder(encoder, self.task, self.max_length, model.pair_separators, self.pretokenize)
         needs_train = stage in (None, "fit", "validate")
         train_rows, heldout = self._train_rows(with_heldout=True) if needs_train else (None, None)
         if stage in (None, "fit"):
@@ -196,42 +200,6 @@ class TaskDataModule(ResumableTraining):
         return [self._loader(d, self.eval_batch_size) for d in self.eval_sets["test"].values()]
 
     # -- pipeline --------------------------------------------------------------------------------
-    def _check_module(self, module) -> None:
-        task = getattr(module, "task", None)
-        if task is not None and getattr(task, "name", task) != self.task.name:
-            raise ConfigError(
-                f"the model is built for task {getattr(task, 'name', task)!r} but the data is {self.task.name!r}: "
-                f"set the same task in model.init_args.task and data.init_args.task"
-            )
-
-    def _text_encoder(self, module) -> TextEncoder:
-        if self.text_encoder is None:
-            with trusting_remote_code(self.trust_remote_code):
-                name = self._tokenizer_name(module)
-                encoder = module.text_encoder(name) if module is not None else VocabTextEncoder(name)
-            if isinstance(encoder, FittableTextEncoder) and not encoder.fitted:
-                encoder.fit(self.train_texts())  # a model trained on the task (ProFormer): its LSH n-grams
-                self._unsaved_fit = True
-            self.text_encoder = encoder
-            self.tokenizer = name  # recorded in checkpoints: a later fine-tuning must use the same
-        return self.text_encoder
-
-    def _tokenizer_name(self, module) -> str | None:
-        """The data's tokenizer, checked against the one the model's weights were trained with.
-
-        ``None`` when neither names one: word-level hash strategies need none, and a vocabulary
-        strategy's text encoder refuses it, saying to set ``data.init_args.tokenizer``.
-        """
-        expected = getattr(module, "expected_tokenizer", None)
-        if self.tokenizer is None:
-            return expected
-        if expected is not None and not same_vocabulary(self.tokenizer, expected):
-            raise ConfigError(
-                f"data.tokenizer={self.tokenizer!r} differs from the model's tokenizer {expected!r} (its "
-                f"vocabulary ids would mean other tokens): leave data.init_args.tokenizer unset to use the model's"
-            )
-        return self.tokenizer
-
     def _train_rows(self, with_heldout: bool = False):
         """The training rows under the protocol (and the held-out rows of ``split_train``)."""
         parts = [self._load(config, split, "train") for config, split in self.train_sources()]
@@ -277,7 +245,7 @@ class TaskDataModule(ResumableTraining):
 
     def _encode(self, rows: datasets.Dataset, build: ExampleBuilder, name: str, index: bool = False):
         key = "|".join(
-            [rows._fingerprint, build.fingerprint(), self.task.name, str(index), str(PIPELINE_VERSION)]
+            [dataset_fingerprint(rows), build.fingerprint(), self.task.name, str(index), str(PIPELINE_VERSION)]
         )
         mapped = rows.map(
             build,
@@ -545,23 +513,3 @@ def truncate_longest_first(lengths: list[int], budget: int) -> list[int]:
         floor = others[0] if others else 0
         lengths[longest] -= max(1, min(excess, lengths[longest] - floor))
     return lengths
-
-
-class TaskCollator(PadCollator):
-    """Pads codes, segment ids and the row ``index``; adds ``labels`` (class ids, or float scores)."""
-
-    def __init__(self, text_encoder: TextEncoder, regression: bool) -> None:
-        super().__init__(text_encoder)
-        self.label_dtype = torch.float32 if regression else torch.long
-
-    def __call__(self, items: list[dict]) -> dict[str, Tensor]:
-        batch = super().__call__([{k: v for k, v in item.items() if k != "labels"} for item in items])
-        batch["labels"] = torch.as_tensor(np.asarray([item["labels"] for item in items]), dtype=self.label_dtype)
-        return batch
-
-
-def same_vocabulary(a: str, b: str) -> bool:
-    """Whether two tokenizer names give the same ids (same name or folder, else the same vocabulary)."""
-    if a == b or resolve_pretrained(a, what="tokenizer") == resolve_pretrained(b, what="tokenizer"):
-        return True
-    return VocabTextEncoder(a).fingerprint() == VocabTextEncoder(b).fingerprint()

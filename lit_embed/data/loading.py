@@ -7,26 +7,20 @@
   DataLoader workers by ``datasets``), so no rank runs out of data while the others wait for it.
 * The loader is torchdata's ``StatefulDataLoader``, which records after every batch where the
   sampler, or each worker's stream, stands; :class:`ResumableLoader` keeps the position of the
-  batches training consumed and :class:`ResumableTraining` (the data modules' base) writes every
+  batches training consumed and :class:`~lit_embed.data.base.TextDataModule` (the data modules' base) writes every
   rank's position into the checkpoint and hands it back on resume.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import warnings
 from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import pytorch_lightning as pl
 from torch.utils.data import Dataset, DistributedSampler, IterableDataset
 from torchdata.stateful_dataloader import StatefulDataLoader
-
-from lit_embed.distributed import apply_global_batch, gather_objects
-from lit_embed.errors import ConfigError
-from lit_embed.runs import run_folder
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +93,7 @@ class ResumableLoader:
 
     Lightning's own way, a loader's ``state_dict``, would store only rank 0's position, and would not
     restore it when ``configure_optimizers`` reads ``estimated_stepping_batches`` (Lightning issue
-    #20550; ours does). :class:`ResumableTraining` saves every rank's :meth:`position` instead; the
+    #20550; ours does). :class:`~lit_embed.data.base.TextDataModule` saves every rank's :meth:`position` instead; the
     empty ``state_dict`` below only tells Lightning that the loader resumes mid-epoch.
     """
 
@@ -168,84 +162,4 @@ def _length(loader) -> int | None:
         return None
 
 
-def check_batching(batch_size: int, num_workers: int, **others: int | None) -> None:
-    """Refuse batch sizes below 1 and negative worker counts, naming the argument."""
-    for name, value in {"batch_size": batch_size, **others}.items():
-        if value is not None and value < 1:
-            raise ConfigError(f"data {name}={value} must be at least 1")
-    if num_workers < 0:
-        raise ConfigError(f"data num_workers={num_workers} must be 0 (load in the main process) or more")
-
-
-class ResumableTraining(pl.LightningDataModule):
-    """What the data modules share: the global batch, and a training loader that resumes mid-epoch.
-
-    ``state_dict`` (a collective: Lightning calls it on every rank when it saves) gathers every
-    rank's position into the checkpoint; ``load_state_dict`` keeps them until the training loader
-    is built, which then continues each rank exactly where it stopped. A resume with another number
-    of ranks restarts the epoch's data (with a warning): positions of W ranks do not split over W'.
-    """
-
-    global_batch_size: int | None = None
-    batch_size: int = 32
-    num_workers: int = 0
-    _train_loader: ResumableLoader | None = None
-    _positions: list[dict] | None = None
-    _unsaved_fit = False  # a text encoder was fitted on this data and its state is not beside the run yet
-
-    def save_fitted_encoder(self, encoder) -> None:
-        """The state a text encoder fitted on this data (LSH n-grams) beside the run, once, by rank 0."""
-        if self._unsaved_fit and self.trainer is not None:
-            if self.trainer.is_global_zero:
-                encoder.save(run_folder(self.trainer))
-            self._unsaved_fit = False
-
-    def per_device_batch_size(self, stage: str | None) -> int:
-        """``batch_size``, or the share of ``global_batch_size`` (setting accumulation) when fitting."""
-        if self.global_batch_size is None or stage not in (None, "fit"):
-            return self.batch_size
-        return apply_global_batch(self.trainer, self.global_batch_size, self.batch_size)
-
-    def resumable_loader(
-        self, dataset, batch_size: int, collate_fn, seed: int | None = None, num_workers: int | None = None
-    ) -> ResumableLoader:
-        """The training loader of this rank, continuing from the checkpoint's position when resuming."""
-        trainer = self.trainer
-        num_workers = self.num_workers if num_workers is None else num_workers
-        world, rank = (trainer.world_size, trainer.global_rank) if trainer is not None else (1, 0)
-        sampler = None
-        if not isinstance(dataset, IterableDataset):
-            seed = int(os.environ.get("PL_GLOBAL_SEED", 0)) if seed is None else seed
-            sampler = DistributedSampler(dataset, num_replicas=world, rank=rank, shuffle=True, seed=seed)
-            if trainer is not None:
-                sampler.set_epoch(trainer.current_epoch)
-        loader = StatefulDataLoader(
-            dataset, batch_size=batch_size, sampler=sampler, collate_fn=collate_fn, num_workers=num_workers,
-            persistent_workers=num_workers > 0,
-        )
-        self._train_loader = ResumableLoader(loader, self._consumed)
-        if self._positions is not None:
-            if len(self._positions) == world:
-                self._train_loader.restore(self._positions[rank])
-            elif rank == 0:
-                log.warning(
-                    "the checkpoint's data positions are of %d ranks, this run has %d: the epoch's data starts "
-                    "again (resume on %d devices to continue where it stopped)",
-                    len(self._positions), world, len(self._positions),
-                )
-            self._positions = None
-        return self._train_loader
-
-    def _consumed(self) -> int:
-        return self.trainer.fit_loop.epoch_loop.batch_progress.current.ready
-
-    def state_dict(self) -> dict[str, Any]:
-        if self._train_loader is None:
-            return {}
-        return {"train_positions": gather_objects(self.trainer, self._train_loader.position())}
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self._positions = state_dict.get("train_positions")
-
-
-__all__ = ["EndlessStream", "IndexedRows", "ResumableLoader", "ResumableTraining"]
+__all__ = ["EndlessStream", "IndexedRows", "ResumableLoader"]

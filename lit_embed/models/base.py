@@ -10,12 +10,15 @@ from typing import Any
 import pytorch_lightning as pl
 from torch import Tensor, nn
 
+from lit_embed._compat import built_by_cli
 from lit_embed.checkpoints import FACTS, state_differences
+from lit_embed.data.base import TextDataModule
 from lit_embed.distributed import is_distributed, share_buffers
 from lit_embed.embeddings.base import EmbeddingStrategy
 from lit_embed.embeddings.dense import DenseEmbedding
 from lit_embed.embeddings.text import TextEncoder
 from lit_embed.errors import CheckpointError, ConfigError
+from lit_embed.interfaces import Collate
 from lit_embed.models.encoder import Encoder, count_parameters
 from lit_embed.models.metrics import BlockEvaluation
 from lit_embed.models.optim import OptimConfig, configure_adamw
@@ -88,15 +91,35 @@ class EmbeddingModule(pl.LightningModule):
         exact). Built in Python, the encoder and strategy objects are left out (their weights are in
         the state dict anyway): pass them again to ``load_from_checkpoint``.
         """
-        from pytorch_lightning.core.mixins.hparams_mixin import _given_hyperparameters
-
-        by_cli = _given_hyperparameters.get() is not None
+        by_cli = built_by_cli()
         modules = ["encoder", "embedding", "baseline_encoder"]
         self.save_hyperparameters(ignore=None if by_cli else modules, frame=inspect.currentframe().f_back)
 
-    # -- the seam in use -------------------------------------------------------------------------
+    # -- what a data module needs (lit_embed.interfaces.TextModel) -----------------------------------
+    @property
+    def max_length(self) -> int:
+        return self.encoder.max_length
+
+    @property
+    def pair_separators(self) -> int:
+        return 2 if self.encoder.config.model_type in ("roberta", "xlm-roberta") else 1
+
+    @property
+    def expected_tokenizer(self) -> str | None:
+        """A pretrained encoder's tokenizer; subclasses that restore trained weights add theirs."""
+        return self.encoder.pretrained
+
     def text_encoder(self, tokenizer: str | None) -> TextEncoder:
         return self.embedding.text_encoder(tokenizer)
+
+    def collator(self, text_encoder: TextEncoder, seed: int | None = None) -> Collate:
+        """The objective's batches (each objective says how it corrupts or labels them)."""
+        raise NotImplementedError(f"{type(self).__name__} must define collator()")
+
+    def share_text_state(self) -> None:
+        share_buffers(self._trainer, self.embedding)
+
+    # -- the seam in use -------------------------------------------------------------------------
 
     def encode(self, batch: dict[str, Tensor], output_hidden_states: bool = False):
         """Run strategy then encoder on a collated batch."""
@@ -136,13 +159,13 @@ class EmbeddingModule(pl.LightningModule):
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Record what a later run must match to reuse these weights, and the run folder they belong to."""
         trainer = self._trainer
-        datamodule = getattr(trainer, "datamodule", None)
+        data = trainer.datamodule if trainer is not None else None
         strategy = type(self.embedding)
         checkpoint[FACTS] = {
             "strategy": f"{strategy.__module__}.{strategy.__qualname__}",
             "vocab_size": self.embedding.vocab_size,
             "hidden_size": self.encoder.hidden_size,
-            "tokenizer": getattr(datamodule, "tokenizer", None) or self.encoder.pretrained,
+            "tokenizer": (data.tokenizer if isinstance(data, TextDataModule) else None) or self.encoder.pretrained,
             "run_dir": None if trainer is None else str(run_folder(trainer).absolute()),
         }
 

@@ -20,8 +20,11 @@ from pytorch_lightning.trainer.states import TrainerFn
 from torch import Tensor, nn
 
 from lit_embed.checkpoints import FACTS, read_checkpoint, recorded_tokenizer, state_differences
+from lit_embed.data.collate import TaskCollator
 from lit_embed.data.tasks import Task, get_task
+from lit_embed.embeddings.text import TextEncoder
 from lit_embed.errors import CheckpointError, ConfigError
+from lit_embed.interfaces import TaskData, provides
 from lit_embed.models.base import EmbeddingModule, StrategyFactory
 from lit_embed.models.encoder import Encoder
 from lit_embed.models.metrics import TaskEvaluation
@@ -97,7 +100,8 @@ class SequenceClassifier(EmbeddingModule):
     # -- starting points -------------------------------------------------------------------------
     @property
     def expected_tokenizer(self) -> str | None:
-        """The tokenizer the weights were trained with: the pretrained encoder's, or the checkpoint's."""
+        """The tokenizer the weights were trained with: the pretrained encoder's, an earlier fit's, or the
+        pre-training checkpoint's."""
         if self.encoder.pretrained is not None:
             return self.encoder.pretrained
         if self.trained_tokenizer is not None:  # recorded by an earlier fit (restored from its hyper-parameters)
@@ -151,9 +155,13 @@ class SequenceClassifier(EmbeddingModule):
         """Whether a fit is starting (not testing or validating, which use the fine-tuned weights)."""
         return self._trainer is None or self.trainer.state.fn == TrainerFn.FITTING
 
-    def text_encoder(self, tokenizer: str | None):
+    def text_encoder(self, tokenizer: str | None) -> TextEncoder:
         self.restore_pretraining()
         return super().text_encoder(tokenizer)
+
+    def collator(self, text_encoder: TextEncoder, seed: int | None = None) -> TaskCollator:
+        """Padded examples with their labels (class ids, or float scores for regression); nothing is drawn."""
+        return TaskCollator(text_encoder, self.task.regression)
 
     def prepare_data(self) -> None:
         self.restore_pretraining()
@@ -164,7 +172,8 @@ class SequenceClassifier(EmbeddingModule):
         if stage == "fit":
             seed = os.environ.get("PL_GLOBAL_SEED")
             self.hparams["seed"] = int(seed) if seed is not None else None
-            self.trained_tokenizer = getattr(self.trainer.datamodule, "tokenizer", None) or self.expected_tokenizer
+            data = self.trainer.datamodule
+            self.trained_tokenizer = (data.tokenizer if provides(data, TaskData) else None) or self.expected_tokenizer
             self.hparams["trained_tokenizer"] = self.trained_tokenizer
         super().setup(stage)
 
@@ -218,15 +227,15 @@ class SequenceClassifier(EmbeddingModule):
         self.evaluation[stage].reset()
         if not results:
             return
-        datamodule = getattr(self.trainer, "datamodule", None)
-        names = datamodule.eval_set_names(stage) if hasattr(datamodule, "eval_set_names") else [""]
+        data = self.trainer.datamodule if provides(self.trainer.datamodule, TaskData) else None
+        names = data.eval_set_names(stage) if data is not None else [""]
         if len(names) < len(results):
             names = [str(i) for i in range(max(results) + 1)]
         metrics = (*self.task.metrics, "loss")
         for set_id, values in results.items():
             for metric in metrics:
                 self.log("/".join(p for p in (stage, names[set_id], metric) if p), values[metric], add_dataloader_idx=False)
-        averaged = getattr(datamodule, "average_eval_sets", False)
+        averaged = data is not None and data.average_eval_sets
         if averaged:
             for metric in metrics:
                 mean = torch.stack([values[metric] for values in results.values()]).mean()

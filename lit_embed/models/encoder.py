@@ -11,6 +11,7 @@ from typing import Literal
 
 from torch import Tensor, nn
 
+from lit_embed._compat import auto_model_class
 from lit_embed.errors import ConfigError
 from lit_embed.hub import explain_unreachable, known_architecture, resolve_pretrained
 
@@ -128,6 +129,12 @@ class Encoder(nn.Module):
             **extra,
         )
 
+    def shape(self) -> dict:
+        """The transformer's shape, as compared between a run and its baseline (results.json's ``backbone``)."""
+        c = self.config
+        return {"arch": c.model_type, "layers": c.num_hidden_layers, "hidden": c.hidden_size,
+                "heads": c.num_attention_heads, "ffn": c.intermediate_size}
+
     def extra_repr(self) -> str:
         c = self.config
         return f"{c.model_type}: {c.num_hidden_layers} layers, hidden {c.hidden_size}, heads {c.num_attention_heads}"
@@ -145,7 +152,7 @@ def _load_pretrained(name: str, pooler: bool) -> nn.Module:
     where = resolve_pretrained(name)
     try:
         config = transformers.AutoConfig.from_pretrained(where)
-        model_class = transformers.AutoModel._model_mapping[type(config)]
+        model_class = auto_model_class(config)
         accepts_pooler = "add_pooling_layer" in inspect.signature(model_class.__init__).parameters
         return model_class.from_pretrained(where, config=config, **({"add_pooling_layer": pooler} if accepts_pooler else {}))
     except OSError as error:

@@ -1,0 +1,64 @@
+"""Every use of a private API of Lightning, datasets, transformers or jsonargparse, in one place.
+
+Each function says what it reaches into and why no public way exists; when a library changes, this is
+the file to fix. (Two method overrides live beside their classes: ``LitEmbedCLI._parse_ckpt_path``,
+LightningCLI's hook that applies a checkpoint's model, and ``RunLogger._get_next_version``,
+TensorBoardLogger's hook that picks a new version.)
+"""
+
+from __future__ import annotations
+
+import os
+
+
+def built_by_cli() -> bool:
+    """Whether the LightningModule being built is built by LightningCLI, which records its parsed config as
+    the hyper-parameters (Lightning's ``_given_hyperparameters`` context; no public flag says so)."""
+    from pytorch_lightning.core.mixins.hparams_mixin import _given_hyperparameters
+
+    return _given_hyperparameters.get() is not None
+
+
+def keep_hparams_tab_for_final_figures(logger) -> None:
+    """TensorBoard shows the first HPARAMS session summary of a run; Lightning writes a placeholder one
+    (``hp_metric = -1``) unless its private ``_default_hp_metric`` is off, which would hide the figures
+    :class:`~lit_embed.callbacks.ResultsWriter` writes at the end (the constructor flag is the user's)."""
+    logger._default_hp_metric = False
+
+
+def tensorboard_file_writer(logger):
+    """The event-file writer of a TensorBoardLogger's ``SummaryWriter``, to write an HPARAMS session summary
+    without ``add_hparams`` writing each value again as a new scalar (``_get_file_writer`` is private)."""
+    return logger.experiment._get_file_writer()
+
+
+def request_stop(trainer) -> None:
+    """Ask Lightning's loops to stop after the step in progress, as they do on SIGTERM: they read the signal
+    connector's ``received_sigterm`` flag (there is no public request)."""
+    trainer._signal_connector.received_sigterm = True
+
+
+def set_save_dir(logger, folder: str | os.PathLike) -> None:
+    """Move a TensorBoardLogger's ``save_dir`` before its first use (it is a read-only property over
+    ``_root_dir``)."""
+    logger._root_dir = os.fspath(folder)
+
+
+def dataset_fingerprint(dataset) -> str:
+    """``datasets``' fingerprint of a dataset: the cache key of what it was built from (``_fingerprint``),
+    which keys our own maps' caches."""
+    return dataset._fingerprint
+
+
+def auto_model_class(config):
+    """The class ``AutoModel`` would build for ``config`` (its private ``_model_mapping``), to ask whether it
+    takes ``add_pooling_layer`` before building it."""
+    import transformers
+
+    return transformers.AutoModel._model_mapping[type(config)]
+
+
+def instantiate(parser, config):
+    """jsonargparse's ``parser.instantiate`` (>= 4.49), or its older name ``instantiate_classes``."""
+    method = parser.instantiate if hasattr(parser, "instantiate") else parser.instantiate_classes
+    return method(config)

@@ -1,0 +1,103 @@
+"""What the pieces of lit-embed need from each other, declared once.
+
+A data module feeds a model through :class:`TextModel` (the text side of the model's strategy and its
+objective's batches); a task model reads its data through :class:`TaskData`. Nothing else crosses
+between them. :func:`require` checks an object against one without running any of its code (a property
+is not called) and refuses it naming what it lacks.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, Protocol
+
+from lit_embed.errors import ConfigError
+
+if TYPE_CHECKING:
+    from lit_embed.data.tasks import Task
+    from lit_embed.embeddings.text import TextEncoder
+
+#: Items (``{"codes", ...}`` per example) to a batch of tensors.
+Collate = Callable[[list[dict]], dict[str, Any]]
+
+
+class TextModel(Protocol):
+    """What a data module needs from the model it feeds (every lit-embed ``EmbeddingModule`` is one)."""
+
+    @property
+    def max_length(self) -> int:
+        """Positions the backbone has: the longest example, specials included."""
+
+    @property
+    def pair_separators(self) -> int:
+        """``sep`` codes between the two sides of a pair (RoBERTa's family: 2, as in its pre-training)."""
+
+    @property
+    def expected_tokenizer(self) -> str | None:
+        """The tokenizer the weights were trained with, where they were (``None``: the data's choice)."""
+
+    def text_encoder(self, tokenizer: str | None) -> TextEncoder:
+        """How text becomes this model's codes (its strategy's encoder)."""
+
+    def collator(self, text_encoder: TextEncoder, seed: int | None = None) -> Collate:
+        """The objective's batches: corrupted for training, or with ``seed`` deterministically per example."""
+
+    def share_text_state(self) -> None:
+        """Give every rank global rank 0's corpus-fitted text state (a collective under DDP)."""
+
+
+class TaskModel(TextModel, Protocol):
+    """A model trained on one task of the task table (its data must be that task's)."""
+
+    task: Task
+
+
+class TaskData(Protocol):
+    """What a task model needs from its data (``TaskDataModule``, ``XNLIDataModule``)."""
+
+    #: The task of the task table the data is.
+    task: Task
+    #: The tokenizer the data encodes with: recorded in checkpoints so a later run uses the same.
+    tokenizer: str | None
+    #: Whether ``{stage}/average/{metric}`` is logged over the evaluation sets (XNLI's languages).
+    average_eval_sets: bool
+
+    def eval_set_names(self, stage: str) -> list[str]:
+        """Names of the evaluation sets of ``stage`` (``val``, ``test``) in dataloader order; ``""`` alone for one set."""
+
+    def train_texts(self) -> Iterator[str]:
+        """Every training text as the model sees it (token frequencies for post-hoc compression)."""
+
+
+def members(protocol: type) -> list[str]:
+    """The names a protocol declares (methods, properties and annotated attributes)."""
+    names: set[str] = set()
+    for cls in protocol.__mro__:
+        if cls in (Protocol, object) or not getattr(cls, "_is_protocol", False):
+            continue
+        names |= {n for n in vars(cls) if not n.startswith("_")} | set(getattr(cls, "__annotations__", {}))
+    return sorted(names)
+
+
+def missing(obj: object, protocol: type) -> list[str]:
+    """What ``obj`` lacks of ``protocol`` (looked up statically: nothing of ``obj`` runs)."""
+    absent = object()
+    return [name for name in members(protocol) if inspect.getattr_static(obj, name, absent) is absent]
+
+
+def provides(obj: object, protocol: type) -> bool:
+    return obj is not None and not missing(obj, protocol)
+
+
+def require(obj: object, protocol: type, role: str) -> None:
+    """Refuse ``obj`` in ``role`` unless it provides ``protocol``, naming what it lacks."""
+    lacking = missing(obj, protocol)
+    if lacking:
+        raise ConfigError(
+            f"{type(obj).__name__} cannot be {role}: it lacks {', '.join(lacking)} "
+            f"(lit_embed.interfaces.{protocol.__name__})"
+        )
+
+
+__all__ = ["Collate", "TaskData", "TaskModel", "TextModel", "members", "missing", "provides", "require"]
