@@ -54,7 +54,7 @@ def human(n: float) -> str:
     return str(int(n))
 
 
-def format_report(report: dict) -> str:
+def format_parameters(report: dict) -> str:
     rows = [
         ("strategy", report["strategy"]),
         ("vocabulary x hidden", f"{report['vocab_size'] or 'unlimited'} x {report['hidden_size']}"),

@@ -25,7 +25,7 @@ from jsonargparse import Namespace
 from pytorch_lightning.cli import LightningCLI
 from pytorch_lightning.utilities.exceptions import MisconfigurationException
 
-from lit_embed.accounting import format_report, parameter_report
+from lit_embed.accounting import format_parameters, parameter_report
 from lit_embed.callbacks.guard import Interrupted, RunGuard, install_signal_handlers, received_signal
 from lit_embed.checkpoints import (
     build_from_config,
@@ -193,7 +193,7 @@ def params_main(argv: list[str]) -> int:
     with shapes_only():
         cli = ModelOnlyCLI(args=rest, run=False)
     report = parameter_report(cli.model)
-    print(json.dumps(report, indent=2) if as_json else format_report(report))
+    print(json.dumps(report, indent=2) if as_json else format_parameters(report))
     return 0
 
 

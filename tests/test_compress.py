@@ -21,7 +21,7 @@ from lit_embed.compress import AQOptions, load_compact
 from lit_embed.compress.command import parser
 from lit_embed.compress.methods import additive_quantize, pca_code, sparse_code, unk_backoff
 from lit_embed.compress.model_io import load_source
-from lit_embed.compress.report import tensor_bytes
+from lit_embed.compress.summary import tensor_bytes
 from lit_embed.compress.vocabulary import split_vocabulary
 from lit_embed.embeddings import AdditiveQuantizedEmbedding, PCAEmbedding, SparseCodedEmbedding, UnkEmbedding
 

@@ -3,7 +3,7 @@
 Frequency-aware partial sparse coding (Tamura et al., CoNLL 2024) and its baselines: the vocabulary is
 split by token frequency in the fine-tuning data (:mod:`~lit_embed.compress.vocabulary`), a compressed
 strategy is fitted to the dense table (:mod:`~lit_embed.compress.methods`) and the model is written
-back with it (:mod:`~lit_embed.compress.model_io`) beside a report (:mod:`~lit_embed.compress.report`).
+back with it (:mod:`~lit_embed.compress.model_io`) beside a report (:mod:`~lit_embed.compress.summary`).
 """
 
 from lit_embed.compress.command import compress

@@ -32,7 +32,7 @@ from lit_embed.compress.model_io import (
     write_checkpoint,
     write_huggingface,
 )
-from lit_embed.compress.report import counts, format_report, rebuilt_cosines
+from lit_embed.compress.summary import counts, format_summary, rebuilt_cosines
 from lit_embed.compress.vocabulary import check_retention, count_tokens, split_vocabulary
 from lit_embed.data.sources import load_files, resolve_file
 from lit_embed.embeddings.text import VocabTextEncoder
@@ -155,11 +155,11 @@ def compress(
         report["files"] = {str(p.relative_to(folder)): p.stat().st_size for p in sorted(folder.rglob("*"))
                            if p.is_file() and p.name in ("model.ckpt", "model.safetensors", "compressed_embedding.safetensors")}
         (folder / "report.json").write_text(json.dumps(report, indent=2) + "\n")
-        (folder / "report.md").write_text(format_report(report))
+        (folder / "report.md").write_text(format_summary(report))
 
     with trusting_remote_code(chosen.trust_remote_code):  # the HuggingFace folder saves the tokenizer too
         write_atomically(target, overwrite, fill)
-    print(format_report(report), end="")
+    print(format_summary(report), end="")
     print(f"Wrote {target}/")
     return report
 

@@ -59,7 +59,7 @@ def counts(weight: Tensor, strategy: EmbeddingStrategy, model) -> dict:
     }
 
 
-def format_report(report: dict) -> str:
+def format_summary(report: dict) -> str:
     """The report as a short readable text (Markdown)."""
     v = report["vocabulary"]
     k = f", k={report['k']}" if report.get("k") is not None else ""
