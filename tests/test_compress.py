@@ -416,3 +416,30 @@ def test_every_compress_config_parses_into_its_method(path):
     parsing = parser()
     arguments = instantiate(parsing, parsing.parse_args(["--config", str(path), "--ckpt", "CKPT", "--out", "OUT"]))
     assert arguments.method == path.stem and 0.0 < arguments.retention <= 1.0
+
+
+def test_a_new_method_is_one_class_found_by_name(tmp_path, capsys):
+    """A compression method is a CompressionMethod subclass: defining it registers its name for --method."""
+    from lit_embed.compress.methods import CompressionMethod, method_named, with_common_rows
+    from lit_embed.embeddings import UnkEmbedding
+
+    class FirstCommon(CompressionMethod):
+        """Rare tokens take row 0 of the common table (a toy: a special token's row)."""
+
+        name = "first_common"
+
+        def fit(self, job):
+            strategy = with_common_rows(UnkEmbedding, job.weight, job.common_ids)
+            return {None: strategy}
+
+    try:
+        assert isinstance(method_named("first_common"), FirstCommon)
+        out = tmp_path / "out"
+        assert compress("--ckpt", "all-MiniLM-L6-v2", "--data", SAMPLE_CORPUS, "--method", "first_common",
+                        "--retention", "0.5", "--out", str(out)) == 0
+        assert read_report(out)["method"] == "first_common"
+        assert compress("--ckpt", "all-MiniLM-L6-v2", "--data", SAMPLE_CORPUS, "--method", "sparse_codng",
+                        "--out", str(tmp_path / "x")) == 2
+        assert "did you mean 'sparse_coding'?" in capsys.readouterr().err
+    finally:
+        CompressionMethod.registry.pop("first_common")

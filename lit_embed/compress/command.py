@@ -12,7 +12,6 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
 
 import datasets
 import pytorch_lightning as pl
@@ -21,8 +20,7 @@ import yaml
 
 from lit_embed._compat import instantiate
 from lit_embed.checkpoints import build_from_config
-from lit_embed.compress import methods
-from lit_embed.compress.methods import AQOptions
+from lit_embed.compress.methods import AQOptions, Job, method_named
 from lit_embed.compress.model_io import (
     Source,
     check_replaceable,
@@ -40,7 +38,6 @@ from lit_embed.errors import ConfigError, MissingFileError, OutputExistsError
 from lit_embed.hub import trusting_remote_code
 from lit_embed.interfaces import TaskData, TaskModel, provides
 
-METHODS = ("sparse_coding", "unk", "pca", "aq")
 CONFIG_SUFFIXES = (".yaml", ".yml")
 
 
@@ -63,7 +60,7 @@ class Data:
 def compress(
     ckpt: str,
     out: str,
-    method: Literal["sparse_coding", "unk", "pca", "aq"] = "sparse_coding",
+    method: str = "sparse_coding",
     data: str | list[str] | dict | None = None,
     retention: float = 1.0,
     k: int | list[int] = 5,
@@ -83,7 +80,8 @@ def compress(
         out: the output folder (written atomically: complete, or absent on error).
         method: ``sparse_coding`` (the paper's), or a baseline: ``unk`` (rare tokens take ``<unk>``'s row),
             ``pca`` (rare tokens from k principal components of the common rows), ``aq`` (additive
-            quantization of the whole table, M=32 codebooks of K=16).
+            quantization of the whole table, M=32 codebooks of K=16), or the name of any
+            :class:`~lit_embed.compress.methods.CompressionMethod` (a plugin's).
         data: the fine-tuning data whose token frequencies split the vocabulary: a task data config (a
             YAML file holding a ``class_path``/``init_args`` data module, or a full lit-embed config with a
             ``data:`` section, or the same inline), or text files (one text per line; csv/tsv/jsonl/parquet:
@@ -101,8 +99,7 @@ def compress(
         overwrite: replace an existing output folder, if it is an earlier output of this command (nothing else).
     """
     started = time.perf_counter()
-    if method not in METHODS:
-        raise ConfigError(f"method={method!r} is not known: use one of {list(METHODS)}")
+    compression = method_named(method)
     check_retention(retention)
     ks = sorted(set(k)) if isinstance(k, list) else [k]
     if not ks or min(ks) < 1:
@@ -115,7 +112,7 @@ def compress(
 
     source = load_source(ckpt, model_config, untie)
     chosen = resolve_data(data, source)
-    if len(ks) > 1 and method in ("sparse_coding", "pca"):
+    if len(ks) > 1 and compression.uses_k:
         check_k_choosable(source, chosen)
     vocab, hidden = source.weight.shape
     with trusting_remote_code(chosen.trust_remote_code):
@@ -125,7 +122,10 @@ def compress(
     if source.module is None and task is not None:
         classifier_for(source, task.name, seed)
 
-    candidates = fit(method, source.weight, split.common_ids, ks, encoder, hidden, aq or AQOptions(), seed, accelerator)
+    device = "cuda" if accelerator in ("auto", "gpu", "cuda") and torch.cuda.is_available() else "cpu"
+    job = Job(source.weight, split.common_ids, ks, encoder.tokenizer.unk_token_id, seed, device, aq or AQOptions())
+    compression.check(job)
+    candidates = compression.fit(job)
     best, validation = next(iter(candidates)), None
     if len(candidates) > 1:
         best, validation = choose_k(source, candidates, chosen, accelerator, limit_val_batches)
@@ -162,29 +162,6 @@ def compress(
     print(format_summary(report), end="")
     print(f"Wrote {target}/")
     return report
-
-
-def fit(method: str, weight, common_ids, ks: list[int], encoder: VocabTextEncoder, hidden: int,
-        aq: AQOptions, seed: int, accelerator: str) -> dict:
-    """The compressed strategies to choose from, by k (``None`` where k plays no part)."""
-    common = len(common_ids)
-    if method == "sparse_coding" and max(ks) > common:
-        raise ConfigError(f"k={max(ks)} exceeds |V_C|={common}, the common tokens to choose neighbours from: "
-                         f"lower k or raise --retention")
-    if method == "pca" and max(ks) > min(common, hidden):
-        raise ConfigError(f"k={max(ks)} exceeds min(|V_C|={common}, hidden={hidden}), the principal components "
-                         f"there are: lower k or raise --retention")
-    if method == "sparse_coding":
-        return methods.sparse_code(weight, common_ids, ks)
-    if method == "pca":
-        return methods.pca_code(weight, common_ids, ks)
-    if method == "unk":
-        unk = encoder.tokenizer.unk_token_id
-        if unk is None:
-            raise ConfigError(f"tokenizer {encoder.name!r} has no <unk> token: the unk baseline needs one")
-        return {None: methods.unk_backoff(weight, common_ids, unk)}
-    device = "cuda" if accelerator in ("auto", "gpu", "cuda") and torch.cuda.is_available() else "cpu"
-    return {None: methods.additive_quantize(weight, aq, seed=seed, device=device)}
 
 
 def choose_k(source: Source, candidates: dict, data: Data, accelerator: str, limit_val_batches: int | None) -> tuple[int, dict]:

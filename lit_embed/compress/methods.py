@@ -1,17 +1,25 @@
 """Step 2: fit a compressed strategy to a dense ``V x d`` table, given the common ids.
 
+Each method is one :class:`CompressionMethod` subclass, found by its ``name`` (``--method NAME``, or
+``method: NAME`` in a compress config): defining the class registers it, so a plugin's method is one class
+and one YAML file, like a strategy. The paper's and its baselines: ``sparse_coding``, ``unk``, ``pca``, ``aq``.
+
 Everything is batched in torch (matrix products in chunks of rare tokens, one batched k x k solve),
 so the 30522 x 768 table of DistilBERT is sparse-coded in seconds on a CPU.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import difflib
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import ClassVar
 
 import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
+from lit_embed.embeddings.base import EmbeddingStrategy
 from lit_embed.embeddings.quantized import AdditiveQuantizedEmbedding
 from lit_embed.embeddings.sparse_coded import (
     PartialEmbedding,
@@ -204,3 +212,111 @@ def additive_quantize(weight: Tensor, options: AQOptions, seed: int = 0, device:
         strategy.codebooks.copy_(learner.codebooks.view(options.codebooks, options.codewords, hidden).cpu())
     strategy.codes.copy_(codes.cpu().to(torch.uint8))
     return strategy
+
+
+# -- the methods, by name -----------------------------------------------------------------------------
+
+
+@dataclass
+class Job:
+    """What a method compresses: the dense table, its common ids (increasing; specials included), the k to
+    try, the tokenizer's ``<unk>`` id, and where and how reproducibly to work."""
+
+    weight: Tensor
+    common_ids: Tensor
+    ks: list[int]
+    unk_id: int | None = None
+    seed: int = 0
+    device: str = "cpu"
+    aq: AQOptions = field(default_factory=AQOptions)
+
+
+class CompressionMethod(ABC):
+    """A post-hoc compression of a dense ``V x d`` table into a strategy.
+
+    Subclasses set ``name`` (registering the class under it) and implement :meth:`fit`; ``uses_k`` says
+    whether ``k`` means something to them (then several k are tried and the best on validation kept).
+    """
+
+    name: ClassVar[str]
+    uses_k: ClassVar[bool] = False
+    registry: ClassVar[dict[str, type[CompressionMethod]]] = {}
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        name = cls.__dict__.get("name")
+        if name is not None:
+            known = CompressionMethod.registry.get(name)
+            if known is not None and known.__qualname__ != cls.__qualname__:
+                raise ConfigError(f"compression method {name!r} is defined twice ({known.__module__} and {cls.__module__})")
+            CompressionMethod.registry[name] = cls
+
+    def check(self, job: Job) -> None:  # noqa: B027 (an optional hook: most methods can do any job)
+        """Refuse what cannot be done (before any work), naming the value and the fix."""
+
+    @abstractmethod
+    def fit(self, job: Job) -> dict[int | None, EmbeddingStrategy]:
+        """The compressed strategies to choose from, by k (``None`` where k plays no part)."""
+
+
+def method_named(name: str) -> CompressionMethod:
+    """The method registered as ``name``; a clear error naming the known ones otherwise."""
+    if name not in CompressionMethod.registry:
+        near = difflib.get_close_matches(name, CompressionMethod.registry, n=1)
+        hint = f"did you mean {near[0]!r}? " if near else ""
+        raise ConfigError(f"method={name!r} is not known: {hint}use one of {sorted(CompressionMethod.registry)}")
+    return CompressionMethod.registry[name]()
+
+
+class SparseCoding(CompressionMethod):
+    """The paper's frequency-aware partial sparse coding (k nearest common rows, LLE weights, the length)."""
+
+    name = "sparse_coding"
+    uses_k = True
+
+    def check(self, job: Job) -> None:
+        common = len(job.common_ids)
+        if max(job.ks) > common:
+            raise ConfigError(f"k={max(job.ks)} exceeds |V_C|={common}, the common tokens to choose neighbours from: "
+                              f"lower k or raise --retention")
+
+    def fit(self, job: Job) -> dict[int | None, EmbeddingStrategy]:
+        return sparse_code(job.weight, job.common_ids, job.ks)
+
+
+class PCACoding(CompressionMethod):
+    """The PCA baseline: rare rows from the top k principal components of the common rows."""
+
+    name = "pca"
+    uses_k = True
+
+    def check(self, job: Job) -> None:
+        common, hidden = len(job.common_ids), job.weight.shape[1]
+        if max(job.ks) > min(common, hidden):
+            raise ConfigError(f"k={max(job.ks)} exceeds min(|V_C|={common}, hidden={hidden}), the principal components "
+                              f"there are: lower k or raise --retention")
+
+    def fit(self, job: Job) -> dict[int | None, EmbeddingStrategy]:
+        return pca_code(job.weight, job.common_ids, job.ks)
+
+
+class UnkBackoff(CompressionMethod):
+    """The ``<unk>`` baseline: rare tokens take the fine-tuned ``<unk>`` row."""
+
+    name = "unk"
+
+    def check(self, job: Job) -> None:
+        if job.unk_id is None:
+            raise ConfigError("the tokenizer has no <unk> token: the unk baseline needs one")
+
+    def fit(self, job: Job) -> dict[int | None, EmbeddingStrategy]:
+        return {None: unk_backoff(job.weight, job.common_ids, job.unk_id)}
+
+
+class AdditiveQuantization(CompressionMethod):
+    """Additive quantization of the whole table (Shu & Nakayama; M codebooks of K vectors)."""
+
+    name = "aq"
+
+    def fit(self, job: Job) -> dict[int | None, EmbeddingStrategy]:
+        return {None: additive_quantize(job.weight, job.aq, seed=job.seed, device=job.device)}
