@@ -16,7 +16,6 @@ shown as "–" or marked "*", and said in the table's notes.
 from __future__ import annotations
 
 import argparse
-import re
 import statistics
 import sys
 from collections import defaultdict
@@ -24,58 +23,50 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lit_embed.accounting import compression, human
+from lit_embed.data.tasks import BENCHMARK_TABLES, TASKS, get_task
 from lit_embed.errors import ConfigError
-from lit_embed.results import check_same_backbone, find_run_dirs, load_results, write_atomic
+from lit_embed.results import SCORE_METRICS, check_same_backbone, find_run_dirs, load_results, write_atomic
 from lit_embed.tables import FORMATS, MISSING, Table, render
 
 
 @dataclass(frozen=True)
 class Column:
-    """A benchmark column: its header, the task it comes from and the metric (first one logged wins)."""
+    """A benchmark column: its header, the task it comes from and the evaluation set that stands for it."""
 
     header: str
     task: str
-    metrics: tuple[str, ...]
+    eval_set: str
+
+    def metrics(self, paper: str | None) -> tuple[str, ...]:
+        """The logged names of the column's score for a run that followed ``paper`` (first found wins)."""
+        metric = TASKS[self.task].shown_metric(paper)
+        return (f"{self.eval_set}/{metric}", metric) if self.eval_set else (metric,)
 
 
-XNLI_LANGUAGES = ("en", "fr", "es", "de", "el", "bg", "ru", "tr", "ar", "vi", "th", "zh", "hi", "sw", "ur")
-#: The papers' columns and headline metrics (HashFormers §4.3: matched accuracy for MNLI, Matthews for
-#: CoLA, Spearman for STS-B, F1 for QQP, accuracy elsewhere; the sparse-coding paper's JGLUE choices).
+#: The papers' score tables, from the task table (its column headers, evaluation sets and metrics).
 BENCHMARKS: dict[str, tuple[Column, ...]] = {
-    "GLUE": (
-        Column("MNLI", "mnli", ("matched/accuracy", "accuracy")),
-        Column("QNLI", "qnli", ("accuracy",)),
-        Column("QQP", "qqp", ("f1",)),
-        Column("RTE", "rte", ("accuracy",)),
-        Column("SST", "sst2", ("accuracy",)),
-        Column("MRPC", "mrpc", ("accuracy",)),
-        Column("CoLA", "cola", ("matthews",)),
-        Column("STS", "stsb", ("spearman",)),
-    ),
-    "JGLUE": (
-        Column("MARC-ja", "marcja", ("accuracy",)),
-        Column("JCoLA", "jcola", ("accuracy",)),
-        Column("JSTS", "jsts", ("spearman",)),
-        Column("JNLI", "jnli", ("accuracy",)),
-    ),
-    "XNLI": tuple(Column(language, "xnli", (f"{language}/accuracy",)) for language in XNLI_LANGUAGES),
+    name: tuple(Column(header, task, eval_set) for task in tasks for header, eval_set in TASKS[task].report_columns())
+    for name, tasks in BENCHMARK_TABLES.items()
 }
-TASK_ALIASES = {"sst": "sst2", "sts": "stsb", "marc": "marcja"}
 PRETRAINING = "pre-training"
 SPLITS = ("test", "val")
-#: Metrics whose last name part is one of these are scores, shown x 100.
-_SCORES = ("accuracy", "f1", "matthews", "pearson", "spearman", "exact_match")
 
 
 def normalise_task(task: str) -> str:
-    key = re.sub(r"[\s_\-]", "", task.lower())
-    return TASK_ALIASES.get(key, key)
+    """The task table's name for ``task`` (``SST-2`` -> ``sst2``); XNLI variants and unknown tasks as given."""
+    key = task.lower()
+    if key.startswith("xnli"):
+        return key
+    try:
+        return get_task(task).name
+    except ConfigError:
+        return key
 
 
 def benchmark_of(task: str) -> str | None:
     if task.startswith("xnli"):
         return "XNLI"
-    return next((name for name, columns in BENCHMARKS.items() if any(c.task == task for c in columns)), None)
+    return next((name for name, tasks in BENCHMARK_TABLES.items() if task in tasks), None)
 
 
 def mean_std(values: list[float]) -> tuple[float, float | None]:
@@ -166,7 +157,7 @@ class Report:
             for column in BENCHMARKS[name]:
                 if name != "XNLI" and column.task != run["_task"]:
                     continue
-                found = _score(run, column.metrics)
+                found = _score(run, column.metrics(run.get("paper")))
                 if found is not None:
                     scores.cells.setdefault((row, column.header), {})[run.get("seed")] = found[0]
                     scores.splits.setdefault((row, column.header), set()).add(found[1])
@@ -308,7 +299,7 @@ class Report:
                 values = [r["metrics"][name] for r in members if name in r.get("metrics", {})]
                 if not values:
                     cells.append(MISSING)
-                elif name.rsplit("/", 1)[-1] in _SCORES:
+                elif name.rsplit("/", 1)[-1] in SCORE_METRICS:
                     cells.append(self._score_cell(*mean_std(values)))
                 else:
                     mean, spread = mean_std(values)

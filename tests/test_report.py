@@ -11,7 +11,8 @@ import pytest
 
 from lit_embed.accounting import compression
 from lit_embed.cli import main
-from lit_embed.report import XNLI_LANGUAGES, Report
+from lit_embed.data.tasks import XNLI_LANGUAGES
+from lit_embed.report import Report
 from lit_embed.results import RESULTS_FILE, load_results, write_json_atomic
 
 from .conftest import REPO
@@ -26,6 +27,7 @@ GLUE_METRICS = {
     "sst2": {"accuracy": 0.90}, "mrpc": {"accuracy": 0.85, "f1": 0.89}, "cola": {"matthews": 0.40},
     "stsb": {"spearman": 0.87, "pearson": 0.88},
 }
+#: What HashFormers' tables show (the runs below follow its protocol: results.json's "paper").
 HEADLINE = {"mnli": "matched/accuracy", "qnli": "accuracy", "qqp": "f1", "rte": "accuracy", "sst2": "accuracy",
             "mrpc": "accuracy", "cola": "matthews", "stsb": "spearman"}
 
@@ -37,10 +39,10 @@ def parameters(counts: tuple[int, int]) -> dict:
 
 
 def write_run(root: Path, label: str, task: str | None, seed: int | None, metrics: dict, counts=DENSE,
-              efficiency: dict | None = None, backbone: dict = ROBERTA_S) -> Path:
+              efficiency: dict | None = None, backbone: dict = ROBERTA_S, paper: str | None = "hashformers") -> Path:
     folder = root / f"{label}-{task}-{seed}"
     write_json_atomic(folder / RESULTS_FILE, {
-        "format": 1, "label": label, "task": task, "seed": seed, "backbone": backbone,
+        "format": 1, "label": label, "task": task, "seed": seed, "backbone": backbone, "paper": paper,
         "parameters": parameters(counts), "efficiency": efficiency, "metrics": metrics,
     })
     return folder
@@ -97,6 +99,18 @@ def test_glue_table_has_the_papers_columns_mean_and_std_over_seeds_and_notes_a_m
     per_seed = [statistics.fmean(score("3se", t, s) for t in HEADLINE) for s in (0, 1)]
     assert mine["Avg"] == f"{100 * statistics.fmean(means):.1f} ± {100 * statistics.stdev(per_seed):.1f}"
     assert "scores on the test split" in glue.notes
+
+
+@pytest.mark.parametrize(("paper", "mrpc", "cola"), [("hashformers", "accuracy", "matthews"), ("sparse-coding", "f1", "accuracy"),
+                                                    (None, "f1", "matthews")])
+def test_each_task_shows_the_metric_of_the_paper_its_runs_followed(paper, mrpc, cola, tmp_path):
+    """The task table says what each paper's tables show (the runs record their paper); the first metric
+    where the run followed none."""
+    metrics = {"test/accuracy": 0.81, "test/f1": 0.87, "test/matthews": 0.41}
+    folders = [write_run(tmp_path, "m", task, 0, metrics, paper=paper) for task in ("mrpc", "cola")]
+    glue = table(report(folders).tables(), "GLUE")
+    assert row(glue, "m")["MRPC"] == f"{100 * metrics[f'test/{mrpc}']:.1f}"
+    assert row(glue, "m")["CoLA"] == f"{100 * metrics[f'test/{cola}']:.1f}"
 
 
 def test_a_missing_task_is_shown_and_the_average_left_out(tmp_path):

@@ -135,14 +135,16 @@ class ResultsWriter(pl.Callback):
                 status: str = "complete") -> dict:
         hparams = dict(pl_module.hparams)
         embedding = pl_module.embedding if isinstance(pl_module, EmbeddingModule) else None
-        if hparams.get("task") is None and trainer.datamodule is not None:
-            hparams["task"] = trainer.datamodule.hparams.get("task")  # task data modules may hold it instead
+        data = dict(trainer.datamodule.hparams) if trainer.datamodule is not None else {}
+        if hparams.get("task") is None:
+            hparams["task"] = data.get("task")  # task data modules may hold it instead
         return {
             "format": RESULTS_FORMAT,
             "status": status,
             "label": self.label or _default_label(trainer, pl_module),
             "task": None if hparams.get("task") is None else str(hparams["task"]),
             "seed": _seed(hparams),
+            "paper": data.get("paper"),  # whose protocol, so the report shows each task's metric as that paper does
             "model": f"{type(pl_module).__module__}.{type(pl_module).__qualname__}",
             "strategy": None if embedding is None else type(embedding).__name__,
             "backbone": _backbone(pl_module),

@@ -26,7 +26,7 @@ from lit_embed._compat import dataset_fingerprint
 from lit_embed.data.base import TextDataModule, check_batching
 from lit_embed.data.loading import ResumableLoader
 from lit_embed.data.sources import SAMPLE_DIR, load_files
-from lit_embed.data.tasks import XNLI_LANGUAGES, Task, get_task
+from lit_embed.data.tasks import XNLI_LANGUAGES, Paper, Task, get_task
 from lit_embed.embeddings.text import TextEncoder
 from lit_embed.errors import ConfigError, HubError, MissingFileError
 from lit_embed.interfaces import TaskModel, provides
@@ -73,6 +73,9 @@ class TaskDataModule(TextDataModule):
         trust_remote_code: let the tokenizer run the code its hub repository ships (LINE's Japanese
             DistilBERT tokenizer runs MeCab that way; it needs ``pip install 'lit-embed[ja]'``).
         num_workers: DataLoader worker processes.
+        paper: the paper whose protocol the run follows (``k-sub-embedding``, ``hashformers``,
+            ``sparse-coding``; the configs under ``configs/protocol/`` set it): results.json records it and
+            ``lit-embed report`` shows each task's metric as that paper's tables do.
     """
 
     #: Log ``{stage}/average/{metric}`` over the evaluation sets (XNLI's languages).
@@ -93,6 +96,7 @@ class TaskDataModule(TextDataModule):
         trust_remote_code: bool = False,
         num_workers: int = 0,
         global_batch_size: int | None = None,
+        paper: Paper | None = None,
     ) -> None:
         super().__init__()
         check_batching(batch_size, num_workers, eval_batch_size=eval_batch_size, global_batch_size=global_batch_size)
@@ -306,11 +310,12 @@ class XNLIDataModule(TaskDataModule):
         eval_batch_size: int | None = None,
         num_workers: int = 0,
         global_batch_size: int | None = None,
+        paper: Paper | None = None,
     ) -> None:
         super().__init__(
             "xnli", tokenizer=tokenizer, data_dir=data_dir, protocol=protocol, val_fraction=val_fraction,
             split_seed=split_seed, max_length=max_length, batch_size=batch_size,
-            eval_batch_size=eval_batch_size, num_workers=num_workers, global_batch_size=global_batch_size,
+            eval_batch_size=eval_batch_size, num_workers=num_workers, global_batch_size=global_batch_size, paper=paper,
         )
         if mode not in ("cross_lingual", "translate_train_all"):
             raise ConfigError(f"mode={mode!r} is not known: use 'cross_lingual' or 'translate_train_all'")

@@ -2,14 +2,17 @@
 
 A row says where the task lives on the HuggingFace hub, which columns hold the text and the label,
 the label names (in the order every model of lit-embed uses; ``None`` for regression), the metrics
-(the first selects checkpoints) and which splits evaluate it. Local files in the hub's layout are
-read the same way (see :mod:`lit_embed.data.finetune`).
+(the first selects checkpoints), which splits evaluate it, and how the papers' tables show it (their
+column header, and the metric each paper reports where it is not the first). Local files in the hub's
+layout are read the same way (see :mod:`lit_embed.data.finetune`). This module is the one place that
+knows a task: ``lit-embed report`` takes its columns and metrics from here.
 """
 
 from __future__ import annotations
 
 import difflib
 from dataclasses import dataclass, field
+from typing import Literal, get_args
 
 from lit_embed.errors import ConfigError
 
@@ -17,6 +20,10 @@ from lit_embed.errors import ConfigError
 XNLI_LANGUAGES = ("en", "fr", "es", "de", "el", "bg", "ru", "tr", "ar", "vi", "th", "zh", "hi", "sw", "ur")
 NLI_LABELS = ("entailment", "neutral", "contradiction")  # MNLI's and XNLI's ids 0, 1, 2
 JGLUE_PARQUET = "hf://datasets/shunk031/JGLUE@refs%2Fconvert%2Fparquet/{config}/{split}/*.parquet"
+#: The papers whose fine-tuning protocols lit-embed follows (``data.init_args.paper``): a run records its
+#: paper, and ``lit-embed report`` shows each task's metric as that paper's tables do.
+Paper = Literal["k-sub-embedding", "hashformers", "sparse-coding"]
+PAPERS: tuple[str, ...] = get_args(Paper)
 
 
 @dataclass(frozen=True)
@@ -41,6 +48,11 @@ class Task:
         heldout_test: the test sets of the train-split protocol (original validation as test);
             default ``validation``.
         source: where the task comes from, for the README and errors.
+        header: its column in the papers' tables (default the name, upper case).
+        shown: the metric a paper's tables show where it is not the first of ``metrics``
+            (HashFormers: MRPC accuracy; the sparse-coding paper: CoLA accuracy).
+        per_set_columns: the tables give each evaluation set a column (XNLI's languages); otherwise the
+            first set stands for the task (MNLI matched).
     """
 
     name: str
@@ -57,6 +69,9 @@ class Task:
     test: dict[str, str] | None = None
     heldout_test: dict[str, str] | None = None
     source: str = ""
+    header: str = ""
+    shown: dict[str, str] = field(default_factory=dict)
+    per_set_columns: bool = False
 
     @property
     def regression(self) -> bool:
@@ -74,23 +89,37 @@ class Task:
     def columns(self) -> tuple[str, ...]:
         return (*self.text_columns, self.label_column)
 
+    def shown_metric(self, paper: str | None) -> str:
+        """The metric ``paper``'s tables show for this task (the first of ``metrics`` unless it says otherwise)."""
+        return self.shown.get(paper or "", self.main_metric)
+
+    def report_columns(self) -> list[tuple[str, str]]:
+        """``(header, evaluation set)`` of each column the papers' tables give this task."""
+        sets = list(self.test or self.validation)
+        if self.per_set_columns:
+            return [(name, name) for name in sets]
+        return [(self.header or self.name.upper(), sets[0])]
+
 
 def _glue(name, columns, labels, metrics=("accuracy",), **kwargs) -> Task:
+    kwargs.setdefault("header", name.upper())
     return Task(name, "glue", "nyu-mll/glue", name, columns, labels, metrics, source="GLUE", **kwargs)
 
 
 def _jglue(name, config, columns, labels, metrics=("accuracy",), **kwargs) -> Task:
-    return Task(name, "jglue", JGLUE_PARQUET, config, columns, labels, metrics, source="JGLUE", **kwargs)
+    return Task(name, "jglue", JGLUE_PARQUET, config, columns, labels, metrics, source="JGLUE", header=config, **kwargs)
 
 
 TASKS: dict[str, Task] = {
     t.name: t
     for t in (
-        _glue("cola", ("sentence",), ("unacceptable", "acceptable"), ("matthews", "accuracy")),
-        _glue("sst2", ("sentence",), ("negative", "positive")),
-        _glue("mrpc", ("sentence1", "sentence2"), ("not_equivalent", "equivalent"), ("f1", "accuracy")),
+        _glue("cola", ("sentence",), ("unacceptable", "acceptable"), ("matthews", "accuracy"), header="CoLA",
+              shown={"sparse-coding": "accuracy"}),
+        _glue("sst2", ("sentence",), ("negative", "positive"), header="SST"),
+        _glue("mrpc", ("sentence1", "sentence2"), ("not_equivalent", "equivalent"), ("f1", "accuracy"),
+              shown={"hashformers": "accuracy"}),
         _glue("qqp", ("question1", "question2"), ("not_duplicate", "duplicate"), ("f1", "accuracy")),
-        _glue("stsb", ("sentence1", "sentence2"), None, ("spearman", "pearson"), value_range=(0.0, 5.0)),
+        _glue("stsb", ("sentence1", "sentence2"), None, ("spearman", "pearson"), value_range=(0.0, 5.0), header="STS"),
         _glue(
             "mnli", ("premise", "hypothesis"), NLI_LABELS,
             validation={"matched": "validation_matched", "mismatched": "validation_mismatched"},
@@ -112,7 +141,7 @@ TASKS: dict[str, Task] = {
         Task(
             "xnli", "xnli", "facebook/xnli", "en", ("premise", "hypothesis"), NLI_LABELS,
             validation={lang: "validation" for lang in XNLI_LANGUAGES},
-            test={lang: "test" for lang in XNLI_LANGUAGES}, source="XNLI",
+            test={lang: "test" for lang in XNLI_LANGUAGES}, source="XNLI", per_set_columns=True,
         ),
         Task(
             "topics", "sample", "sample-topics", None, ("text",),
@@ -120,6 +149,14 @@ TASKS: dict[str, Task] = {
             test={"": "test"}, source="generated by tools/make_sample_corpus.py, ships with lit-embed",
         ),
     )
+}
+
+
+#: The papers' score tables: each benchmark's tasks, in the papers' column order (HashFormers' for GLUE).
+BENCHMARK_TABLES: dict[str, tuple[str, ...]] = {
+    "GLUE": ("mnli", "qnli", "qqp", "rte", "sst2", "mrpc", "cola", "stsb"),
+    "JGLUE": ("marc_ja", "jcola", "jsts", "jnli"),
+    "XNLI": ("xnli",),
 }
 
 
