@@ -7,22 +7,11 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-CONFIGS = REPO / "configs"
+from tests.helpers import CONFIGS, go_offline
 
 # Before any test module imports lit_embed: huggingface_hub and datasets read these once, at import,
 # and would otherwise try the network (and wait for its timeouts) in every test.
 os.environ["HF_HUB_OFFLINE"] = os.environ["HF_DATASETS_OFFLINE"] = "1"
-
-
-def go_offline(monkeypatch, tmp_path_factory) -> None:
-    """No hub access, and caches that do not leak between test sessions."""
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
-    monkeypatch.setenv("TOKENIZERS_PARALLELISM", "false")
-    cache = tmp_path_factory.getbasetemp() / "cache"
-    monkeypatch.setenv("LIT_EMBED_CACHE", str(cache / "lit_embed"))
-    monkeypatch.setenv("HF_DATASETS_CACHE", str(cache / "datasets"))
 
 
 @pytest.fixture(autouse=True)

@@ -10,7 +10,7 @@ import sys
 
 import torch
 
-from .conftest import REPO
+from tests.helpers import REPO
 
 
 def test_benchmark_suite_runs_at_smoke_size():

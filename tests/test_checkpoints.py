@@ -14,8 +14,7 @@ import torch
 from lit_embed.checkpoints import model_differences, plain, read_checkpoint, recorded_model
 from lit_embed.cli import main
 from lit_embed.errors import CheckpointError, MissingFileError
-
-from .conftest import CONFIGS, REPO
+from tests.helpers import CONFIGS, REPO
 
 LEGACY = REPO / "tests" / "data" / "main-1efeeea"
 QUIET = ["--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false"]

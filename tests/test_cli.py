@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import functools
-import json
 from pathlib import Path
 
 import pytest
 
 from lit_embed.accounting import parameter_report
 from lit_embed.cli import LitEmbedCLI, main
-
-from .conftest import CONFIGS
+from tests.helpers import CONFIGS
+from tests.helpers.cli import run_params
 
 ON_CPU = ["--trainer.accelerator", "cpu", "--trainer.devices", "1", "--trainer.strategy", "auto",
           "--trainer.precision", "32-true", "--trainer.logger", "false"]
@@ -37,22 +35,6 @@ PAPER_TOTAL_MILLIONS = {"roberta_s": 51, "xlmr_s": 154}  # "26M" for every sub-e
 
 def experiment_configs() -> list[Path]:
     return sorted((CONFIGS / "experiments").rglob("*.yaml"))
-
-
-@functools.cache
-def run_params(path: Path, *extra: str) -> dict:
-    """``lit-embed params --json`` on ``path`` (once per session: README and paper tables share it)."""
-    return params_json(["params", "--config", str(path), "--json", *extra])
-
-
-def params_json(argv: list[str]) -> dict:
-    import contextlib
-    import io
-
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        assert main(argv) == 0
-    return json.loads(out.getvalue())
 
 
 def offline_overrides(path: Path, minilm_path: str) -> list[str]:

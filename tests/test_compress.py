@@ -24,9 +24,8 @@ from lit_embed.compress.model_io import load_source
 from lit_embed.compress.summary import tensor_bytes
 from lit_embed.compress.vocabulary import split_vocabulary
 from lit_embed.embeddings import AdditiveQuantizedEmbedding, PCAEmbedding, SparseCodedEmbedding, UnkEmbedding
-
-from .conftest import CONFIGS, REPO
-from .test_cli import params_json
+from tests.helpers import CONFIGS, REPO
+from tests.helpers.cli import params_json
 
 QUIET = ["--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false"]
 SAMPLE_CORPUS = str(REPO / "lit_embed" / "data" / "sample" / "corpus.txt")

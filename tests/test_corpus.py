@@ -8,8 +8,7 @@ import pytest
 
 from lit_embed.cli import main
 from lit_embed.data.corpus import CorpusDataModule
-
-from .conftest import CONFIGS
+from tests.helpers import CONFIGS
 
 TEXTS = [f"the {animal} number {i} crosses the river at night ." for i in range(60) for animal in ("fox", "owl")]
 
@@ -135,7 +134,7 @@ def test_the_shipped_corpus_is_what_the_generator_writes():
     import subprocess
     import sys
 
-    from .conftest import REPO
+    from tests.helpers import REPO
 
     done = subprocess.run([sys.executable, str(REPO / "tools" / "make_sample_corpus.py"), "--check"], capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr

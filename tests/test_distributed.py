@@ -5,7 +5,7 @@ configs/trainer/ddp_cpu.yaml``): Lightning's ``ddp`` strategy then starts rank 1
 GPUs, which ``ddp_spawn`` would not (it pickles the model into fresh processes instead). The
 subprocess runs in its own process group with a time limit, and the whole group is killed when it
 is exceeded, so a hung collective fails the test instead of hanging CI. The single-process runs
-that each DDP run is compared with run in this process. ``tests/ddp_probe.py`` records what every
+that each DDP run is compared with run in this process. ``tests/helpers/ddp_probe.py`` records what every
 rank saw and holds.
 """
 
@@ -25,9 +25,8 @@ import pytest
 import torch
 
 from lit_embed.cli import main
-
-from .conftest import CONFIGS, REPO
-from .ddp_probe import load
+from tests.helpers import CONFIGS, REPO
+from tests.helpers.ddp_probe import load
 
 DDP_CPU = str(CONFIGS / "trainer" / "ddp_cpu.yaml")
 STEPS = 6
@@ -58,7 +57,7 @@ def run_ddp(args: list[str], cwd: Path, timeout: float = 240) -> str:
 
 
 def probe(out: Path, **init_args) -> dict:
-    return {"class_path": "tests.ddp_probe.Probe", "init_args": {"out": str(out), **init_args}}
+    return {"class_path": "tests.helpers.ddp_probe.Probe", "init_args": {"out": str(out), **init_args}}
 
 
 def checkpoints(every: int, dirpath: Path | None = None) -> dict:
@@ -127,7 +126,7 @@ def mlm_runs(tmp_path_factory, clustered) -> dict[str, Path]:
     """
     root = tmp_path_factory.mktemp("mlm")
     with pytest.MonkeyPatch.context() as monkeypatch:
-        from .conftest import go_offline
+        from tests.helpers import go_offline
 
         go_offline(monkeypatch, tmp_path_factory)
         args = mlm_args(root, "ddp", clustered)
@@ -308,7 +307,7 @@ SCALING = "Scaling out: many GPUs, many nodes, resuming"
 
 
 def test_readme_lists_every_trainer_config():
-    from .test_readme import section
+    from tests.helpers.cli import section
 
     listed = re.findall(r"^\| `configs/trainer/(\w+)\.yaml` \|", section(SCALING), flags=re.M)
     assert sorted(listed) == sorted(p.stem for p in (CONFIGS / "trainer").glob("*.yaml"))
@@ -316,7 +315,7 @@ def test_readme_lists_every_trainer_config():
 
 def launch_commands() -> list[list[str]]:
     """The ``fit`` arguments of every launch command in the section (SLURM's, torchrun's, lit-embed's)."""
-    from .test_readme import section
+    from tests.helpers.cli import section
 
     blocks = re.findall(r"```bash\n(.*?)```", section(SCALING), flags=re.S)
     commands = []

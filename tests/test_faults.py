@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from .conftest import CONFIGS, REPO
+from tests.helpers import CONFIGS, REPO
 
 DRIVER = REPO / "tests" / "helpers" / "cli_driver.py"
 QUIET = ["--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false"]

@@ -25,10 +25,10 @@ from lit_embed.embeddings import (
     VocabTextEncoder,
 )
 from lit_embed.embeddings.hash_text import unpack_bits
-from lit_embed.models import Encoder, ShuffleRandom
-
-from .conftest import CONFIGS
-from .test_cli import run_params
+from lit_embed.models import ShuffleRandom
+from tests.helpers import CONFIGS, tiny_encoder
+from tests.helpers.cli import run_params
+from tests.helpers.papers import TABLE_2
 
 DEMO = CONFIGS / "demo_hashformer.yaml"
 
@@ -42,10 +42,6 @@ def one_thread():
         yield
     finally:
         torch.set_num_threads(before)
-
-
-def tiny_encoder(hidden: int = 32) -> Encoder:
-    return Encoder(hidden_size=hidden, num_layers=1, num_heads=2, intermediate_size=64, max_position_embeddings=66)
 
 
 def hash_codes(strategy, texts: list[str]) -> torch.Tensor:
@@ -76,21 +72,7 @@ def test_embedding_parameters_are_appendix_b(strategy, expected):
     assert sum(p.numel() for p in emb.parameters()) - expected == uncounted
 
 
-TABLE_2 = {  # #Total, #Emb, PCR (All), PCR (Emb), PoEP, against BERT-MLM
-    "bert_mlm": ("124.6M", "38.6M", 0.0, 0.0, 31.0),
-    "bert_sr": ("124.6M", "38.6M", 0.0, 0.0, 31.0),
-    "md5_emb50k": ("124.6M", "38.6M", 0.0, 0.0, 31.0),
-    "md5_emb1k": ("86.8M", "797.2K", 30.3, 97.9, 1.0),
-    "md5_pool": ("86.8M", "797.2K", 30.3, 97.9, 1.0),
-    "md5_add": ("86.2M", "197.4K", 30.8, 99.5, 0.2),
-    "md5_proj": ("86.1M", "99.1K", 30.9, 99.7, 0.1),
-    "lsh_emb50k": ("124.6M", "38.6M", 0.0, 0.0, 31.0),
-    "lsh_emb1k": ("86.8M", "797.2K", 30.3, 97.9, 1.0),
-    "lsh_pool": ("86.8M", "797.2K", 30.3, 97.9, 1.0),
-    "lsh_add": ("86.2M", "197.4K", 30.8, 99.5, 0.2),
-    "lsh_proj": ("86.1M", "99.1K", 30.9, 99.7, 0.1),
-    "proformer": ("15.1M", "322.6K", 87.9, 99.2, 2.1),  # 2 layers, trained on the task; baseline BERT-MLM's
-}
+
 
 
 def counted(figure: str) -> float:
@@ -378,8 +360,7 @@ def test_proformer_trains_from_scratch_on_a_task_from_its_config(tmp_path, monke
     import json
 
     from lit_embed.data.tasks import get_task
-
-    from .test_finetune import write_task
+    from tests.helpers.tasks import write_task
 
     monkeypatch.chdir(tmp_path)
     data = write_task(tmp_path / "glue", get_task("sst2"), "parquet")

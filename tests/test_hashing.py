@@ -17,8 +17,7 @@ import torch
 from lit_embed.embeddings import HashEmbedding, HashPool, HashProj, LSHHasher, MD5Hasher
 from lit_embed.embeddings.hash_text import BitCodes, HashTextEncoder, pack_bits, split_words, unpack_bits
 from lit_embed.embeddings.hashers import char_ngrams
-
-from .conftest import REPO
+from tests.helpers import REPO
 
 CORPUS = [
     "Children play in the park. She plays the piano; they played chess and were playing cards.",

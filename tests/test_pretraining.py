@@ -14,12 +14,7 @@ from lit_embed.cli import main
 from lit_embed.data.collate import MaskedLMCollator
 from lit_embed.embeddings import SubspaceEmbedding, VocabTextEncoder
 from lit_embed.models import Encoder, MaskedLM
-
-from .conftest import CONFIGS
-
-
-def tiny_encoder() -> Encoder:
-    return Encoder(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64, max_position_embeddings=66)
+from tests.helpers import CONFIGS, tiny_encoder
 
 
 def test_masking_follows_roberta():

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -11,19 +10,8 @@ from pathlib import Path
 import pytest
 
 from lit_embed.accounting import human
-
-from .conftest import CONFIGS, REPO
-from .test_cli import run_params
-
-README = (REPO / "README.md").read_text()
-
-
-def code_blocks(language: str) -> list[str]:
-    return re.findall(rf"```{language}\n(.*?)```", README, flags=re.S)
-
-
-def section(title: str) -> str:
-    return README.split(f"## {title}\n", 1)[1].split("\n## ", 1)[0]
+from tests.helpers import CONFIGS, REPO
+from tests.helpers.cli import code_blocks, run_params, section
 
 
 def test_quick_start_is_two_commands_and_ci_runs_the_test_one():
@@ -59,7 +47,7 @@ def test_experiment_table_is_what_params_prints(paper, row):
     assert pcr_emb == f"{100 * report['pcr_emb']:.2f}%"
     assert poep == f"{100 * report['poep']:.3f}%"
     if paper == "hashformers":  # the paper's Table 2 figures, as tests/test_hashformers.py checks them
-        from .test_hashformers import TABLE_2
+        from tests.helpers.papers import TABLE_2
 
         if published != ["—"]:
             total, embedding, *ratios = TABLE_2[name.strip("`")]

@@ -14,8 +14,7 @@ from lit_embed.cli import main
 from lit_embed.data.tasks import XNLI_LANGUAGES
 from lit_embed.report import Report
 from lit_embed.results import RESULTS_FILE, load_results, write_json_atomic
-
-from .conftest import REPO
+from tests.helpers import REPO
 
 ROBERTA_S = {"arch": "roberta", "layers": 8, "hidden": 512, "heads": 8, "ffn": 2048}
 DENSE = (51_482_112, 25_735_680)  # RoBERTa_S: total, embedding (k-sub-embedding Table 1)

@@ -19,8 +19,7 @@ from lit_embed.data.collate import MaskedLMCollator
 from lit_embed.data.corpus import CorpusDataModule
 from lit_embed.distributed import plan_global_batch
 from lit_embed.models.metrics import BlockEvaluation
-
-from .conftest import CONFIGS, REPO
+from tests.helpers import CONFIGS, REPO
 
 
 def fake_trainer(rank: int = 0, world: int = 1, **extra) -> SimpleNamespace:

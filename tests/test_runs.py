@@ -12,8 +12,7 @@ import pytest
 
 from lit_embed.errors import MissingFileError, RunBusyError
 from lit_embed.runs import claim_version, hold, newest_checkpoint, run_of, start_checkpoint, version_folders
-
-from .conftest import REPO
+from tests.helpers import REPO
 
 
 def test_processes_claiming_at_once_each_get_their_own_version(tmp_path):
@@ -108,8 +107,7 @@ def test_a_requeued_slurm_run_continues_in_its_own_folder(tmp_path, monkeypatch)
     import torch
 
     from lit_embed.cli import main
-
-    from .conftest import CONFIGS
+    from tests.helpers import CONFIGS
 
     monkeypatch.chdir(tmp_path)
     args = ["fit", "--config", str(CONFIGS / "demo.yaml"), "--trainer.limit_val_batches", "1", "--data.init_args.batch_size",

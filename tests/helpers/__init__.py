@@ -1,1 +1,29 @@
-"""What several test modules share: probes added to real runs, the CLI driver."""
+"""What several test modules share: paths, a tiny encoder, the offline switch. Test modules import from
+here (and from the modules beside this one), never from each other."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+CONFIGS = REPO / "configs"
+
+
+def go_offline(monkeypatch, tmp_path_factory) -> None:
+    """No hub access, and caches that do not leak between test sessions."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("TOKENIZERS_PARALLELISM", "false")
+    cache = tmp_path_factory.getbasetemp() / "cache"
+    monkeypatch.setenv("LIT_EMBED_CACHE", str(cache / "lit_embed"))
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(cache / "datasets"))
+
+
+def tiny_encoder(hidden: int = 32, **kwargs):
+    """A one-layer RoBERTa-shaped encoder that builds in milliseconds."""
+    from lit_embed.models import Encoder
+
+    return Encoder(hidden_size=hidden, num_layers=1, num_heads=2, intermediate_size=64, max_position_embeddings=66, **kwargs)
+
+
+__all__ = ["CONFIGS", "REPO", "go_offline", "tiny_encoder"]

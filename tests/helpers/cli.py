@@ -1,0 +1,38 @@
+"""The CLI's answers as data, and the README's text, for tests that compare them."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import io
+import json
+import re
+from pathlib import Path
+
+from tests.helpers import REPO
+
+README = (REPO / "README.md").read_text()
+
+
+@functools.cache
+def run_params(path: Path, *extra: str) -> dict:
+    """``lit-embed params --json`` on ``path`` (once per session: README and paper tables share it)."""
+    return params_json(["params", "--config", str(path), "--json", *extra])
+
+
+def params_json(argv: list[str]) -> dict:
+    from lit_embed.cli import main
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(argv) == 0
+    return json.loads(out.getvalue())
+
+
+def section(title: str) -> str:
+    """The README's ``## title`` section."""
+    return README.split(f"## {title}\n", 1)[1].split("\n## ", 1)[0]
+
+
+def code_blocks(language: str) -> list[str]:
+    return re.findall(rf"```{language}\n(.*?)```", README, flags=re.S)

@@ -1,0 +1,64 @@
+"""The GPU paths: fp16 mixed precision, CUDA timings and memory, NCCL DDP. They run wherever GPUs are
+visible (skipped elsewhere, saying why): CI has none, the papers' users do."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import torch
+
+from lit_embed.cli import main
+from tests.helpers import CONFIGS, REPO
+from tests.helpers.run_if import requires_gpus
+
+QUIET = ["--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false"]
+SHORT = ["--trainer.max_steps", "6", "--trainer.val_check_interval", "6", "--trainer.limit_val_batches", "2",
+         "--data.init_args.batch_size", "8", *QUIET]
+
+
+@requires_gpus(1)
+def test_mixed_precision_pretraining_on_one_gpu(tmp_path, monkeypatch):
+    """configs/trainer/gpu.yaml: fp16 with a gradient scaler, fused AdamW; the figures are CUDA's."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["fit", "--config", str(CONFIGS / "demo.yaml"), "--trainer", str(CONFIGS / "trainer" / "gpu.yaml"),
+                 "--trainer.devices", "1", *SHORT]) == 0
+    run = tmp_path / "runs" / "demo" / "version_0"
+    results = json.loads((run / "results.json").read_text())
+    assert results["status"] == "complete" and results["global_step"] == 6
+    assert results["efficiency"]["device"] == torch.cuda.get_device_name(0)
+    assert results["efficiency"]["peak_memory_mb"] > 0
+    assert all(torch.isfinite(torch.tensor(v)) for k, v in results["metrics"].items() if k.startswith("val/"))
+    state = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)
+    assert state["global_step"] == 6 and all(v.device.type == "cpu" for v in state["state_dict"].values())
+
+
+@requires_gpus(1)
+def test_fp16_with_gradient_clipping_takes_the_unfused_optimiser(tmp_path, monkeypatch):
+    """Lightning cannot clip a fused optimiser's gradients under fp16's scaler: the unfused AdamW runs instead."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["fit", "--config", str(CONFIGS / "demo.yaml"), "--trainer", str(CONFIGS / "trainer" / "gpu.yaml"),
+                 "--trainer.devices", "1", "--trainer.gradient_clip_val", "1.0", *SHORT]) == 0
+    assert json.loads((tmp_path / "runs/demo/version_0/results.json").read_text())["global_step"] == 6
+
+
+@requires_gpus(2)
+def test_ddp_over_nccl_on_two_gpus_agrees_across_ranks(tmp_path):
+    """configs/trainer/ddp.yaml on 2 GPUs: the run finishes, rank 0 writes one run folder and its checkpoint."""
+    env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
+           "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES", "0,1")}
+    done = subprocess.run([sys.executable, "-m", "lit_embed.cli", "fit", "--config", str(CONFIGS / "demo.yaml"),
+                           "--trainer", str(CONFIGS / "trainer" / "ddp.yaml"), "--trainer.devices", "2", *SHORT],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert sorted(p.name for p in (tmp_path / "runs" / "demo").iterdir()) == ["version_0"]
+    assert json.loads((tmp_path / "runs/demo/version_0/results.json").read_text())["global_step"] == 6
+
+
+@requires_gpus(1)
+def test_the_benchmarks_run_on_the_gpu():
+    done = subprocess.run([sys.executable, str(REPO / "tools" / "bench" / "run.py"), "--smoke", "--no-write",
+                           "--device", "cuda"], capture_output=True, text=True, cwd=REPO, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
