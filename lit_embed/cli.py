@@ -38,6 +38,7 @@ from lit_embed.checkpoints import (
 from lit_embed.errors import CheckpointError, ConfigError, UserError
 from lit_embed.hub import shapes_only
 from lit_embed.interfaces import TaskData, provides
+from lit_embed.plugins import load_plugins
 from lit_embed.runs import CHECKPOINTS, RunLogger, newest_checkpoint, run_of
 
 log = logging.getLogger(__name__)
@@ -211,6 +212,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     install_signal_handlers()
     try:
+        load_plugins()  # before parsing: configs name the plugins' classes and tasks
         check_yaml_files(argv)
         if argv and argv[0] in COMMANDS:
             module, _, function = COMMANDS[argv[0]].partition(":")

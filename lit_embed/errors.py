@@ -48,4 +48,8 @@ class RunBusyError(UserError, RuntimeError):
     """A run folder or checkpoint folder that a live run holds."""
 
 
-__all__ = ["CheckpointError", "ConfigError", "DiskFullError", "HubError", "MissingFileError", "OutputExistsError", "RunBusyError", "UserError"]
+class PluginError(UserError, ImportError):
+    """An installed plugin (a ``lit_embed.plugins`` entry point) that fails to import."""
+
+
+__all__ = ["CheckpointError", "ConfigError", "DiskFullError", "HubError", "MissingFileError", "OutputExistsError", "PluginError", "RunBusyError", "UserError"]

@@ -1,4 +1,5 @@
-"""The fine-tuning task table: GLUE, JGLUE, XNLI and the shipped demo task, one row each.
+"""The fine-tuning task table: GLUE, JGLUE, XNLI and the shipped demo task, one row each; plugins add
+theirs with :func:`register_task`.
 
 A row says where the task lives on the HuggingFace hub, which columns hold the text and the label,
 the label names (in the order every model of lit-embed uses; ``None`` for regression), the metrics
@@ -160,9 +161,36 @@ BENCHMARK_TABLES: dict[str, tuple[str, ...]] = {
 }
 
 
+def _key(name: str) -> str:
+    """The table's key for a task name: lower case, ``_`` for ``-`` (``SST-2`` and ``sts-b`` are ``sst2``, ``stsb``)."""
+    return name.lower().replace("-", "_").replace("sst_2", "sst2").replace("sts_b", "stsb")
+
+
+def register_task(task: Task) -> Task:
+    """Add ``task`` to :data:`TASKS`, so that configs name it (``task: my_task``); returns it.
+
+    A plugin calls this when it is imported (see :mod:`lit_embed.plugins`). A name is lower case, with ``_``
+    between words, and is taken once: a task of the same name, shipped or registered, is an error.
+    """
+    if not isinstance(task, Task):
+        raise TypeError(f"register_task takes a lit_embed.data.tasks.Task, not {type(task).__name__}")
+    key = _key(task.name)
+    if not key.strip():
+        raise ConfigError("a task needs a name: give Task(name=...) the name configs will use")
+    if task.name != key:
+        raise ConfigError(f"task name {task.name!r} is not the form configs find: name it {key!r}")
+    if key in TASKS:
+        known = TASKS[key]
+        raise ConfigError(
+            f"a task named {key!r} exists already ({known.source or known.benchmark}): register yours under another name"
+        )
+    TASKS[key] = task
+    return task
+
+
 def get_task(name: str) -> Task:
     """The task called ``name`` (case-insensitive; ``sst-2``, ``sts-b``, ``MARC-ja`` are accepted)."""
-    key = name.lower().replace("-", "_").replace("sst_2", "sst2").replace("sts_b", "stsb")
+    key = _key(name)
     if key in TASKS:
         return TASKS[key]
     near = difflib.get_close_matches(key, TASKS, n=1, cutoff=0.5)

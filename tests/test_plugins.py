@@ -1,0 +1,250 @@
+"""Plugins by entry point: an installed package's strategy, callback and task, named short in configs.
+
+Each plugin is a tiny distribution written into a temporary folder (its package beside a ``.dist-info``
+whose ``entry_points.txt`` declares ``[lit_embed.plugins]``) and put on the path: importlib.metadata finds
+it there as it finds an installed one, and the shared environment stays as it was. The runs that import
+the demo plugin are real ``lit-embed`` commands in subprocesses (its classes and task would otherwise
+stay registered in this process); the loader's rules (order, once, errors, the switch) are checked here on
+probe plugins that register nothing lasting.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lit_embed import plugins
+from lit_embed.cli import main
+from lit_embed.data import tasks
+from lit_embed.errors import ConfigError, PluginError
+
+from .conftest import CONFIGS, REPO
+
+DEMO = '''
+"""A lit-embed plugin: a strategy, a callback and a task, registered by importing this module."""
+import dataclasses
+from pathlib import Path
+
+import pytorch_lightning as pl
+from torch import nn
+
+from lit_embed.data.tasks import TASKS, register_task
+from lit_embed.embeddings import EmbeddingStrategy
+
+
+class FoldedEmbedding(EmbeddingStrategy):
+    """Vocabulary ids folded onto ``rows`` shared vectors (the id modulo ``rows``)."""
+
+    def __init__(self, vocab_size: int, hidden_size: int, rows: int = 1000) -> None:
+        super().__init__(hidden_size=hidden_size, vocab_size=vocab_size)
+        self.rows = rows
+        self.table = nn.Embedding(rows, hidden_size)
+
+    def forward(self, codes):
+        return self.table(codes % self.rows)
+
+
+class StepMarker(pl.Callback):
+    """Writes the steps taken and the data module's task to ``out`` when training ends."""
+
+    def __init__(self, out: str) -> None:
+        self.out = out
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        task = getattr(trainer.datamodule, "task", None)
+        Path(self.out).write_text(f"{trainer.global_step} {getattr(task, 'name', None)}")
+
+
+register_task(dataclasses.replace(TASKS["topics"], name="demo_topics", source="litembed_demo_plugin"))
+'''
+
+#: The fine-tuning demo with the plugin's pieces, every class named by its short name.
+FINETUNE = """
+model:
+  init_args:
+    task: demo_topics
+    checkpoint: null
+    embedding:
+      class_path: FoldedEmbedding
+      init_args:
+        rows: 500
+data:
+  class_path: TaskDataModule
+  init_args:
+    task: demo_topics
+    tokenizer: all-MiniLM-L6-v2
+    batch_size: 8
+trainer:
+  max_steps: 2
+  limit_val_batches: 1
+  limit_test_batches: 1
+  enable_progress_bar: false
+  enable_model_summary: false
+  callbacks:
+    - class_path: StepMarker
+      init_args:
+        out: marker.txt
+"""
+
+
+def write_distribution(root: Path, name: str, version: str, points: dict[str, str], modules: dict[str, str]) -> Path:
+    """An installed distribution under ``root``: its modules and a dist-info declaring ``points``."""
+    root.mkdir(parents=True, exist_ok=True)
+    for module, source in modules.items():
+        (root / f"{module}.py").write_text(source)
+    info = root / f"{name.replace('-', '_')}-{version}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+    lines = [f"{point} = {value}" for point, value in points.items()]
+    (info / "entry_points.txt").write_text("\n".join(["[lit_embed.plugins]", *lines, ""]))
+    return root
+
+
+@pytest.fixture(scope="module")
+def demo_site(tmp_path_factory) -> Path:
+    return write_distribution(tmp_path_factory.mktemp("site"), "litembed-demo-plugin", "0.1", {"demo": "litembed_demo_plugin"},
+                              {"litembed_demo_plugin": DEMO})
+
+
+def lit_embed(args: list[str], site: Path, cwd: Path, **env: str) -> subprocess.CompletedProcess:
+    """``python -m ARGS`` with the plugin folder on PYTHONPATH."""
+    path = os.pathsep.join([str(REPO), str(site), os.environ.get("PYTHONPATH", "")])
+    return subprocess.run([sys.executable, "-m", *args], cwd=cwd, env={**os.environ, "PYTHONPATH": path, **env},
+                          capture_output=True, text=True, timeout=600)
+
+
+# -- the demo plugin, through the real CLI --------------------------------------------------------------
+
+
+def test_params_counts_a_plugin_strategy_named_short(demo_site, tmp_path):
+    embedding = json.dumps({"class_path": "FoldedEmbedding", "init_args": {"rows": 500}})
+    done = lit_embed(["lit_embed.cli", "params", "--config", str(CONFIGS / "demo.yaml"), "--json",
+                      "--model.init_args.embedding", embedding], demo_site, tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout)
+    assert report["strategy"] == "FoldedEmbedding" and report["embedding_params"] == 500 * 64  # the tiny backbone's d
+
+
+def test_fit_uses_a_plugin_callback_data_module_and_task_named_short(demo_site, tmp_path):
+    (tmp_path / "plugin.yaml").write_text(FINETUNE)
+    done = lit_embed(["lit_embed.cli", "fit", "--config", str(CONFIGS / "demo_finetune.yaml"), "--config", "plugin.yaml",
+                      "--trainer.default_root_dir", "runs"], demo_site, tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (tmp_path / "marker.txt").read_text() == "2 demo_topics"
+    recorded = (tmp_path / "runs/version_0/config.yaml").read_text()  # the run records the full class paths
+    assert "class_path: litembed_demo_plugin.FoldedEmbedding" in recorded
+    assert "class_path: litembed_demo_plugin.StepMarker" in recorded
+
+
+def test_listing_names_each_plugin_and_what_it_adds(demo_site, tmp_path):
+    done = lit_embed(["lit_embed.plugins"], demo_site, tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.splitlines() == [
+        "demo = litembed_demo_plugin (litembed-demo-plugin 0.1)",
+        "  embedding strategies: FoldedEmbedding",
+        "  callbacks: StepMarker",
+        "  tasks: demo_topics",
+    ]
+
+
+# -- the loader's rules, in this process ------------------------------------------------------------------
+
+PROBE = "import probe_log\nprobe_log.IMPORTED.append(__name__)\n"
+
+
+@pytest.fixture
+def fresh(monkeypatch):
+    """A process that has loaded no plugin yet, with a task table of its own; probe modules forgotten after."""
+    monkeypatch.setattr(plugins, "_loaded", None)
+    monkeypatch.setattr(tasks, "TASKS", dict(tasks.TASKS))
+    monkeypatch.delenv(plugins.SWITCH, raising=False)
+    yield monkeypatch
+    for name in [name for name in sys.modules if name.startswith(("probe_", "litembed_"))]:
+        del sys.modules[name]
+
+
+def test_plugins_load_once_by_distribution_then_name(fresh, tmp_path):
+    site = tmp_path / "site"
+    write_distribution(site, "zeta-probe", "1.0", {"a": "probe_zeta"}, {"probe_zeta": PROBE})
+    write_distribution(site, "Alpha_Probe", "2.0", {"b": "probe_alpha_b:NAME", "a": "probe_alpha_a"}, {
+        "probe_alpha_a": PROBE + "from lit_embed.data.tasks import TASKS, register_task\n"
+                                 "import dataclasses\n"
+                                 "register_task(dataclasses.replace(TASKS['topics'], name='probe_task'))\n",
+        "probe_alpha_b": PROBE + "NAME = 'an object: loading it imports its module'\n",
+        "probe_log": "IMPORTED = []\n",
+    })
+    fresh.syspath_prepend(str(site))
+    loaded = plugins.load_plugins()
+    import probe_log
+
+    assert probe_log.IMPORTED == ["probe_alpha_a", "probe_alpha_b", "probe_zeta"]
+    assert [str(p) for p in loaded] == ["a = probe_alpha_a (Alpha_Probe 2.0)", "b = probe_alpha_b:NAME (Alpha_Probe 2.0)",
+                                        "a = probe_zeta (zeta-probe 1.0)"]
+    assert loaded[0].tasks == ("probe_task",) and tasks.get_task("probe_task").name == "probe_task"
+    assert plugins.provided(loaded[0]) == {"tasks": ["probe_task"]}
+    del sys.modules["probe_zeta"]
+    assert plugins.list_plugins() == loaded and "probe_zeta" not in sys.modules  # once per process
+
+
+def test_a_plugin_that_fails_to_import_exits_2_naming_it(fresh, tmp_path, capsys):
+    site = write_distribution(tmp_path / "site", "litembed-broken-plugin", "0.2", {"broken": "litembed_broken"},
+                              {"litembed_broken": "raise RuntimeError('the plugin is broken')\n"})
+    fresh.syspath_prepend(str(site))
+    assert main(["params", "--config", str(CONFIGS / "demo.yaml")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("lit-embed: error: plugin 'broken' (litembed_broken) of litembed-broken-plugin 0.2 failed to "
+                          "import (RuntimeError: the plugin is broken, at ")
+    assert f"{site / 'litembed_broken.py'}:1)" in err and "LIT_EMBED_PLUGINS=0" in err
+    assert plugins.main() == 2 and "litembed-broken-plugin" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("modules", "cause"), [
+    ({}, "ModuleNotFoundError: No module named 'litembed_gone'"),  # no place: the module is not there
+    ({"litembed_gone": "def broken(:\n"}, "SyntaxError: .*, at .*litembed_gone.py:1"),
+], ids=["no module", "syntax error"])
+def test_a_module_that_is_missing_or_does_not_parse_is_named(fresh, tmp_path, modules, cause):
+    fresh.syspath_prepend(str(write_distribution(tmp_path / "site", "litembed-gone", "1.0", {"gone": "litembed_gone"}, modules)))
+    with pytest.raises(PluginError, match=rf"^plugin 'gone' \(litembed_gone\) of litembed-gone 1.0 failed to import "
+                                          rf"\({cause}\): fix or uninstall litembed-gone"):
+        plugins.load_plugins()
+
+
+def test_LIT_EMBED_PLUGINS_0_imports_no_plugin(fresh, demo_site, capsys):
+    fresh.syspath_prepend(str(demo_site))
+    fresh.setenv(plugins.SWITCH, "0")
+    assert plugins.load_plugins() == [] and "litembed_demo_plugin" not in sys.modules
+    assert plugins.main() == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "plugins are off (LIT_EMBED_PLUGINS=0): 1 installed, none loaded",
+        "  demo = litembed_demo_plugin (litembed-demo-plugin 0.1)",
+    ]
+    with pytest.raises(SystemExit) as exit_info:  # the short name is nobody's now
+        main(["params", "--config", str(CONFIGS / "demo.yaml"), "--model.init_args.embedding", "FoldedEmbedding"])
+    assert exit_info.value.code == 2 and "FoldedEmbedding" in capsys.readouterr().err
+    assert "litembed_demo_plugin" not in sys.modules
+    fresh.setattr(plugins, "_loaded", None)
+    fresh.setenv(plugins.SWITCH, "maybe")
+    with pytest.raises(ConfigError, match="LIT_EMBED_PLUGINS='maybe' is not known: set it to 0"):
+        plugins.load_plugins()
+
+
+def test_register_task_refuses_a_taken_or_unreachable_name(fresh):
+    topics = tasks.TASKS["topics"]
+    with pytest.raises(ConfigError, match="a task named 'topics' exists already"):
+        tasks.register_task(topics)
+    with pytest.raises(ConfigError, match="task name 'My-Topics' is not the form configs find: name it 'my_topics'"):
+        tasks.register_task(dataclasses.replace(topics, name="My-Topics"))
+    assert tasks.register_task(dataclasses.replace(topics, name="my_topics")) is tasks.get_task("My-Topics")
+
+
+def test_readme_stanza_declares_the_group_that_is_loaded():
+    tomllib = pytest.importorskip("tomllib")
+    stanza = re.findall(r"```toml\n(.*?)```", (REPO / "README.md").read_text(), flags=re.S)
+    assert tomllib.loads(stanza[0])["project"]["entry-points"][plugins.GROUP] == {"my_plugin": "my_plugin"}
