@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 from abc import ABC, abstractmethod
 from collections.abc import Callable
+from typing import ClassVar
 
 import torch
 from torch import Tensor, nn
@@ -27,24 +28,43 @@ from lit_embed.errors import ConfigError
 class EmbeddingStrategy(nn.Module, ABC):
     """Base class of every embedding strategy.
 
+    Every strategy is built as ``Strategy(vocab_size, hidden_size, **init_args)``: the model supplies the
+    two sizes, stated once in its config (:data:`lit_embed.models.base.StrategyFactory`), and YAML gives
+    the rest by ``class_path`` and ``init_args``.
+
     Args:
+        vocab_size: number of vocabulary ids the strategy accepts. Vocabulary strategies (the default)
+            need it; strategies with ``unlimited_vocabulary`` (hash strategies) take ``None`` and refuse
+            a size.
         hidden_size: width of the vectors handed to the backbone.
-        vocab_size: number of vocabulary ids the strategy accepts; ``None`` for strategies that
-            support an unlimited vocabulary (hash strategies).
     """
 
     #: Trailing shape of one token's code: ``()`` for one integer per token (vocabulary ids,
     #: hash buckets), ``(128,)`` for a bit vector, and so on.
     code_shape: tuple[int, ...] = ()
 
-    def __init__(self, hidden_size: int, vocab_size: int | None = None) -> None:
+    #: Whether the strategy supports an unlimited vocabulary (hashing words) instead of indexing
+    #: ``vocab_size`` ids.
+    unlimited_vocabulary: ClassVar[bool] = False
+
+    def __init__(self, vocab_size: int | None, hidden_size: int) -> None:
         super().__init__()
+        name = type(self).__name__
+        if self.unlimited_vocabulary and vocab_size is not None:
+            raise ConfigError(
+                f"{name} hashes an unlimited vocabulary, so vocab_size must be unset (got {vocab_size}): pre-train "
+                f"it with lit_embed.models.ShuffleRandom and give baseline_vocab_size to compare against a dense table"
+            )
+        if not self.unlimited_vocabulary and vocab_size is None:
+            raise ConfigError(
+                f"{name} needs the vocabulary size: set model.init_args.vocab_size (50265 for RoBERTa's tokenizer)"
+            )
         if hidden_size < 1:
             raise ConfigError(f"hidden_size={hidden_size} must be a positive integer")
         if vocab_size is not None and vocab_size < 1:
-            raise ConfigError(f"vocab_size={vocab_size} must be a positive integer (or None for unlimited)")
-        self.hidden_size = hidden_size
+            raise ConfigError(f"vocab_size={vocab_size} must be a positive integer")
         self.vocab_size = vocab_size
+        self.hidden_size = hidden_size
 
     @abstractmethod
     def forward(self, codes: Tensor) -> Tensor:

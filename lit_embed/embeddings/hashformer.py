@@ -56,6 +56,8 @@ class HashStrategy(EmbeddingStrategy):
         tokenization: ``word`` (the paper) or ``subword`` (hash the data tokenizer's pieces, Appendix C).
     """
 
+    unlimited_vocabulary = True
+
     def __init__(
         self,
         vocab_size: int | None,
@@ -65,15 +67,9 @@ class HashStrategy(EmbeddingStrategy):
         hasher: HasherFactory | None = None,
         tokenization: Tokenization = "word",
     ) -> None:
-        if vocab_size is not None:
-            raise ConfigError(
-                f"{type(self).__name__} hashes an unlimited vocabulary, so vocab_size must be unset (got "
-                f"{vocab_size}): pre-train it with lit_embed.models.ShuffleRandom and give baseline_vocab_size "
-                f"to compare against a dense table"
-            )
+        super().__init__(vocab_size, hidden_size)
         if tokenization not in ("word", "subword"):
             raise ConfigError(f"tokenization={tokenization!r} must be 'word' or 'subword'")
-        super().__init__(hidden_size=hidden_size, vocab_size=None)
         self.codes = codes
         self.code_shape = codes.code_shape
         self.tokenization = tokenization

@@ -29,7 +29,7 @@ class AdditiveQuantizedEmbedding(EmbeddingStrategy):
     """
 
     def __init__(self, vocab_size: int, hidden_size: int, codebooks: int = 32, codewords: int = 16) -> None:
-        super().__init__(hidden_size=hidden_size, vocab_size=vocab_size)
+        super().__init__(vocab_size, hidden_size)
         if codebooks < 1:
             raise ConfigError(f"codebooks={codebooks} must be at least 1")
         if not 2 <= codewords <= 256:

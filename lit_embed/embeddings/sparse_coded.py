@@ -30,7 +30,7 @@ class PartialEmbedding(EmbeddingStrategy):
     """
 
     def __init__(self, vocab_size: int, hidden_size: int, num_common: int) -> None:
-        super().__init__(hidden_size=hidden_size, vocab_size=vocab_size)
+        super().__init__(vocab_size, hidden_size)
         if not 0 < num_common <= vocab_size:
             raise ConfigError(f"num_common={num_common} must lie in [1, vocab_size={vocab_size}]")
         self.common = nn.Parameter(torch.zeros(num_common, hidden_size))

@@ -40,7 +40,7 @@ class SubspaceEmbedding(EmbeddingStrategy):
         padding_idx: int | None = None,
         init_range: float = 0.1,
     ) -> None:
-        super().__init__(hidden_size=hidden_size, vocab_size=vocab_size)
+        super().__init__(vocab_size, hidden_size)
         if num_tables < 1:
             raise ConfigError(f"num_tables={num_tables} must be at least 1")
         if num_tables > hidden_size:
