@@ -102,7 +102,7 @@ class EmbeddingStrategy(nn.Module, ABC):
         """
         if self.vocab_size is None:
             return None
-        ids = torch.arange(self.vocab_size, device=self._device())
+        ids = torch.arange(self.vocab_size, device=self.device)
         return self(ids)
 
     def decoder_logits(self, hidden: Tensor) -> Tensor:
@@ -133,7 +133,9 @@ class EmbeddingStrategy(nn.Module, ABC):
             raise NotImplementedError(f"{type(self).__name__} must define code_sampler")
         return functools.partial(torch.randint, self.vocab_size)
 
-    def _device(self) -> torch.device:
+    @property
+    def device(self) -> torch.device:
+        """Where the strategy's parameters and buffers are (the CPU for a strategy holding neither)."""
         for tensor in (*self.parameters(), *self.buffers()):
             return tensor.device
         return torch.device("cpu")
