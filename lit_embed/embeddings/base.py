@@ -8,7 +8,8 @@ A strategy owns both halves of what makes it different from a dense table:
 It also answers what the rest of the system asks of it: its own parameter count (the number the
 papers report), a full ``V x d`` weight for a tied MLM decoder where one exists, random codes for
 the Shuffle+Random objective and MLM, and its defining state as persistent buffers, so that a checkpoint
-restores it exactly and every DDP rank agrees.
+restores it exactly and every DDP rank agrees (those whose shape only the checkpoint knows are listed in
+``sized_by_checkpoint``, :mod:`lit_embed.embeddings.state`).
 """
 
 from __future__ import annotations
@@ -19,13 +20,14 @@ from collections.abc import Callable
 from typing import ClassVar
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
+from lit_embed.embeddings.state import CheckpointSized
 from lit_embed.embeddings.text import TextEncoder, VocabTextEncoder
 from lit_embed.errors import ConfigError
 
 
-class EmbeddingStrategy(nn.Module, ABC):
+class EmbeddingStrategy(CheckpointSized, ABC):
     """Base class of every embedding strategy.
 
     Every strategy is built as ``Strategy(vocab_size, hidden_size, **init_args)``: the model supplies the

@@ -23,8 +23,8 @@ from typing import Protocol
 
 import numpy as np
 import torch
-from torch import nn
 
+from lit_embed.embeddings.state import CheckpointSized
 from lit_embed.errors import ConfigError
 
 
@@ -41,7 +41,7 @@ class WordHash(Protocol):
         """Changes whenever any word's bucket or bits would."""
 
 
-class Hasher(nn.Module, ABC):
+class Hasher(CheckpointSized, ABC):
     """Maps words to ``num_outputs`` buckets (HashFormer-Emb) or to ``num_outputs`` bits (Pool, Add, Proj).
 
     Args:
@@ -89,18 +89,13 @@ class MD5Hasher(Hasher):
     """
 
     max_bits = 128
+    sized_by_checkpoint = ("key",)  # as long as the key's bytes
 
     def __init__(self, num_outputs: int, key: str = "en") -> None:
         super().__init__(num_outputs)
         if num_outputs > 2**32:
             raise ConfigError(f"num_outputs={num_outputs} exceeds 2^32 buckets: use fewer")
         self.register_buffer("key", torch.tensor(list(key.encode("utf-8")), dtype=torch.uint8), persistent=True)
-
-    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
-        key = state_dict.get(prefix + "key")
-        if key is not None and key.shape != self.key.shape:
-            self.key = torch.empty_like(key, device=self.key.device)
-        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def function(self) -> MD5Hash:
         return MD5Hash(bytes(self.key.cpu().tolist()), self.num_outputs)
@@ -182,6 +177,7 @@ class LSHHasher(Hasher):
     """
 
     ARTEFACT = "lsh_ngrams.json"
+    sized_by_checkpoint = ("ngram_bytes", "ngram_ends")  # a fitted vocabulary has its own size
 
     def __init__(
         self,
@@ -244,13 +240,6 @@ class LSHHasher(Hasher):
         data = bytes(self.ngram_bytes.cpu().tolist())
         ends = self.ngram_ends.cpu().tolist()
         return [data[a:b].decode("utf-8", "surrogatepass") for a, b in zip([0, *ends[:-1]], ends)]
-
-    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
-        for name in ("ngram_bytes", "ngram_ends"):  # a fitted vocabulary has its own size
-            value = state_dict.get(prefix + name)
-            if value is not None and value.shape != getattr(self, name).shape:
-                setattr(self, name, torch.empty_like(value, device=self.eta.device))
-        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def save(self, folder: Path) -> Path:
         """Write ``lsh_ngrams.json`` (atomically) for people to read and for ``ngrams:`` to reuse."""
