@@ -68,6 +68,7 @@ def test_a_state_dict_gives_the_md5_hasher_its_key_whatever_its_length():
     saved = MD5Hasher(128, key="a key longer than en")
     fresh = MD5Hasher(128)  # built from a config that left the key out: a 2-byte buffer until loaded
     fresh.load_state_dict(saved.state_dict())
+    assert fresh.init_args() == {"key": "a key longer than en"}
     assert fresh.function().digests(["x"]).tobytes() == hmac.digest(b"a key longer than en", b"x", "md5")
 
 

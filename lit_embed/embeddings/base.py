@@ -9,7 +9,8 @@ It also answers what the rest of the system asks of it: its own parameter count 
 papers report), a full ``V x d`` weight for a tied MLM decoder where one exists, random codes for
 the Shuffle+Random objective and MLM, and its defining state as persistent buffers, so that a checkpoint
 restores it exactly and every DDP rank agrees (those whose shape only the checkpoint knows are listed in
-``sized_by_checkpoint``, :mod:`lit_embed.embeddings.state`).
+``sized_by_checkpoint``, :mod:`lit_embed.embeddings.state`). :meth:`EmbeddingStrategy.config` says how to
+rebuild it.
 """
 
 from __future__ import annotations
@@ -17,12 +18,12 @@ from __future__ import annotations
 import functools
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor
 
-from lit_embed.embeddings.state import CheckpointSized
+from lit_embed.embeddings.state import CheckpointSized, init_args_of, public_class_path
 from lit_embed.embeddings.text import TextEncoder, VocabTextEncoder
 from lit_embed.errors import ConfigError
 
@@ -32,7 +33,8 @@ class EmbeddingStrategy(CheckpointSized, ABC):
 
     Every strategy is built as ``Strategy(vocab_size, hidden_size, **init_args)``: the model supplies the
     two sizes, stated once in its config (:data:`lit_embed.models.base.StrategyFactory`), and YAML gives
-    the rest by ``class_path`` and ``init_args``.
+    the rest by ``class_path`` and ``init_args``. A strategy keeps each of the rest as an attribute of the
+    same name (or overrides :meth:`init_args`), so that :meth:`config` rebuilds it.
 
     Args:
         vocab_size: number of vocabulary ids the strategy accepts. Vocabulary strategies (the default)
@@ -134,6 +136,28 @@ class EmbeddingStrategy(CheckpointSized, ABC):
         if self.vocab_size is None:
             raise NotImplementedError(f"{type(self).__name__} must define code_sampler")
         return functools.partial(torch.randint, self.vocab_size)
+
+    # -- what rebuilds it ------------------------------------------------------------------------
+    def init_args(self) -> dict[str, Any]:
+        """The constructor arguments beyond the two sizes, as plain data a YAML config holds.
+
+        Nested objects (a subspace ``assignment``, a hash ``hasher``) are ``{"class_path", "init_args"}``.
+        ``type(s)(s.vocab_size, s.hidden_size, **init_args)``, with the nested configs instantiated as
+        jsonargparse does, rebuilds a module whose state dict loads into it strictly. By default each
+        argument is read back from the attribute of the same name; override where one is kept otherwise.
+        """
+        return init_args_of(self, skip=("vocab_size", "hidden_size"))
+
+    def config(self, with_sizes: bool = False) -> dict[str, Any]:
+        """``{"class_path", "init_args"}`` of this strategy, with its stable public class path.
+
+        A model's config leaves the two sizes out (the model gives them); ``with_sizes`` puts them in, to
+        build the strategy on its own (:func:`lit_embed.checkpoints.build_from_config`).
+        """
+        init_args = self.init_args()
+        if with_sizes:
+            init_args = {"vocab_size": self.vocab_size, "hidden_size": self.hidden_size, **init_args}
+        return {"class_path": public_class_path(type(self)), "init_args": init_args}
 
     @property
     def device(self) -> torch.device:

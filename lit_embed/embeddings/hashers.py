@@ -19,12 +19,12 @@ from collections import Counter
 from collections.abc import Iterable
 from itertools import chain, islice, repeat
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import torch
 
-from lit_embed.embeddings.state import CheckpointSized
+from lit_embed.embeddings.state import CheckpointSized, init_args_of
 from lit_embed.errors import ConfigError
 
 
@@ -73,6 +73,10 @@ class Hasher(CheckpointSized, ABC):
     def function(self) -> WordHash:
         """A snapshot of the current state that hashes words."""
 
+    def init_args(self) -> dict[str, Any]:
+        """The constructor arguments but ``num_outputs`` (the strategy gives it), as plain data."""
+        return init_args_of(self, skip=("num_outputs",))
+
 
 # -- MD5 ----------------------------------------------------------------------------------------------
 
@@ -99,6 +103,9 @@ class MD5Hasher(Hasher):
 
     def function(self) -> MD5Hash:
         return MD5Hash(bytes(self.key.cpu().tolist()), self.num_outputs)
+
+    def init_args(self) -> dict[str, Any]:
+        return {"key": bytes(self.key.cpu().tolist()).decode("utf-8")}
 
     def extra_repr(self) -> str:
         return f"num_outputs={self.num_outputs}"
@@ -197,6 +204,8 @@ class LSHHasher(Hasher):
             raise ConfigError(f"fit_texts={fit_texts} must be at least 1 (or unset for the whole corpus)")
         self.num_ngrams = num_ngrams
         self.max_ngram = max_ngram
+        self.seed = seed
+        self.ngrams_file = ngrams
         self.fit_texts = fit_texts
         eta = np.random.default_rng(seed).standard_normal(max(num_ngrams, num_outputs)).astype(np.float32)
         self.register_buffer("eta", torch.from_numpy(eta), persistent=True)
@@ -240,6 +249,10 @@ class LSHHasher(Hasher):
         data = bytes(self.ngram_bytes.cpu().tolist())
         ends = self.ngram_ends.cpu().tolist()
         return [data[a:b].decode("utf-8", "surrogatepass") for a, b in zip([0, *ends[:-1]], ends)]
+
+    def init_args(self) -> dict[str, Any]:
+        return {"num_ngrams": self.num_ngrams, "max_ngram": self.max_ngram, "seed": self.seed,
+                "ngrams": self.ngrams_file, "fit_texts": self.fit_texts}
 
     def save(self, folder: Path) -> Path:
         """Write ``lsh_ngrams.json`` (atomically) for people to read and for ``ngrams:`` to reuse."""

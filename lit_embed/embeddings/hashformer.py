@@ -112,6 +112,7 @@ class HashEmbedding(HashStrategy):
             )
         super().__init__(vocab_size, hidden_size, BucketCodes(num_buckets), num_buckets - NUM_SPECIAL, hasher, tokenization)
         self.num_buckets = num_buckets
+        self.init_std = init_std
         self.weight = nn.Parameter(torch.empty(num_buckets, hidden_size).normal_(0.0, init_std))
 
     def forward(self, codes: Tensor) -> Tensor:

@@ -48,5 +48,5 @@ class AdditiveQuantizedEmbedding(EmbeddingStrategy):
         return self.codebooks.numel() + self.codes.numel()
 
     def init_args(self) -> dict:
-        """The constructor arguments beyond the two sizes, for the config of a compressed model."""
+        """The constructor arguments beyond the two sizes (the codebooks are kept as ``num_codebooks``)."""
         return {"codebooks": self.num_codebooks, "codewords": self.num_codewords}

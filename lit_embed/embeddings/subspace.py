@@ -61,6 +61,7 @@ class SubspaceEmbedding(EmbeddingStrategy):
         self.table_size = smallest_table_size(vocab_size, num_tables) if table_size is None else table_size
         self.assignment = assignment or RadixAssignment()
         self.padding_idx = padding_idx
+        self.init_range = init_range
         widths = [hidden_size // num_tables] * num_tables
         widths[-1] += hidden_size - sum(widths)
         self.widths = widths
