@@ -10,7 +10,7 @@ papers report), a full ``V x d`` weight for a tied MLM decoder where one exists,
 the Shuffle+Random objective and MLM, and its defining state as persistent buffers, so that a checkpoint
 restores it exactly and every DDP rank agrees (those whose shape only the checkpoint knows are listed in
 ``sized_by_checkpoint``, :mod:`lit_embed.embeddings.state`). :meth:`EmbeddingStrategy.config` says how to
-rebuild it.
+rebuild it, and :func:`lit_embed.testing.check_strategy` checks all of this on any strategy.
 """
 
 from __future__ import annotations
