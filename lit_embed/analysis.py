@@ -85,7 +85,7 @@ def embedding_pca(strategy, codes: Tensor | None = None, points: int = 10_000, c
         if strategy.vocab_size is None:
             raise ConfigError(f"{type(strategy).__name__} has no vocabulary to enumerate: pass the codes to analyse")
         codes = torch.arange(strategy.vocab_size)
-    device = strategy._device()
+    device = strategy.device
     codes = codes.to(device)
     count = len(codes)
     if count < 2:

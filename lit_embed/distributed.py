@@ -42,8 +42,8 @@ def share_buffers(trainer, module: nn.Module) -> None:
     """Give every rank global rank 0's persistent buffers of ``module`` (a collective: call it on every rank).
 
     The buffers travel as one pickled object (``broadcast_object_list``), so they may differ in shape
-    between ranks beforehand (an LSH vocabulary fitted on rank 0 only); modules that resize buffers
-    on load (``_load_from_state_dict``) take rank 0's sizes.
+    between ranks beforehand (an LSH vocabulary fitted on rank 0 only); buffers a module lists in
+    ``sized_by_checkpoint`` take rank 0's sizes on load.
     """
     if not is_distributed(trainer):
         return

@@ -107,6 +107,12 @@ def demo_args(*extra: str) -> list[str]:
         (["--model.init_args.embedding.init_args.table_size", "10"], "Q=10 gives 10^3=1000 codes for 30522 tokens: raise Q to at least 32"),
         (["--model.init_args.embedding.init_args.num_tables", "0"], "num_tables=0 must be at least 1"),
         (["--model.init_args.embedding.init_args.num_tables", "65"], "num_tables=65 exceeds hidden_size=64"),
+        (["--model.init_args.vocab_size", "null"],
+         "SubspaceEmbedding needs the vocabulary size: set model.init_args.vocab_size (50265 for RoBERTa's tokenizer)"),
+        (["--model.init_args.vocab_size", "null", "--model.init_args.embedding", str(CONFIGS / "embedding" / "md5_add.yaml")],
+         "MaskedLM predicts vocabulary ids, which HashAdd does not have: pre-train it with lit_embed.models.ShuffleRandom"),
+        (["--model.init_args.embedding", str(CONFIGS / "embedding" / "md5_add.yaml")],
+         "HashAdd hashes an unlimited vocabulary, so vocab_size must be unset (got 30522)"),
     ],
 )
 def test_bad_strategy_arguments_exit_non_zero_with_the_fix(extra, message, capsys):

@@ -63,6 +63,14 @@ def test_md5_bits_are_the_digest_most_significant_first_and_match_hmac():
     assert MD5Hasher(128, key="de").function().digests(["x"]).tobytes() != md5.digests(["x"]).tobytes()
 
 
+def test_a_state_dict_gives_the_md5_hasher_its_key_whatever_its_length():
+    saved = MD5Hasher(128, key="a key longer than en")
+    fresh = MD5Hasher(128)  # built from a config that left the key out: a 2-byte buffer until loaded
+    fresh.load_state_dict(saved.state_dict())
+    assert fresh.init_args() == {"key": "a key longer than en"}
+    assert fresh.function().digests(["x"]).tobytes() == hmac.digest(b"a key longer than en", b"x", "md5")
+
+
 def test_md5_buckets_equal_python_big_integers():
     words = [f"w{i}" for i in range(300)]
     for n in (1, 1033, 50260, 2**32):

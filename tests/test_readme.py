@@ -54,8 +54,8 @@ def test_experiment_table_is_what_params_prints(paper, row):
             assert published == [" / ".join([total, embedding, *(f"{r:.1f}" for r in ratios)])]
 
 
-def test_the_plugin_example_counts_and_trains_as_written(tmp_path):
-    """Write the README's two files, run its two commands (fit shortened to one step)."""
+def test_the_plugin_example_counts_trains_and_keeps_the_contract_as_written(tmp_path):
+    """Write the README's two files, run its two commands (fit shortened to one step), then its contract check."""
     module = next(block for block in code_blocks("python") if "class LowRankEmbedding" in block)
     (tmp_path / "my_embeddings.py").write_text(module)
     (tmp_path / "low_rank.yaml").write_text(next(b for b in code_blocks("yaml") if "my_embeddings." in b))
@@ -73,3 +73,6 @@ def test_the_plugin_example_counts_and_trains_as_written(tmp_path):
     rank = 32
     expected = 30522 * rank + rank * 64  # A: V x r, B: r x d with the demo's tiny backbone (d = 64)
     assert f"{expected:,}" in outputs[0] and "LowRankEmbedding" in outputs[0]
+    contract = next(block for block in code_blocks("python") if "check_strategy(" in block)
+    done = subprocess.run([sys.executable, "-c", contract], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]

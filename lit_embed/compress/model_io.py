@@ -200,8 +200,8 @@ def classifier_for(source: Source, task: str, seed: int) -> None:
 
 
 def strategy_config(strategy: EmbeddingStrategy) -> dict:
-    """The strategy as a config: its public class path and the init args beyond the two sizes."""
-    return {"class_path": f"lit_embed.embeddings.{type(strategy).__name__}", "init_args": strategy.init_args()}
+    """The strategy as a model's config holds it: its public class path and the init args beyond the two sizes."""
+    return strategy.config()
 
 
 # -- writing ---------------------------------------------------------------------------------------------
@@ -345,8 +345,6 @@ def write_huggingface(folder: Path, source: Source, strategy: EmbeddingStrategy)
 
 def load_compact(path: str | Path) -> EmbeddingStrategy:
     """The compressed embedding saved in a HuggingFace output folder (or its ``compressed_embedding.safetensors``)."""
-    import importlib
-
     from safetensors import safe_open
     from safetensors.torch import load_file
 
@@ -356,9 +354,8 @@ def load_compact(path: str | Path) -> EmbeddingStrategy:
     with safe_open(str(path), framework="pt") as handle:
         meta = handle.metadata()
     config = json.loads(meta["lit_embed_strategy"])
-    module, _, name = config["class_path"].rpartition(".")
-    strategy = getattr(importlib.import_module(module), name)(
-        int(meta["vocab_size"]), int(meta["hidden_size"]), **config["init_args"]
-    )
+    sizes = {"vocab_size": int(meta["vocab_size"]), "hidden_size": int(meta["hidden_size"])}
+    config = {"class_path": config["class_path"], "init_args": {**sizes, **config["init_args"]}}
+    strategy = build_from_config(EmbeddingStrategy, config, "embedding")
     strategy.load_state_dict(load_file(str(path)))
     return strategy

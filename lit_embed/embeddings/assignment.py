@@ -114,7 +114,8 @@ class ClusterAssignment(Assignment):
         self.method = method
         self.seed = seed
         self.max_iter = max_iter
-        self.cache_dir = Path(cache_dir or os.environ.get("LIT_EMBED_CACHE", "~/.cache/lit_embed")).expanduser()
+        self.cache_dir = cache_dir
+        self.cache_folder = Path(cache_dir or os.environ.get("LIT_EMBED_CACHE", "~/.cache/lit_embed")).expanduser()
 
     def __repr__(self) -> str:
         return f"ClusterAssignment(source={self.source!r}, method={self.method!r}, seed={self.seed})"
@@ -130,7 +131,7 @@ class ClusterAssignment(Assignment):
                 f"{num_tokens} tokens: use the matrix of the same tokenizer, or set vocab_size={matrix.shape[0]}"
             )
         key = self._cache_key(matrix, num_tables, table_size)
-        path = self.cache_dir / "assignments" / f"{key}.npy"
+        path = self.cache_folder / "assignments" / f"{key}.npy"
         if path.exists():
             return np.load(path)
         codes = cluster_codes(matrix, num_tables, table_size, self.method, self.seed, self.max_iter)

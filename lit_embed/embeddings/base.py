@@ -8,7 +8,9 @@ A strategy owns both halves of what makes it different from a dense table:
 It also answers what the rest of the system asks of it: its own parameter count (the number the
 papers report), a full ``V x d`` weight for a tied MLM decoder where one exists, random codes for
 the Shuffle+Random objective and MLM, and its defining state as persistent buffers, so that a checkpoint
-restores it exactly and every DDP rank agrees.
+restores it exactly and every DDP rank agrees (those whose shape only the checkpoint knows are listed in
+``sized_by_checkpoint``, :mod:`lit_embed.embeddings.state`). :meth:`EmbeddingStrategy.config` says how to
+rebuild it, and :func:`lit_embed.testing.check_strategy` checks all of this on any strategy.
 """
 
 from __future__ import annotations
@@ -16,35 +18,57 @@ from __future__ import annotations
 import functools
 from abc import ABC, abstractmethod
 from collections.abc import Callable
+from typing import Any, ClassVar
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
+from lit_embed.embeddings.state import CheckpointSized, init_args_of, public_class_path
 from lit_embed.embeddings.text import TextEncoder, VocabTextEncoder
 from lit_embed.errors import ConfigError
 
 
-class EmbeddingStrategy(nn.Module, ABC):
+class EmbeddingStrategy(CheckpointSized, ABC):
     """Base class of every embedding strategy.
 
+    Every strategy is built as ``Strategy(vocab_size, hidden_size, **init_args)``: the model supplies the
+    two sizes, stated once in its config (:data:`lit_embed.models.base.StrategyFactory`), and YAML gives
+    the rest by ``class_path`` and ``init_args``. A strategy keeps each of the rest as an attribute of the
+    same name (or overrides :meth:`init_args`), so that :meth:`config` rebuilds it.
+
     Args:
+        vocab_size: number of vocabulary ids the strategy accepts. Vocabulary strategies (the default)
+            need it; strategies with ``unlimited_vocabulary`` (hash strategies) take ``None`` and refuse
+            a size.
         hidden_size: width of the vectors handed to the backbone.
-        vocab_size: number of vocabulary ids the strategy accepts; ``None`` for strategies that
-            support an unlimited vocabulary (hash strategies).
     """
 
     #: Trailing shape of one token's code: ``()`` for one integer per token (vocabulary ids,
     #: hash buckets), ``(128,)`` for a bit vector, and so on.
     code_shape: tuple[int, ...] = ()
 
-    def __init__(self, hidden_size: int, vocab_size: int | None = None) -> None:
+    #: Whether the strategy supports an unlimited vocabulary (hashing words) instead of indexing
+    #: ``vocab_size`` ids.
+    unlimited_vocabulary: ClassVar[bool] = False
+
+    def __init__(self, vocab_size: int | None, hidden_size: int) -> None:
         super().__init__()
+        name = type(self).__name__
+        if self.unlimited_vocabulary and vocab_size is not None:
+            raise ConfigError(
+                f"{name} hashes an unlimited vocabulary, so vocab_size must be unset (got {vocab_size}): pre-train "
+                f"it with lit_embed.models.ShuffleRandom and give baseline_vocab_size to compare against a dense table"
+            )
+        if not self.unlimited_vocabulary and vocab_size is None:
+            raise ConfigError(
+                f"{name} needs the vocabulary size: set model.init_args.vocab_size (50265 for RoBERTa's tokenizer)"
+            )
         if hidden_size < 1:
             raise ConfigError(f"hidden_size={hidden_size} must be a positive integer")
         if vocab_size is not None and vocab_size < 1:
-            raise ConfigError(f"vocab_size={vocab_size} must be a positive integer (or None for unlimited)")
-        self.hidden_size = hidden_size
+            raise ConfigError(f"vocab_size={vocab_size} must be a positive integer")
         self.vocab_size = vocab_size
+        self.hidden_size = hidden_size
 
     @abstractmethod
     def forward(self, codes: Tensor) -> Tensor:
@@ -82,7 +106,7 @@ class EmbeddingStrategy(nn.Module, ABC):
         """
         if self.vocab_size is None:
             return None
-        ids = torch.arange(self.vocab_size, device=self._device())
+        ids = torch.arange(self.vocab_size, device=self.device)
         return self(ids)
 
     def decoder_logits(self, hidden: Tensor) -> Tensor:
@@ -113,7 +137,31 @@ class EmbeddingStrategy(nn.Module, ABC):
             raise NotImplementedError(f"{type(self).__name__} must define code_sampler")
         return functools.partial(torch.randint, self.vocab_size)
 
-    def _device(self) -> torch.device:
+    # -- what rebuilds it ------------------------------------------------------------------------
+    def init_args(self) -> dict[str, Any]:
+        """The constructor arguments beyond the two sizes, as plain data a YAML config holds.
+
+        Nested objects (a subspace ``assignment``, a hash ``hasher``) are ``{"class_path", "init_args"}``.
+        ``type(s)(s.vocab_size, s.hidden_size, **init_args)``, with the nested configs instantiated as
+        jsonargparse does, rebuilds a module whose state dict loads into it strictly. By default each
+        argument is read back from the attribute of the same name; override where one is kept otherwise.
+        """
+        return init_args_of(self, skip=("vocab_size", "hidden_size"))
+
+    def config(self, with_sizes: bool = False) -> dict[str, Any]:
+        """``{"class_path", "init_args"}`` of this strategy, with its stable public class path.
+
+        A model's config leaves the two sizes out (the model gives them); ``with_sizes`` puts them in, to
+        build the strategy on its own (:func:`lit_embed.checkpoints.build_from_config`).
+        """
+        init_args = self.init_args()
+        if with_sizes:
+            init_args = {"vocab_size": self.vocab_size, "hidden_size": self.hidden_size, **init_args}
+        return {"class_path": public_class_path(type(self)), "init_args": init_args}
+
+    @property
+    def device(self) -> torch.device:
+        """Where the strategy's parameters and buffers are (the CPU for a strategy holding neither)."""
         for tensor in (*self.parameters(), *self.buffers()):
             return tensor.device
         return torch.device("cpu")

@@ -19,7 +19,8 @@ class DenseEmbedding(EmbeddingStrategy):
     """
 
     def __init__(self, vocab_size: int, hidden_size: int, init_std: float = 0.02) -> None:
-        super().__init__(hidden_size=hidden_size, vocab_size=vocab_size)
+        super().__init__(vocab_size, hidden_size)
+        self.init_std = init_std
         self.weight = nn.Parameter(torch.empty(vocab_size, hidden_size).normal_(0.0, init_std))
 
     def forward(self, codes: Tensor) -> Tensor:

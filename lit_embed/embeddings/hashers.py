@@ -19,12 +19,12 @@ from collections import Counter
 from collections.abc import Iterable
 from itertools import chain, islice, repeat
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import torch
-from torch import nn
 
+from lit_embed.embeddings.state import CheckpointSized, init_args_of
 from lit_embed.errors import ConfigError
 
 
@@ -41,7 +41,7 @@ class WordHash(Protocol):
         """Changes whenever any word's bucket or bits would."""
 
 
-class Hasher(nn.Module, ABC):
+class Hasher(CheckpointSized, ABC):
     """Maps words to ``num_outputs`` buckets (HashFormer-Emb) or to ``num_outputs`` bits (Pool, Add, Proj).
 
     Args:
@@ -73,6 +73,10 @@ class Hasher(nn.Module, ABC):
     def function(self) -> WordHash:
         """A snapshot of the current state that hashes words."""
 
+    def init_args(self) -> dict[str, Any]:
+        """The constructor arguments but ``num_outputs`` (the strategy gives it), as plain data."""
+        return init_args_of(self, skip=("num_outputs",))
+
 
 # -- MD5 ----------------------------------------------------------------------------------------------
 
@@ -89,6 +93,7 @@ class MD5Hasher(Hasher):
     """
 
     max_bits = 128
+    sized_by_checkpoint = ("key",)  # as long as the key's bytes
 
     def __init__(self, num_outputs: int, key: str = "en") -> None:
         super().__init__(num_outputs)
@@ -96,14 +101,11 @@ class MD5Hasher(Hasher):
             raise ConfigError(f"num_outputs={num_outputs} exceeds 2^32 buckets: use fewer")
         self.register_buffer("key", torch.tensor(list(key.encode("utf-8")), dtype=torch.uint8), persistent=True)
 
-    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
-        key = state_dict.get(prefix + "key")
-        if key is not None and key.shape != self.key.shape:
-            self.key = torch.empty_like(key, device=self.key.device)
-        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
-
     def function(self) -> MD5Hash:
         return MD5Hash(bytes(self.key.cpu().tolist()), self.num_outputs)
+
+    def init_args(self) -> dict[str, Any]:
+        return {"key": bytes(self.key.cpu().tolist()).decode("utf-8")}
 
     def extra_repr(self) -> str:
         return f"num_outputs={self.num_outputs}"
@@ -182,6 +184,7 @@ class LSHHasher(Hasher):
     """
 
     ARTEFACT = "lsh_ngrams.json"
+    sized_by_checkpoint = ("ngram_bytes", "ngram_ends")  # a fitted vocabulary has its own size
 
     def __init__(
         self,
@@ -201,6 +204,8 @@ class LSHHasher(Hasher):
             raise ConfigError(f"fit_texts={fit_texts} must be at least 1 (or unset for the whole corpus)")
         self.num_ngrams = num_ngrams
         self.max_ngram = max_ngram
+        self.seed = seed
+        self.ngrams_file = ngrams
         self.fit_texts = fit_texts
         eta = np.random.default_rng(seed).standard_normal(max(num_ngrams, num_outputs)).astype(np.float32)
         self.register_buffer("eta", torch.from_numpy(eta), persistent=True)
@@ -245,12 +250,9 @@ class LSHHasher(Hasher):
         ends = self.ngram_ends.cpu().tolist()
         return [data[a:b].decode("utf-8", "surrogatepass") for a, b in zip([0, *ends[:-1]], ends)]
 
-    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
-        for name in ("ngram_bytes", "ngram_ends"):  # a fitted vocabulary has its own size
-            value = state_dict.get(prefix + name)
-            if value is not None and value.shape != getattr(self, name).shape:
-                setattr(self, name, torch.empty_like(value, device=self.eta.device))
-        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+    def init_args(self) -> dict[str, Any]:
+        return {"num_ngrams": self.num_ngrams, "max_ngram": self.max_ngram, "seed": self.seed,
+                "ngrams": self.ngrams_file, "fit_texts": self.fit_texts}
 
     def save(self, folder: Path) -> Path:
         """Write ``lsh_ngrams.json`` (atomically) for people to read and for ``ngrams:`` to reuse."""

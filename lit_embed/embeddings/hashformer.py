@@ -56,6 +56,8 @@ class HashStrategy(EmbeddingStrategy):
         tokenization: ``word`` (the paper) or ``subword`` (hash the data tokenizer's pieces, Appendix C).
     """
 
+    unlimited_vocabulary = True
+
     def __init__(
         self,
         vocab_size: int | None,
@@ -65,15 +67,9 @@ class HashStrategy(EmbeddingStrategy):
         hasher: HasherFactory | None = None,
         tokenization: Tokenization = "word",
     ) -> None:
-        if vocab_size is not None:
-            raise ConfigError(
-                f"{type(self).__name__} hashes an unlimited vocabulary, so vocab_size must be unset (got "
-                f"{vocab_size}): pre-train it with lit_embed.models.ShuffleRandom and give baseline_vocab_size "
-                f"to compare against a dense table"
-            )
+        super().__init__(vocab_size, hidden_size)
         if tokenization not in ("word", "subword"):
             raise ConfigError(f"tokenization={tokenization!r} must be 'word' or 'subword'")
-        super().__init__(hidden_size=hidden_size, vocab_size=None)
         self.codes = codes
         self.code_shape = codes.code_shape
         self.tokenization = tokenization
@@ -116,6 +112,7 @@ class HashEmbedding(HashStrategy):
             )
         super().__init__(vocab_size, hidden_size, BucketCodes(num_buckets), num_buckets - NUM_SPECIAL, hasher, tokenization)
         self.num_buckets = num_buckets
+        self.init_std = init_std
         self.weight = nn.Parameter(torch.empty(num_buckets, hidden_size).normal_(0.0, init_std))
 
     def forward(self, codes: Tensor) -> Tensor:

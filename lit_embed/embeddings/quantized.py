@@ -29,7 +29,7 @@ class AdditiveQuantizedEmbedding(EmbeddingStrategy):
     """
 
     def __init__(self, vocab_size: int, hidden_size: int, codebooks: int = 32, codewords: int = 16) -> None:
-        super().__init__(hidden_size=hidden_size, vocab_size=vocab_size)
+        super().__init__(vocab_size, hidden_size)
         if codebooks < 1:
             raise ConfigError(f"codebooks={codebooks} must be at least 1")
         if not 2 <= codewords <= 256:
@@ -48,5 +48,5 @@ class AdditiveQuantizedEmbedding(EmbeddingStrategy):
         return self.codebooks.numel() + self.codes.numel()
 
     def init_args(self) -> dict:
-        """The constructor arguments beyond the two sizes, for the config of a compressed model."""
+        """The constructor arguments beyond the two sizes (the codebooks are kept as ``num_codebooks``)."""
         return {"codebooks": self.num_codebooks, "codewords": self.num_codewords}

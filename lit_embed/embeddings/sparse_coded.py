@@ -30,7 +30,7 @@ class PartialEmbedding(EmbeddingStrategy):
     """
 
     def __init__(self, vocab_size: int, hidden_size: int, num_common: int) -> None:
-        super().__init__(hidden_size=hidden_size, vocab_size=vocab_size)
+        super().__init__(vocab_size, hidden_size)
         if not 0 < num_common <= vocab_size:
             raise ConfigError(f"num_common={num_common} must lie in [1, vocab_size={vocab_size}]")
         self.common = nn.Parameter(torch.zeros(num_common, hidden_size))
@@ -84,10 +84,6 @@ class PartialEmbedding(EmbeddingStrategy):
     def num_embedding_parameters(self) -> int:
         return self.num_common * self.hidden_size
 
-    def init_args(self) -> dict:
-        """The constructor arguments beyond the two sizes, for the config of a compressed model."""
-        return {"num_common": self.num_common}
-
 
 def rare_ids_of(vocab_size: int, common_ids: Tensor) -> Tensor:
     """The ids outside ``common_ids``, in increasing order: rare slot ``i`` is id ``rare_ids_of(...)[i]``."""
@@ -125,9 +121,6 @@ class SparseCodedEmbedding(PartialEmbedding):
 
     def num_embedding_parameters(self) -> int:
         return super().num_embedding_parameters() + (2 * self.k + 1) * self.num_rare
-
-    def init_args(self) -> dict:
-        return {**super().init_args(), "k": self.k}
 
 
 class UnkEmbedding(PartialEmbedding):
@@ -169,6 +162,3 @@ class PCAEmbedding(PartialEmbedding):
 
     def num_embedding_parameters(self) -> int:
         return super().num_embedding_parameters() + (self.k + 1) * self.hidden_size + self.k * self.num_rare
-
-    def init_args(self) -> dict:
-        return {**super().init_args(), "k": self.k}

@@ -30,6 +30,8 @@ class SubspaceEmbedding(EmbeddingStrategy):
         init_range: tables start uniform in ``[-init_range, init_range]`` as in the released code.
     """
 
+    sized_by_checkpoint = ("codes",)  # a grown vocabulary has more rows
+
     def __init__(
         self,
         vocab_size: int,
@@ -40,7 +42,7 @@ class SubspaceEmbedding(EmbeddingStrategy):
         padding_idx: int | None = None,
         init_range: float = 0.1,
     ) -> None:
-        super().__init__(hidden_size=hidden_size, vocab_size=vocab_size)
+        super().__init__(vocab_size, hidden_size)
         if num_tables < 1:
             raise ConfigError(f"num_tables={num_tables} must be at least 1")
         if num_tables > hidden_size:
@@ -59,6 +61,7 @@ class SubspaceEmbedding(EmbeddingStrategy):
         self.table_size = smallest_table_size(vocab_size, num_tables) if table_size is None else table_size
         self.assignment = assignment or RadixAssignment()
         self.padding_idx = padding_idx
+        self.init_range = init_range
         widths = [hidden_size // num_tables] * num_tables
         widths[-1] += hidden_size - sum(widths)
         self.widths = widths
@@ -92,15 +95,10 @@ class SubspaceEmbedding(EmbeddingStrategy):
         self.codes.copy_(codes.to(self.codes.device))
         self._codes_ready = True
 
-    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
-        codes = state_dict.get(prefix + "codes")
-        if codes is not None and codes.shape != self.codes.shape:
-            # A checkpoint of a grown vocabulary: take its size before loading.
-            self.codes = torch.empty_like(codes, device=self.codes.device)
-            self.vocab_size = codes.shape[0]
-        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
-        if codes is not None:
-            self._codes_ready = True
+    def on_sized_load(self, names: list[str]) -> None:
+        """Codes from a checkpoint are ready, and give the vocabulary size (a grown vocabulary's is larger)."""
+        self.vocab_size = self.codes.shape[0]
+        self._codes_ready = True
 
     def grow_vocab(self, new_vocab_size: int) -> None:
         """Give tokens added to the tokenizer after training unused codes: no new parameters.

@@ -26,9 +26,10 @@ from lit_embed.runs import run_folder
 
 log = logging.getLogger(__name__)
 
-#: A strategy still missing ``(vocab_size, hidden_size)``; YAML gives it by ``class_path`` and
-#: ``init_args``, and the module supplies the two sizes so they are stated once.
-StrategyFactory = Callable[[int, int], EmbeddingStrategy]
+#: A strategy still missing ``(vocab_size, hidden_size)``, in that order (``vocab_size`` ``None`` where the
+#: config leaves it unset); YAML gives it by ``class_path`` and ``init_args``, and the module supplies the
+#: two sizes so they are stated once. The contract is :class:`~lit_embed.embeddings.EmbeddingStrategy`'s.
+StrategyFactory = Callable[[int | None, int], EmbeddingStrategy]
 
 
 class EmbeddingModule(pl.LightningModule):

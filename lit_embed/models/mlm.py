@@ -9,6 +9,7 @@ from torch import Tensor, nn
 
 from lit_embed.data.collate import MaskedLMCollator
 from lit_embed.embeddings.text import TextEncoder
+from lit_embed.errors import ConfigError
 from lit_embed.models.base import EmbeddingModule, StrategyFactory, evaluate_blocks, log_block_evaluation
 from lit_embed.models.encoder import Encoder
 from lit_embed.models.metrics import BlockEvaluation
@@ -32,13 +33,18 @@ class MaskedLM(EmbeddingModule):
     def __init__(
         self,
         encoder: Encoder,
-        vocab_size: int,
+        vocab_size: int | None = None,
         embedding: StrategyFactory | None = None,
         tie_decoder: bool = True,
         mask_prob: float = 0.15,
         optim: OptimConfig | None = None,
     ) -> None:
         super().__init__(encoder=encoder, embedding=embedding, vocab_size=vocab_size, optim=optim)
+        if vocab_size is None:  # a hash strategy: a vocabulary strategy has already refused to build without it
+            raise ConfigError(
+                f"MaskedLM predicts vocabulary ids, which {type(self.embedding).__name__} does not have: pre-train it "
+                f"with lit_embed.models.ShuffleRandom"
+            )
         hidden = encoder.hidden_size
         self.tie_decoder = tie_decoder
         self.mask_prob = mask_prob

@@ -46,10 +46,8 @@ def unlimited(strategy_config: Path) -> bool:
     """Whether the strategy of a ``configs/embedding`` file hashes an unlimited vocabulary."""
     import yaml
 
-    from lit_embed.embeddings import HashStrategy
-
     module, _, name = yaml.safe_load(strategy_config.read_text())["class_path"].rpartition(".")
-    return issubclass(getattr(importlib.import_module(module), name), HashStrategy)
+    return getattr(importlib.import_module(module), name).unlimited_vocabulary
 
 
 class Specials:
