@@ -79,8 +79,35 @@ def read_checkpoint(path: str | os.PathLike, what: str = "checkpoint") -> dict[s
     return checkpoint
 
 
+#: Bumped when what :func:`describe` records changes (1: strategy, sizes, tokenizer and run only).
+FACTS_FORMAT = 2
+
+
+def describe(module, tokenizer: str | None, run_dir: os.PathLike | None) -> dict[str, Any]:
+    """The facts a checkpoint records beside its weights: the config that rebuilds its model (stable class
+    paths, the encoder's and strategy's arguments), the tokenizer its weights expect, the run it belongs to,
+    and the versions that wrote it. Every lit-embed checkpoint carries them, however it was made."""
+    from lit_embed.results import versions
+
+    strategy = module.embedding
+    return {
+        "format": FACTS_FORMAT,
+        "model": module.model_config(),
+        "strategy": strategy.config()["class_path"],
+        "vocab_size": strategy.vocab_size,
+        "hidden_size": strategy.hidden_size,
+        "tokenizer": tokenizer,
+        "run_dir": None if run_dir is None else str(run_dir),
+        "versions": versions(),
+    }
+
+
 def recorded_model(checkpoint: dict) -> dict | None:
-    """The model config a checkpoint records, ``{"class_path", "init_args"}`` (``None`` if it records none)."""
+    """The model config a checkpoint records, ``{"class_path", "init_args"}`` (``None`` if it records none):
+    its facts' (every checkpoint since format 2), else what ``lit-embed fit`` recorded as hyper-parameters."""
+    model = (checkpoint.get(FACTS) or {}).get("model")
+    if model is not None:
+        return model
     hparams = dict(checkpoint.get("hyper_parameters") or {})
     if "_class_path" not in hparams:
         return None
@@ -126,6 +153,20 @@ def build_from_config(base: type, config: dict, key: str):
     except Exception as error:  # jsonargparse's ArgumentError: a config that does not fit the class
         raise ConfigError(f"the {key} config does not build ({error}): check {config.get('class_path')}") from error
     return instantiate(parser, parsed)[key]
+
+
+def strategy_factory(config: dict):
+    """The strategy ``config`` (``{"class_path", "init_args"}``) describes, as a factory of the two sizes the
+    model gives (a model's ``embedding`` argument)."""
+
+    def build(vocab_size: int | None, hidden_size: int):
+        from lit_embed.embeddings import EmbeddingStrategy
+
+        sized = {"class_path": config["class_path"],
+                 "init_args": {**config.get("init_args", {}), "vocab_size": vocab_size, "hidden_size": hidden_size}}
+        return build_from_config(EmbeddingStrategy, sized, "embedding")
+
+    return build
 
 
 def load_model(name: str | os.PathLike, what: str = "checkpoint"):
@@ -186,11 +227,12 @@ def _same(key: str, a: Any, b: Any) -> bool:
     if a == b:
         return True
     if key.endswith("class_path") and isinstance(a, str) and isinstance(b, str):
-        return _resolve(a) is not None and _resolve(a) is _resolve(b)
+        return resolve_class(a) is not None and resolve_class(a) is resolve_class(b)
     return isinstance(a, (int, float)) and isinstance(b, (int, float)) and float(a) == float(b)
 
 
-def _resolve(class_path: str):
+def resolve_class(class_path: str):
+    """The class a class path names (``None`` where it cannot be imported)."""
     module, _, name = class_path.rpartition(".")
     try:
         return getattr(importlib.import_module(module), name)

@@ -39,6 +39,7 @@ KINDS = (
     ("models", "pytorch_lightning", "LightningModule"),
     ("data modules", "pytorch_lightning", "LightningDataModule"),
     ("callbacks", "pytorch_lightning", "Callback"),
+    ("compression methods (--method)", "lit_embed.compress.methods", "CompressionMethod"),
 )
 
 
@@ -132,6 +133,9 @@ def provided(plugin: Plugin) -> dict[str, list[str]]:
         for cls in classes:
             if cls.__module__.split(".")[0] == plugin.package:
                 path = _import_path(cls)
+                if base == "CompressionMethod":  # found by the name it registers, not its class
+                    names.append(cls.name)
+                    continue
                 names.append(cls.__name__ if "._" not in path and public[cls.__name__] == 1 else path)
         if names:
             found[heading] = sorted(set(names))

@@ -131,7 +131,7 @@ def versions() -> dict[str, str]:
 
     return {
         "lit_embed": lit_embed.__version__,
-        "torch": torch.__version__,
+        "torch": str(torch.__version__),  # a TorchVersion object otherwise: not plain data
         "pytorch_lightning": pytorch_lightning.__version__,
         "transformers": transformers.__version__,
         "python": platform.python_version(),

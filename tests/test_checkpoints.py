@@ -158,3 +158,23 @@ def test_every_dropout_trains_whatever_the_model_starts_from(start, tmp_path, mo
                  "--trainer.limit_val_batches", "1", "--trainer.limit_test_batches", "1", "--data.init_args.batch_size", "4",
                  "--trainer.callbacks", json.dumps([probe]), *QUIET]) == 0
     check_dropout(tmp_path / "modes.json")
+
+
+def test_fine_tuning_needs_only_the_checkpoint_and_the_task(tmp_path, monkeypatch):
+    """Like from_pretrained: the backbone, strategy and vocabulary come from the checkpoint (an old one here),
+    and the fine-tuned checkpoint records them, so testing it needs no other file."""
+    monkeypatch.chdir(tmp_path)
+    shutil.copy(LEGACY / "pretrain.ckpt", tmp_path / "pretrain.ckpt")
+    (tmp_path / "finetune.yaml").write_text(
+        "model:\n  class_path: lit_embed.models.SequenceClassifier\n  init_args:\n    task: topics\n"
+        "    checkpoint: pretrain.ckpt\n"
+        "data:\n  class_path: lit_embed.data.TaskDataModule\n  init_args:\n    task: topics\n    batch_size: 8\n"
+        "trainer:\n  max_epochs: 1\n  limit_train_batches: 2\n  limit_val_batches: 1\n  limit_test_batches: 1\n"
+    )
+    assert main(["fit", "--config", "finetune.yaml", *QUIET]) == 0
+    finetuned = next((tmp_path / "runs/finetune/version_0/checkpoints").glob("*.ckpt"))
+    recorded = read_checkpoint(finetuned)["lit_embed"]["model"]["init_args"]
+    assert recorded["embedding"]["class_path"] == "lit_embed.embeddings.SubspaceEmbedding"
+    assert recorded["encoder"]["init_args"]["hidden_size"] == 16 and recorded["vocab_size"] == 30522
+    (tmp_path / "pretrain.ckpt").unlink()
+    assert main(["test", "--config", "finetune.yaml", "--ckpt_path", str(finetuned), *QUIET]) == 0

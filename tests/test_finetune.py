@@ -14,7 +14,7 @@ import torch
 from lit_embed.cli import LitEmbedCLI, main
 from lit_embed.data.finetune import TaskDataModule, XNLIDataModule, truncate_longest_first
 from lit_embed.data.tasks import TASKS, XNLI_LANGUAGES, get_task
-from lit_embed.embeddings import SubspaceEmbedding
+from lit_embed.embeddings import DenseEmbedding, SubspaceEmbedding
 from lit_embed.models import Encoder, MaskedLM, SequenceClassifier
 from lit_embed.models.metrics import TaskEvaluation
 from tests.helpers import CONFIGS, tiny_encoder
@@ -276,9 +276,13 @@ def test_starts_from_a_pretraining_checkpoint_with_its_strategy_state(tmp_path):
 
 def test_a_checkpoint_of_another_strategy_or_vocabulary_is_refused(tmp_path):
     ckpt = pretrain_checkpoint(tmp_path, embedding=functools.partial(SubspaceEmbedding, num_tables=3))
-    dense = SequenceClassifier("topics", tiny_encoder(), vocab_size=30522, checkpoint=str(ckpt))
-    with pytest.raises(ValueError, match="trained with strategy lit_embed.embeddings.subspace.SubspaceEmbedding"):
+    dense = SequenceClassifier("topics", tiny_encoder(), vocab_size=30522, checkpoint=str(ckpt), embedding=DenseEmbedding)
+    with pytest.raises(ValueError, match="trained with strategy lit_embed.embeddings.SubspaceEmbedding but the config builds "
+                                         "lit_embed.embeddings.DenseEmbedding"):
         dense.load_pretraining_checkpoint()
+    unset = SequenceClassifier("topics", tiny_encoder(), checkpoint=str(ckpt))  # the checkpoint's strategy and vocabulary
+    assert isinstance(unset.embedding, SubspaceEmbedding) and unset.embedding.vocab_size == 30522
+    unset.load_pretraining_checkpoint()
     other = SequenceClassifier("topics", tiny_encoder(), vocab_size=40000,
                                embedding=functools.partial(SubspaceEmbedding, num_tables=3), checkpoint=str(ckpt))
     with pytest.raises(ValueError, match="has vocab_size=30522 but the config sets 40000"):

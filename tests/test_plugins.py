@@ -24,8 +24,7 @@ from lit_embed import plugins
 from lit_embed.cli import main
 from lit_embed.data import tasks
 from lit_embed.errors import ConfigError, PluginError
-
-from .conftest import CONFIGS, REPO
+from tests.helpers import CONFIGS, REPO
 
 DEMO = '''
 """A lit-embed plugin: a strategy, a callback and a task, registered by importing this module."""

@@ -23,6 +23,7 @@ from torch import Tensor, nn
 from lit_embed.checkpoints import (
     FACTS,
     build_from_config,
+    describe,
     read_checkpoint,
     recorded_tokenizer,
     state_differences,
@@ -285,12 +286,8 @@ def write_checkpoint(folder: Path, source: Source, strategy: EmbeddingStrategy, 
         "state_dict": {k: v.detach().cpu().contiguous() for k, v in module.state_dict().items()},
         "hparams_name": "kwargs",
         "hyper_parameters": {"_class_path": config["class_path"], "_instantiator": INSTANTIATOR, **config["init_args"]},
-        FACTS: {
-            "strategy": f"{type(strategy).__module__}.{type(strategy).__qualname__}",
-            "vocab_size": strategy.vocab_size,
-            "hidden_size": strategy.hidden_size,
-            "tokenizer": source.tokenizer,
-        },
+        # the model as compress rebuilt it: the compressed strategy, an untied decoder, no start point
+        FACTS: {**describe(module, source.tokenizer, run_dir=None), "model": config},
     }
     if data_config is not None:
         checkpoint["datamodule_hparams_name"] = "kwargs"

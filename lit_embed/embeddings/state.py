@@ -49,11 +49,19 @@ class CheckpointSized(nn.Module):
 
 
 def public_class_path(cls: type) -> str:
-    """``lit_embed.embeddings.<Name>`` for the classes that package exports, else ``module.qualname``."""
-    from lit_embed import embeddings
+    """The stable name of a class: ``lit_embed.<package>.<Name>`` where that package exports it
+    (``lit_embed.embeddings.SubspaceEmbedding``, ``lit_embed.models.Encoder``), else ``module.qualname``.
 
-    if getattr(embeddings, cls.__name__, None) is cls:
-        return f"{embeddings.__name__}.{cls.__name__}"
+    A checkpoint records this name, so moving a class between modules does not break it.
+    """
+    import importlib
+    import sys
+
+    parts = cls.__module__.split(".")
+    if parts[0] == "lit_embed" and len(parts) > 2:
+        package = sys.modules.get(".".join(parts[:2])) or importlib.import_module(".".join(parts[:2]))
+        if getattr(package, cls.__name__, None) is cls:
+            return f"{package.__name__}.{cls.__name__}"
     return f"{cls.__module__}.{cls.__qualname__}"
 
 

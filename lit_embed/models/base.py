@@ -11,11 +11,12 @@ import pytorch_lightning as pl
 from torch import Tensor, nn
 
 from lit_embed._compat import built_by_cli
-from lit_embed.checkpoints import FACTS, state_differences
+from lit_embed.checkpoints import FACTS, describe, plain, state_differences
 from lit_embed.data.base import TextDataModule
 from lit_embed.distributed import is_distributed, share_buffers
 from lit_embed.embeddings.base import EmbeddingStrategy
 from lit_embed.embeddings.dense import DenseEmbedding
+from lit_embed.embeddings.state import public_class_path
 from lit_embed.embeddings.text import TextEncoder
 from lit_embed.errors import CheckpointError, ConfigError
 from lit_embed.interfaces import Collate
@@ -84,6 +85,7 @@ class EmbeddingModule(pl.LightningModule):
         self.baseline_vocab_size = baseline_vocab_size or vocab_size
         base = baseline_encoder or encoder
         self._baseline_backbone = {"params": count_parameters(base), "hidden_size": base.hidden_size}
+        self._baseline_config = None if baseline_encoder is None else baseline_encoder.as_config()
 
     def _save_config(self) -> None:
         """Record the constructor arguments so ``load_from_checkpoint`` rebuilds the module.
@@ -157,18 +159,21 @@ class EmbeddingModule(pl.LightningModule):
         mode each module had, and a pretrained model arrives in eval mode. Validation restores it after."""
         self.train()
 
+    def model_config(self) -> dict[str, Any]:
+        """``{"class_path", "init_args"}`` that rebuilds this module, its encoder's and strategy's configs
+        included (read from the objects, so a model built in Python describes itself too)."""
+        accepted = inspect.signature(type(self)).parameters
+        init = {k: v for k, v in self.hparams.items() if k in accepted}
+        init.update(encoder=self.encoder.as_config(), embedding=self.embedding.config(),
+                    vocab_size=self.embedding.vocab_size, baseline_encoder=self._baseline_config)
+        return {"class_path": public_class_path(type(self)), "init_args": plain({k: v for k, v in init.items() if k in accepted})}
+
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        """Record what a later run must match to reuse these weights, and the run folder they belong to."""
+        """Record what rebuilds this model, the tokenizer its weights expect, and the run they belong to."""
         trainer = self._trainer
         data = trainer.datamodule if trainer is not None else None
-        strategy = type(self.embedding)
-        checkpoint[FACTS] = {
-            "strategy": f"{strategy.__module__}.{strategy.__qualname__}",
-            "vocab_size": self.embedding.vocab_size,
-            "hidden_size": self.encoder.hidden_size,
-            "tokenizer": (data.tokenizer if isinstance(data, TextDataModule) else None) or self.encoder.pretrained,
-            "run_dir": None if trainer is None else str(run_folder(trainer).absolute()),
-        }
+        tokenizer = (data.tokenizer if isinstance(data, TextDataModule) else None) or self.expected_tokenizer
+        checkpoint[FACTS] = describe(self, tokenizer, None if trainer is None else run_folder(trainer).absolute())
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Refuse, naming the difference, a checkpoint whose weights do not fit this model (resume, test)."""

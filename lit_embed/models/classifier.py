@@ -19,7 +19,16 @@ import torch
 from pytorch_lightning.trainer.states import TrainerFn
 from torch import Tensor, nn
 
-from lit_embed.checkpoints import FACTS, read_checkpoint, recorded_tokenizer, state_differences
+from lit_embed.checkpoints import (
+    FACTS,
+    build_from_config,
+    read_checkpoint,
+    recorded_model,
+    recorded_tokenizer,
+    resolve_class,
+    state_differences,
+    strategy_factory,
+)
 from lit_embed.data.collate import TaskCollator
 from lit_embed.data.tasks import Task, get_task
 from lit_embed.embeddings.text import TextEncoder
@@ -67,7 +76,7 @@ class SequenceClassifier(EmbeddingModule):
     def __init__(
         self,
         task: str,
-        encoder: Encoder,
+        encoder: Encoder | None = None,
         embedding: StrategyFactory | None = None,
         vocab_size: int | None = None,
         checkpoint: str | None = None,
@@ -78,23 +87,34 @@ class SequenceClassifier(EmbeddingModule):
         seed: int | None = None,
         trained_tokenizer: str | None = None,
     ) -> None:
+        pretraining, taken = None, {}
+        if checkpoint is not None and (encoder is None or embedding is None or vocab_size is None):
+            path = start_checkpoint(checkpoint, "pre-training checkpoint")  # a file, or a run's newest
+            pretraining = read_checkpoint(path, "pre-training checkpoint")
+            encoder, embedding, vocab_size, taken = _model_of(pretraining, checkpoint, encoder, embedding, vocab_size)
+            taken["checkpoint"] = str(path)  # the run records which file it started from
+        if encoder is None:
+            raise ConfigError("SequenceClassifier needs model.init_args.encoder, or a checkpoint to take it from "
+                              "(model.init_args.checkpoint)")
         super().__init__(
             encoder=encoder, embedding=embedding, vocab_size=vocab_size, optim=optim or FINETUNE_OPTIM,
             baseline_vocab_size=baseline_vocab_size, baseline_encoder=baseline_encoder,
         )
+        if taken:  # recorded as configs, so the fine-tuned checkpoint rebuilds without the pre-training one
+            self.hparams.update(taken)
         self.task: Task = get_task(task)
-        self.checkpoint = checkpoint  # read when fitting starts, so a fine-tuned model restores without it
+        self.checkpoint = checkpoint  # its weights are loaded when fitting starts
         self.trained_tokenizer = trained_tokenizer
-        hidden = encoder.hidden_size
-        config = encoder.config
+        hidden = self.encoder.hidden_size
+        config = self.encoder.config
         dropout = classifier_dropout
         if dropout is None:
             dropout = getattr(config, "hidden_dropout_prob", None) or getattr(config, "dropout", 0.1)
-        self.pre_classifier = None if encoder.has_pooler else nn.Sequential(nn.Dropout(dropout), nn.Linear(hidden, hidden), nn.Tanh())
+        self.pre_classifier = None if self.encoder.has_pooler else nn.Sequential(nn.Dropout(dropout), nn.Linear(hidden, hidden), nn.Tanh())
         self.classifier = nn.Sequential(nn.Dropout(dropout), nn.Linear(hidden, self.task.num_outputs))
         num_classes = None if self.task.regression else self.task.num_outputs
         self.evaluation = nn.ModuleDict({stage: TaskEvaluation(self.task.metrics, num_classes) for stage in STAGES})
-        self._pretraining: dict[str, Any] | None = None
+        self._pretraining: dict[str, Any] | None = pretraining
         self._restored = False
 
     # -- starting points -------------------------------------------------------------------------
@@ -122,11 +142,11 @@ class SequenceClassifier(EmbeddingModule):
         raw = self._read_checkpoint()
         facts = raw.get(FACTS) or {}
         name = self.checkpoint
-        ours = f"{type(self.embedding).__module__}.{type(self.embedding).__qualname__}"
-        if facts.get("strategy") not in (None, ours):
+        ours = self.embedding.config()["class_path"]
+        if facts.get("strategy") is not None and resolve_class(facts["strategy"]) is not type(self.embedding):
             raise ConfigError(
                 f"checkpoint {name!r} was trained with strategy {facts['strategy']} but the config builds {ours}: "
-                f"set model.init_args.embedding to the pre-training's strategy (e.g. configs/embedding/...yaml)"
+                f"leave model.init_args.embedding unset to take the checkpoint's, or set it to the pre-training's"
             )
         if facts.get("vocab_size") != self.embedding.vocab_size and "vocab_size" in facts:
             raise ConfigError(
@@ -244,3 +264,23 @@ class SequenceClassifier(EmbeddingModule):
         first = results[min(results)][main]
         score = torch.stack([v[main] for v in results.values()]).mean() if averaged else first
         self.log(f"{stage}/score", score, prog_bar=stage == "val", add_dataloader_idx=False)
+
+
+def _model_of(checkpoint: dict, name: str, encoder, embedding, vocab_size):
+    """What the config leaves out of the backbone, strategy and vocabulary, from the model ``checkpoint``
+    records: ``(encoder, embedding, vocab_size, the configs taken)``."""
+    recorded = recorded_model(checkpoint)
+    if recorded is None:
+        raise CheckpointError(f"pre-training checkpoint {name!r} does not record its model: give model.init_args.encoder, "
+                              f"embedding and vocab_size as it was trained")
+    init = recorded["init_args"]
+    taken = {}
+    if encoder is None:
+        taken["encoder"] = init["encoder"]
+        encoder = build_from_config(nn.Module, init["encoder"], "encoder")
+    if embedding is None:
+        taken["embedding"] = init["embedding"]
+        embedding = strategy_factory(init["embedding"])
+    if vocab_size is None:
+        vocab_size = taken["vocab_size"] = init.get("vocab_size")
+    return encoder, embedding, vocab_size, taken

@@ -12,6 +12,7 @@ from typing import Literal
 from torch import Tensor, nn
 
 from lit_embed._compat import auto_model_class
+from lit_embed.embeddings.state import public_class_path
 from lit_embed.errors import ConfigError
 from lit_embed.hub import explain_unreachable, known_architecture, resolve_pretrained
 
@@ -51,6 +52,12 @@ class Encoder(nn.Module):
         super().__init__()
         import transformers
 
+        self._init_args = {
+            "arch": arch, "hidden_size": hidden_size, "num_layers": num_layers, "num_heads": num_heads,
+            "intermediate_size": intermediate_size, "max_position_embeddings": max_position_embeddings,
+            "type_vocab_size": type_vocab_size, "dropout": dropout, "attention_dropout": attention_dropout,
+            "pooler": pooler, "pretrained": pretrained,
+        }
         #: The HuggingFace model this encoder starts from (its tokenizer is the model's), or None.
         self.pretrained = pretrained
         if pretrained is not None:
@@ -128,6 +135,11 @@ class Encoder(nn.Module):
             output_hidden_states=output_hidden_states,
             **extra,
         )
+
+    def as_config(self) -> dict:
+        """``{"class_path", "init_args"}`` that rebuilds this encoder (its weights come from a state dict);
+        ``config`` is the HuggingFace model's."""
+        return {"class_path": public_class_path(type(self)), "init_args": dict(self._init_args)}
 
     def shape(self) -> dict:
         """The transformer's shape, as compared between a run and its baseline (results.json's ``backbone``)."""
