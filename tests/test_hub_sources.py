@@ -1,4 +1,4 @@
-"""Hub names that load with the datasets we install: no loading scripts, CC-100's files."""
+"""Hub names that load with the datasets we install: pinned task commits, no loading scripts, CC-100's files."""
 
 from __future__ import annotations
 
@@ -9,8 +9,9 @@ import pytest
 
 from lit_embed.cli import main
 from lit_embed.data.corpus import CorpusDataModule
+from lit_embed.data.finetune import TaskDataModule, load_from_hub, split_files
 from lit_embed.data.sources import load_hub
-from lit_embed.data.tasks import XNLI_LANGUAGES
+from lit_embed.data.tasks import TASKS, XNLI_LANGUAGES, get_task
 from lit_embed.errors import ConfigError, HubError, MissingFileError
 
 from .conftest import CONFIGS
@@ -19,8 +20,42 @@ TEXTS = [f"line {i} of a compressed corpus, with é and 漢字" for i in range(2
 SCRIPT_REFUSAL = RuntimeError("Dataset scripts are no longer supported, but found cc100.py")
 
 
+def test_every_hub_task_is_pinned_to_a_full_commit():
+    for task in TASKS.values():
+        if task.benchmark != "sample":
+            assert task.revision and len(task.revision) == 40 and int(task.revision, 16) >= 0, task.name
+    assert get_task("rte").revision == "0de23925db68e9cf6287d3776a0f67f5267a42eb"
+    assert get_task("xnli").revision == "83ecd0da7773326e49a494fca44b9467b27103c8"
 
 
+def test_jglue_reads_its_parquet_conversion_at_the_pinned_commit_and_marc_ja_by_its_own_names():
+    at = "hf://datasets/shunk031/JGLUE@3a4a622d8ae03c700184c17da7afa1d3dc870cd3"
+    assert get_task("jnli").hub_files("JNLI", "train") == f"{at}/JNLI/train/*.parquet"
+    assert get_task("jcola").hub_files("JCoLA", "validation") == f"{at}/JCoLA/validation/*.parquet"
+    assert get_task("marc_ja").hub_files("MARC-ja", "validation") == f"{at}/MARC-ja/jglue-validation.parquet"
+    assert get_task("rte").hub_files("rte", "train") is None  # GLUE: the repository's own configs
+
+
+def test_tasks_load_from_the_hub_at_their_commit(monkeypatch):
+    calls = []
+    monkeypatch.setattr(datasets, "load_dataset", lambda *args, **kwargs: calls.append((args, kwargs)) or "rows")
+    assert load_from_hub(get_task("rte"), "rte", "train") == "rows"
+    assert load_from_hub(get_task("marc_ja"), "MARC-ja", "train") == "rows"
+    assert calls[0] == (("nyu-mll/glue", "rte"), {"split": "train", "revision": "0de23925db68e9cf6287d3776a0f67f5267a42eb"})
+    assert calls[1][0] == ("parquet",)
+    assert calls[1][1]["data_files"] == {"train": get_task("marc_ja").hub_files("MARC-ja", "train")}
+
+
+def test_marc_ja_files_downloaded_from_the_conversion_are_read_from_data_dir(tmp_path):
+    folder = tmp_path / "MARC-ja"
+    (folder / "train").mkdir(parents=True)
+    (folder / "train" / "index.duckdb").write_bytes(b"not data")  # the conversion's leftover index
+    for split in ("train", "validation"):
+        datasets.Dataset.from_dict({"sentence": ["良い", "悪い"], "label": [0, 1]}).to_parquet(folder / f"jglue-{split}.parquet")
+    assert split_files(tmp_path, "MARC-ja", "train") == [folder / "jglue-train.parquet"]
+    assert split_files(tmp_path, "MARC-ja", "validation") == [folder / "jglue-validation.parquet"]
+    data = TaskDataModule("marc_ja", data_dir=str(tmp_path))
+    assert data._load("MARC-ja", "validation", "validation")["sentence"] == ["良い", "悪い"]
 
 
 @pytest.mark.parametrize("name", ["statmt/cc100:ar", "cc100", "bookcorpus/bookcorpus", "BookCorpus", "shunk031/JGLUE"])
@@ -48,6 +83,8 @@ def test_a_loading_script_the_hub_refuses_becomes_lit_embeds_advice(monkeypatch)
         load_hub("someone/corpus")
     with pytest.raises(HubError, match="'statmt/cc100:fr' is a loading script.*cc-100/LANG.txt.xz"):
         load_hub("statmt/cc100:fr")
+    with pytest.raises(HubError, match="nyu-mll/glue@0de2392.* is a loading script.*data_dir"):
+        load_from_hub(get_task("rte"), "rte", "train")
     monkeypatch.setattr(datasets, "load_dataset", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("a bug")))
     with pytest.raises(RuntimeError, match="a bug"):  # other errors keep their traceback
         load_hub("someone/corpus")
