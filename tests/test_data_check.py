@@ -94,7 +94,7 @@ def test_a_script_a_remote_code_tokenizer_and_a_missing_name_exit_2_naming_each(
     assert "| missing.txt | data.files | no: missing | text | no | - |" in out
     assert "| acme/nothing@v2 | data.datasets | not found | ? | ? | v2 |" in out
     assert err.startswith("lit-embed: error: data check: 4 name(s) cannot be used as configured")
-    for expected in ("missing.txt: no such local file", "acme/books: a loading script (books.py), which datasets 4+ refuses",
+    for expected in ("missing.txt: missing (relative paths are read from", "acme/books: a loading script (books.py), which datasets 4+ refuses",
                      "acme/nothing@v2: no such repository", "acme/ja: its tokenizer_config.json maps AutoTokenizer",
                      "trust_remote_code"):
         assert expected in err

