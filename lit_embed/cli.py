@@ -204,6 +204,7 @@ COMMANDS = {
     "report": "lit_embed.report:main",
     "analyze": "lit_embed.analysis:main",
     "compress": "lit_embed.compress.command:main",
+    "data": "lit_embed.data.check:main",  # data check --config FILE: the config's hub names, before a long job
 }
 
 

@@ -38,13 +38,21 @@ def experiment_configs() -> list[Path]:
 
 
 def offline_overrides(path: Path, minilm_path: str) -> list[str]:
-    """A config whose encoder is a hub model (``pretrained:``) builds here with the packaged MiniLM in its place."""
+    """A config whose encoder is a hub model (``pretrained:``) builds here with the packaged MiniLM in its place,
+    and one whose corpus is files the user downloads (CC-100) with the shipped sample corpus in their place."""
     import yaml
 
-    encoder = yaml.safe_load(path.read_text())["model"]["init_args"].get("encoder")
+    config = yaml.safe_load(path.read_text())
+    overrides = []
+    encoder = config["model"]["init_args"].get("encoder")
     if isinstance(encoder, dict) and encoder.get("init_args", {}).get("pretrained"):
-        return ["--model.init_args.encoder.init_args.pretrained", minilm_path, "--model.init_args.vocab_size", "30522"]
-    return []
+        overrides += ["--model.init_args.encoder.init_args.pretrained", minilm_path, "--model.init_args.vocab_size", "30522"]
+    data = config.get("data")
+    data = yaml.safe_load((path.parent / data).read_text()) if isinstance(data, str) else data or {}
+    files = (data.get("init_args") or {}).get("files")
+    if files and files != ["sample-corpus"]:
+        overrides += ["--data.init_args.files", "[sample-corpus]"]
+    return overrides
 
 
 @pytest.mark.parametrize("path", [*sorted(CONFIGS.glob("demo*.yaml")), *experiment_configs()], ids=lambda p: p.stem)

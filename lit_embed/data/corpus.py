@@ -14,7 +14,7 @@ from torch.utils.data import DataLoader
 from lit_embed._compat import dataset_fingerprint
 from lit_embed.data.base import TextDataModule, check_batching
 from lit_embed.data.loading import EndlessStream, IndexedRows, ResumableLoader
-from lit_embed.data.sources import load_files, load_hub
+from lit_embed.data.sources import check_files, load_files, load_hub, refuse_script_datasets
 from lit_embed.embeddings.text import TextEncoder
 from lit_embed.errors import ConfigError
 
@@ -48,8 +48,11 @@ class CorpusDataModule(TextDataModule):
         tokenizer: HF tokenizer name or folder (``all-MiniLM-L6-v2`` works offline); the model's
             strategy decides how it is used (vocabulary ids, or hashed pieces). Word-level hash
             strategies need none.
-        datasets: hub datasets, ``name`` or ``name:config``, e.g. ``wikimedia/wikipedia:20231101.en``.
-        files: local files (txt: one text per line; jsonl/csv/parquet: ``text_column``), or ``sample-corpus``.
+        datasets: hub datasets, ``name`` or ``name:config``, e.g. ``wikimedia/wikipedia:20231101.en``, and
+            ``name@revision[:config]`` to read one commit. Loading scripts are refused (``datasets`` 4+ cannot
+            run them): known ones (``statmt/cc100``, ``bookcorpus/bookcorpus``) when the module is built.
+        files: local files (txt or txt.xz: one text per line; jsonl/csv/parquet: ``text_column``), or
+            ``sample-corpus``; checked when the module is built.
         text_column: column holding the text.
         max_length: tokens per block, specials included.
         batch_size: blocks per batch on each device; with ``global_batch_size``, the most per device.
@@ -91,6 +94,8 @@ class CorpusDataModule(TextDataModule):
             raise ConfigError(f"streaming needs val_size as a number of blocks, got {val_size}")
         if shuffle_buffer < 0:
             raise ConfigError(f"shuffle_buffer={shuffle_buffer} must be 0 (no shuffling) or more")
+        refuse_script_datasets(list(datasets or []))
+        check_files(list(files or []))
         self.save_hyperparameters()
         self.tokenizer = tokenizer
         self.sources = list(datasets or [])

@@ -4,10 +4,11 @@ Texts become codes only through the model's strategy (``text_encoder()``: ``enco
 ``special_code``), and batches are padded by :class:`~lit_embed.data.collate.PadCollator`, so any
 strategy (vocabulary ids, hash buckets, bit vectors) fine-tunes the same way.
 
-Data comes from the hub (``nyu-mll/glue``, ``facebook/xnli``, JGLUE's parquet conversion) or from
-``data_dir``, a folder in the hub's layout: ``[<config>/]<split>{.ext,-*.ext,/*.ext}`` with ``ext``
-one of csv, tsv, jsonl, json (JSON lines), parquet, e.g. ``glue/rte/train-00000-of-00001.parquet``,
-``rte/validation.tsv``, ``xnli/de/test.jsonl`` or JGLUE's own ``train-v1.3.json``/``valid-v1.3.json``.
+Data comes from the hub (``nyu-mll/glue``, ``facebook/xnli``, JGLUE's parquet conversion, each at the
+commit its task row pins) or from ``data_dir``, a folder in the hub's layout:
+``[<config>/]<split>{.ext,-*.ext,/*.ext}`` with ``ext`` one of csv, tsv, jsonl, json (JSON lines), parquet,
+e.g. ``glue/rte/train-00000-of-00001.parquet``, ``rte/validation.tsv``, ``xnli/de/test.jsonl``, JGLUE's own
+``train-v1.3.json``/``valid-v1.3.json`` or its conversion's ``MARC-ja/jglue-train.parquet``.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from torch.utils.data import DataLoader
 from lit_embed._compat import dataset_fingerprint
 from lit_embed.data.base import TextDataModule, check_batching
 from lit_embed.data.loading import ResumableLoader
-from lit_embed.data.sources import SAMPLE_DIR, load_files
+from lit_embed.data.sources import SAMPLE_DIR, is_script_refusal, load_files, script_refusal
 from lit_embed.data.tasks import XNLI_LANGUAGES, Paper, Task, get_task
 from lit_embed.embeddings.text import TextEncoder
 from lit_embed.errors import ConfigError, HubError, MissingFileError
@@ -33,10 +34,11 @@ from lit_embed.interfaces import TaskModel, provides
 
 PIPELINE_VERSION = 1
 DATA_SUFFIXES = (".parquet", ".csv", ".tsv", ".jsonl", ".json")
-#: Other names the same split has in the benchmarks' own downloads (GLUE's dev.tsv, JGLUE's valid-v1.3.json).
+#: Other names the same split has in the benchmarks' own downloads (GLUE's dev.tsv, JGLUE's valid-v1.3.json,
+#: MARC-ja's jglue-validation.parquet in JGLUE's parquet conversion).
 SPLIT_ALIASES = {
-    "train": ("in_domain_train",),
-    "validation": ("valid", "dev", "in_domain_valid"),
+    "train": ("in_domain_train", "jglue-train"),
+    "validation": ("valid", "dev", "in_domain_valid", "jglue-validation"),
     "validation_matched": ("dev_matched",),
     "validation_mismatched": ("dev_mismatched",),
     "validation_out_of_domain": ("out_of_domain_valid",),
@@ -236,7 +238,7 @@ class TaskDataModule(TextDataModule):
                 rows = datasets.Dataset.from_dict({})
         else:
             rows = load_from_hub(self.task, config, split)
-            origin = f"{self.task.hub} ({config}, {split})"
+            origin = f"{self.task.hub}@{self.task.revision} ({config}, {split})"
         if len(rows) == 0:
             raise ConfigError(f"{origin}: the {what} split of task {self.task.name!r} has no rows: give it data")
         missing = [c for c in self.task.columns if c not in rows.column_names]
@@ -366,24 +368,34 @@ def split_files(root: Path, config: str | None, split: str) -> list[Path]:
 
 
 def load_from_hub(task: Task, config: str | None, split: str) -> datasets.Dataset:
+    """The rows of ``split`` of ``task`` from the hub, at the commit its task row pins."""
+    files = task.hub_files(config, split)
+    if files is not None:
+        how = (
+            f"The hub's {task.hub} is a loading script that datasets 4+ refuses, so lit-embed reads its parquet "
+            f"conversion ({files}). Offline? Download it once (hf download {task.hub} --repo-type dataset "
+            f"--revision {task.revision} --include '{config}/*' --local-dir DIR) and pass data.init_args.data_dir DIR"
+        )
+        if task.benchmark == "jglue":
+            how += (
+                ", or download JGLUE itself (github.com/yahoojapan/JGLUE, e.g. datasets/jnli-v1.3/train-v1.3.json and "
+                "valid-v1.3.json) and pass that folder"
+            )
+    else:
+        how = (
+            f"Offline? Save it once where the hub is reachable (load_dataset({task.hub!r}, {config!r}, "
+            f"revision={task.revision!r})[split].to_parquet('DIR/{config}/{split}.parquet')) and pass "
+            f"data.init_args.data_dir DIR"
+        )
     try:
-        if task.benchmark == "jglue":
-            files = task.hub.format(config=config, split=split)
+        if files is not None:
             return datasets.load_dataset("parquet", data_files={split: files}, split=split)
-        return datasets.load_dataset(task.hub, config, split=split)
+        return datasets.load_dataset(task.hub, config, split=split, revision=task.revision)
+    except RuntimeError as error:
+        if not is_script_refusal(error):
+            raise
+        raise script_refusal(f"{task.hub}@{task.revision}", how, error) from error
     except (ConnectionError, FileNotFoundError, OSError, ValueError) as error:
-        if task.benchmark == "jglue":
-            how = (
-                "The hub's JGLUE (shunk031/JGLUE) is a loading script that datasets 4+ refuses, so lit-embed "
-                f"reads its parquet conversion ({files}). Without it, download JGLUE "
-                "(github.com/yahoojapan/JGLUE, e.g. datasets/jnli-v1.3/train-v1.3.json and valid-v1.3.json) "
-                "and pass the folder as data.init_args.data_dir"
-            )
-        else:
-            how = (
-                f"Offline? Save it once where the hub is reachable (load_dataset({task.hub!r}, {config!r})"
-                f"[split].to_parquet('DIR/{config}/{split}.parquet')) and pass data.init_args.data_dir DIR"
-            )
         raise HubError(f"could not load {task.name} {split} from the hub: {how}. Cause: {error}") from error
 
 

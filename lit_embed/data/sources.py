@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import csv
+import lzma
+import os
+from fnmatch import fnmatch
 from pathlib import Path
 
 import datasets
@@ -15,25 +18,88 @@ from lit_embed.errors import ConfigError, HubError, MissingFileError
 SAMPLE_DIR = Path(__file__).parent / "sample"
 #: Data that ships with the package, usable anywhere by name.
 SAMPLES = {"sample-corpus": SAMPLE_DIR / "corpus.txt"}
-BUILDERS = {".txt": "text", ".text": "text", ".jsonl": "json", ".json": "json", ".csv": "csv", ".tsv": "csv", ".parquet": "parquet"}
+#: The ``datasets`` builder of each file type; ``.txt.xz`` (CC-100's downloads) is decompressed as it is read.
+BUILDERS = {
+    ".txt": "text", ".text": "text", ".txt.xz": "text", ".jsonl": "json", ".json": "json", ".csv": "csv",
+    ".tsv": "csv", ".parquet": "parquet",
+}
+#: A compressed text file is checked for UTF-8 over its first bytes only (decompressing it all would take long).
+COMPRESSED_CHECK_BYTES = 16 << 20
+CC100_ROUTE = (
+    "download its files (one per language: https://data.statmt.org/cc-100/LANG.txt.xz) and pass them with "
+    "`files:` as they are (configs/data/cc100_xnli.yaml has the download loop)"
+)
+BOOKCORPUS_ROUTE = (
+    "use rojagtap/bookcorpus (the same books_large_p1.txt and books_large_p2.txt its script reads, as text files), "
+    "or pass those files with `files:`"
+)
+#: Hub datasets that are loading scripts only (README, "Hub datasets and models"): ``datasets`` 4+ refuses them,
+#: so a corpus naming one is refused when it is built, with the way to the same data.
+SCRIPT_DATASETS = {
+    "statmt/cc100": CC100_ROUTE,
+    "cc100": CC100_ROUTE,
+    "bookcorpus/bookcorpus": BOOKCORPUS_ROUTE,
+    "bookcorpus": BOOKCORPUS_ROUTE,
+    "shunk031/jglue": "fine-tune on the tasks jcola, jsts, jnli or marc_ja, which read its parquet conversion",
+}
+#: Where files that shipped configs name can be downloaded: ``folder/file`` pattern -> address (``{name}``: the file).
+DOWNLOADS = {"cc100/*.txt.xz": "https://data.statmt.org/cc-100/{name}"}
+
+
+def file_kind(path: Path) -> str | None:
+    """The ``datasets`` builder that reads ``path``, by its suffix (``None``: a type lit-embed does not read)."""
+    return BUILDERS.get("".join(path.suffixes[-2:])) or BUILDERS.get(path.suffix)
+
+
+def check_files(names: list[str]) -> None:
+    """Refuse local data files that do not exist (all of them named, with where to download them where that is
+    known) or whose type lit-embed does not read. Samples shipped with lit-embed are always there."""
+    paths = {name: Path(name).expanduser() for name in names if name not in SAMPLES}
+    missing = [name for name, path in paths.items() if not path.is_file()]
+    if missing:
+        listed = ", ".join(repr(name) for name in missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
+        where = f" (relative paths are read from {os.getcwd()})" if any(not paths[n].is_absolute() for n in missing) else ""
+        verb = "does" if len(missing) == 1 else "do"
+        raise MissingFileError(f"data file{'s' * (len(missing) > 1)} {listed} {verb} not exist{where}: {how_to_fetch(missing)}")
+    for name, path in paths.items():
+        if file_kind(path) is None:
+            raise ConfigError(f"data file {name!r}: unsupported type {path.suffix!r}; use one of {sorted(BUILDERS)}")
+
+
+def how_to_fetch(missing: list[str]) -> str:
+    """How to get missing files: a download command where their folder is known, else what can be given."""
+    folders: dict[tuple[Path, str], list[str]] = {}
+    for name in missing:
+        path = Path(name).expanduser()
+        url = next((url for pattern, url in DOWNLOADS.items() if fnmatch(f"{path.parent.name}/{path.name}", pattern)), None)
+        if url is None:
+            return f"check the paths, or give samples shipped with lit-embed ({', '.join(sorted(SAMPLES))})"
+        folders.setdefault((path.parent, url), []).append(path.name)
+    commands = [
+        f"mkdir -p {folder} && for f in {' '.join(files)}; do wget -c -P {folder} {url.format(name='$f')}; done"
+        for (folder, url), files in folders.items()
+    ]
+    return "download them first: " + "; ".join(commands)
 
 
 def resolve_file(name: str) -> Path:
     """A local data file, or a sample that ships with lit-embed (``sample-corpus``)."""
     if name in SAMPLES:
         return SAMPLES[name]
-    path = Path(name).expanduser()
-    if not path.is_file():
-        raise MissingFileError(f"data file {name!r} does not exist (samples shipped: {sorted(SAMPLES)})")
-    if path.suffix not in BUILDERS:
-        raise ConfigError(f"data file {name!r}: unsupported type {path.suffix!r}; use one of {sorted(BUILDERS)}")
-    return path
+    check_files([name])
+    return Path(name).expanduser()
 
 
 def check_utf8(path: Path) -> None:
-    """Refuse a text file that is not valid UTF-8, naming the line, before ``datasets`` fails obscurely."""
-    with path.open("rb") as handle:
+    """Refuse a text file that is not valid UTF-8, naming the line, before ``datasets`` fails obscurely
+    (a compressed one: its first :data:`COMPRESSED_CHECK_BYTES`)."""
+    compressed = path.suffix == ".xz"
+    with lzma.open(path, "rb") if compressed else path.open("rb") as handle:
+        read = 0
         for number, line in enumerate(handle, start=1):
+            read += len(line)
+            if compressed and read > COMPRESSED_CHECK_BYTES:
+                break
             try:
                 line.decode("utf-8")
             except UnicodeDecodeError as error:
@@ -50,7 +116,7 @@ def load_files(files: list[str], split: str = "train", streaming: bool = False, 
     cannot hold a tab or a newline, and quotes are kept as text.
     """
     paths = [resolve_file(f) for f in files]
-    kinds = {BUILDERS[p.suffix] for p in paths}
+    kinds = {file_kind(p) for p in paths}
     if len(kinds) != 1:
         raise ConfigError(f"data files {files} mix types {sorted(kinds)}: give files of one type per source")
     kind = kinds.pop()
@@ -79,11 +145,51 @@ def _innermost(error: BaseException) -> BaseException:
     return error
 
 
-def load_hub(name: str, split: str = "train", streaming: bool = False):
-    """A hub dataset given as ``name`` or ``name:config`` (e.g. ``wikimedia/wikipedia:20231101.en``)."""
+def parse_hub_name(name: str) -> tuple[str, str | None, str | None]:
+    """``repository[@revision][:config]`` (``wikimedia/wikipedia@SHA:20231101.en``) -> its three parts."""
     path, _, config = name.partition(":")
+    path, _, revision = path.partition("@")
+    return path, revision or None, config or None
+
+
+def refuse_script_datasets(names: list[str]) -> None:
+    """Refuse hub datasets known to be loading scripts only, before anything is downloaded."""
+    found = [name for name in names if parse_hub_name(name)[0].lower() in SCRIPT_DATASETS]
+    if found:
+        routes = dict.fromkeys(SCRIPT_DATASETS[parse_hub_name(name)[0].lower()] for name in found)
+        raise ConfigError(
+            f"hub dataset{'s' * (len(found) > 1)} {', '.join(repr(n) for n in found)}: a loading script on the hub, "
+            f"which datasets 4+ refuses to run: {'; '.join(routes)}"
+        )
+
+
+def is_script_refusal(error: BaseException) -> bool:
+    """Whether ``error`` is ``datasets`` refusing a hub dataset that is a loading script (datasets 4+)."""
+    return isinstance(error, RuntimeError) and "Dataset scripts are no longer supported" in str(error)
+
+
+def script_refusal(name: str, route: str, error: BaseException) -> HubError:
+    """The error to raise when ``datasets`` refused the loading script of hub dataset ``name``."""
+    return HubError(
+        f"hub dataset {name!r} is a loading script, which datasets {datasets.__version__} refuses to run: {route}. "
+        f"`lit-embed data check --config FILE` finds such names before a run. Cause: {error}"
+    )
+
+
+def load_hub(name: str, split: str = "train", streaming: bool = False):
+    """A hub dataset given as ``name``, ``name:config`` (e.g. ``wikimedia/wikipedia:20231101.en``) or with the
+    commit to read, ``name@revision[:config]``."""
+    path, revision, config = parse_hub_name(name)
     try:
-        return datasets.load_dataset(path, config or None, split=split, streaming=streaming)
+        return datasets.load_dataset(path, config, split=split, streaming=streaming, revision=revision)
+    except RuntimeError as error:
+        if not is_script_refusal(error):
+            raise
+        route = SCRIPT_DATASETS.get(path.lower()) or (
+            "download the files its script reads (their addresses are in the script on the hub) and pass them with "
+            "`files:`, or find a parquet copy of the same data"
+        )
+        raise script_refusal(name, route, error) from error
     except (ConnectionError, FileNotFoundError, OSError) as error:
         raise HubError(
             f"could not load dataset {name!r} from the HuggingFace hub ({error}). Offline? Save it once where "

@@ -20,7 +20,14 @@ from lit_embed.errors import ConfigError
 #: The 15 XNLI languages, in the order of the papers' tables.
 XNLI_LANGUAGES = ("en", "fr", "es", "de", "el", "bg", "ru", "tr", "ar", "vi", "th", "zh", "hi", "sw", "ur")
 NLI_LABELS = ("entailment", "neutral", "contradiction")  # MNLI's and XNLI's ids 0, 1, 2
-JGLUE_PARQUET = "hf://datasets/shunk031/JGLUE@refs%2Fconvert%2Fparquet/{config}/{split}/*.parquet"
+#: The commits read (README, "Hub datasets and models", gives the evidence for each): GLUE and XNLI as parquet
+#: files after their loading scripts were deleted (datasets 4+ refuses a repository with one).
+GLUE_REVISION = "0de23925db68e9cf6287d3776a0f67f5267a42eb"
+XNLI_REVISION = "83ecd0da7773326e49a494fca44b9467b27103c8"
+#: JGLUE's repository (shunk031/JGLUE) is a loading script: lit-embed reads the hub's parquet conversion of it
+#: (branch refs/convert/parquet) at this commit, where MARC-ja kept the converter's older file names.
+JGLUE_REVISION = "3a4a622d8ae03c700184c17da7afa1d3dc870cd3"
+JGLUE_FILES = "{config}/{split}/*.parquet"
 #: The papers whose fine-tuning protocols lit-embed follows (``data.init_args.paper``): a run records its
 #: paper, and ``lit-embed report`` shows each task's metric as that paper's tables do.
 Paper = Literal["k-sub-embedding", "hashformers", "sparse-coding"]
@@ -34,9 +41,12 @@ class Task:
     Args:
         name: the name configs use (``rte``, ``jnli``, ``xnli``).
         benchmark: ``glue``, ``jglue``, ``xnli`` or ``sample``.
-        hub: the hub dataset; for JGLUE a pattern of its parquet files (the hub's dataset is a
-            loading script that ``datasets`` 4+ refuses).
+        hub: the hub dataset (``nyu-mll/glue``).
         config: the hub configuration (``rte``; ``JNLI``); XNLI's is the language.
+        revision: the commit of ``hub`` that is read (a full sha: the data cannot change under a run).
+        files: where the task reads parquet files of ``hub`` instead of its configurations (JGLUE, whose
+            repository is a loading script that ``datasets`` 4+ refuses): the files of one split, a
+            pattern in the repository with ``{config}`` and ``{split}``.
         text_columns: one column (single sentence) or two (a pair).
         labels: label names in model order; ``None`` for regression.
         source_labels: the order of the integer labels in the hub's files where it differs from
@@ -73,6 +83,8 @@ class Task:
     header: str = ""
     shown: dict[str, str] = field(default_factory=dict)
     per_set_columns: bool = False
+    revision: str | None = None
+    files: str | None = None
 
     @property
     def regression(self) -> bool:
@@ -90,6 +102,13 @@ class Task:
     def columns(self) -> tuple[str, ...]:
         return (*self.text_columns, self.label_column)
 
+    def hub_files(self, config: str | None, split: str) -> str | None:
+        """The ``hf://`` pattern of the parquet files of ``split`` where the task reads files (``files``), else ``None``."""
+        if self.files is None:
+            return None
+        at = f"@{self.revision}" if self.revision else ""
+        return f"hf://datasets/{self.hub}{at}/{self.files.format(config=config, split=split)}"
+
     def shown_metric(self, paper: str | None) -> str:
         """The metric ``paper``'s tables show for this task (the first of ``metrics`` unless it says otherwise)."""
         return self.shown.get(paper or "", self.main_metric)
@@ -104,11 +123,13 @@ class Task:
 
 def _glue(name, columns, labels, metrics=("accuracy",), **kwargs) -> Task:
     kwargs.setdefault("header", name.upper())
-    return Task(name, "glue", "nyu-mll/glue", name, columns, labels, metrics, source="GLUE", **kwargs)
+    return Task(name, "glue", "nyu-mll/glue", name, columns, labels, metrics, source="GLUE", revision=GLUE_REVISION,
+                **kwargs)
 
 
-def _jglue(name, config, columns, labels, metrics=("accuracy",), **kwargs) -> Task:
-    return Task(name, "jglue", JGLUE_PARQUET, config, columns, labels, metrics, source="JGLUE", header=config, **kwargs)
+def _jglue(name, config, columns, labels, metrics=("accuracy",), files=JGLUE_FILES, **kwargs) -> Task:
+    return Task(name, "jglue", "shunk031/JGLUE", config, columns, labels, metrics, source="JGLUE", header=config,
+                revision=JGLUE_REVISION, files=files, **kwargs)
 
 
 TASKS: dict[str, Task] = {
@@ -138,11 +159,12 @@ TASKS: dict[str, Task] = {
             "jnli", "JNLI", ("sentence1", "sentence2"), NLI_LABELS,
             source_labels=("entailment", "contradiction", "neutral"),
         ),
-        _jglue("marc_ja", "MARC-ja", ("sentence",), ("positive", "negative")),
+        # MARC-ja was converted before the converter named files {split}/NNNN.parquet, and never again.
+        _jglue("marc_ja", "MARC-ja", ("sentence",), ("positive", "negative"), files="{config}/jglue-{split}.parquet"),
         Task(
             "xnli", "xnli", "facebook/xnli", "en", ("premise", "hypothesis"), NLI_LABELS,
             validation={lang: "validation" for lang in XNLI_LANGUAGES},
-            test={lang: "test" for lang in XNLI_LANGUAGES}, source="XNLI", per_set_columns=True,
+            test={lang: "test" for lang in XNLI_LANGUAGES}, source="XNLI", per_set_columns=True, revision=XNLI_REVISION,
         ),
         Task(
             "topics", "sample", "sample-topics", None, ("text",),

