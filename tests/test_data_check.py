@@ -10,8 +10,7 @@ import pytest
 
 from lit_embed.cli import main
 from lit_embed.data import check
-
-from .conftest import CONFIGS
+from tests.helpers import CONFIGS
 
 GLUE = "nyu-mll/glue@0de23925db68e9cf6287d3776a0f67f5267a42eb"
 JGLUE = "shunk031/JGLUE@3a4a622d8ae03c700184c17da7afa1d3dc870cd3"

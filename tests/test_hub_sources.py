@@ -13,8 +13,7 @@ from lit_embed.data.finetune import TaskDataModule, load_from_hub, split_files
 from lit_embed.data.sources import load_hub
 from lit_embed.data.tasks import TASKS, XNLI_LANGUAGES, get_task
 from lit_embed.errors import ConfigError, HubError, MissingFileError
-
-from .conftest import CONFIGS
+from tests.helpers import CONFIGS
 
 TEXTS = [f"line {i} of a compressed corpus, with é and 漢字" for i in range(200)]
 SCRIPT_REFUSAL = RuntimeError("Dataset scripts are no longer supported, but found cc100.py")
