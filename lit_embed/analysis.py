@@ -30,8 +30,8 @@ from torch import Tensor
 from lit_embed.checkpoints import load_model, recorded_tokenizer
 from lit_embed.data.collate import PadCollator
 from lit_embed.errors import ConfigError
+from lit_embed.files import write_atomic, write_json_atomic
 from lit_embed.models.base import EmbeddingModule
-from lit_embed.results import write_atomic, write_json_atomic
 from lit_embed.runs import start_checkpoint
 
 ANALYSIS_DIR = "analysis"

@@ -16,7 +16,7 @@ from lightning_fabric.utilities.cloud_io import get_filesystem
 from lightning_fabric.utilities.types import _PATH
 from pytorch_lightning.plugins.io import TorchCheckpointIO
 
-from lit_embed.results import atomic_writer
+from lit_embed.files import atomic_writer
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):

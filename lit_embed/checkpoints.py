@@ -270,7 +270,7 @@ def plain(value: Any) -> Any:
 
 def convert(source: str, target: str) -> None:
     """Load ``source`` trusting it (this runs whatever code it holds) and write it as plain data to ``target``."""
-    from lit_embed.results import atomic_writer
+    from lit_embed.files import atomic_writer
 
     checkpoint = torch.load(Path(source).expanduser(), map_location="cpu", weights_only=False)
     with atomic_writer(target) as handle:

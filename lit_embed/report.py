@@ -25,7 +25,8 @@ from pathlib import Path
 from lit_embed.accounting import compression, human
 from lit_embed.data.tasks import BENCHMARK_TABLES, TASKS, get_task
 from lit_embed.errors import ConfigError
-from lit_embed.results import SCORE_METRICS, check_same_backbone, find_run_dirs, load_results, write_atomic
+from lit_embed.files import write_atomic
+from lit_embed.results import SCORE_METRICS, check_same_backbone, find_run_dirs, load_results
 from lit_embed.tables import FORMATS, MISSING, Table, render
 
 

@@ -7,19 +7,12 @@ library versions, the final metrics, the parameter figures and the timings (see
 
 from __future__ import annotations
 
-import contextlib
-import errno
-import glob
 import json
 import os
 import platform
-import socket
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Any
 
-from lit_embed.errors import ConfigError, DiskFullError, MissingFileError
+from lit_embed.errors import ConfigError, MissingFileError
 
 RESULTS_FILE = "results.json"
 #: Bumped when the layout of ``results.json`` changes incompatibly.
@@ -30,95 +23,6 @@ REQUIRED_KEYS = ("label",)
 SCORE_METRICS = ("accuracy", "f1", "matthews", "pearson", "spearman", "exact_match")
 #: Stages whose metrics are evaluations (PRR is computed for these, not for training metrics).
 EVAL_STAGES = ("val", "test")
-
-
-@contextlib.contextmanager
-def atomic_writer(path: str | os.PathLike, mode: str = "wb") -> Iterator[IO]:
-    """A file handle whose content appears at ``path`` only when the block ends without an error.
-
-    The content goes to a temporary file in the same folder (so the final rename never crosses a
-    filesystem), is flushed to disk, and replaces ``path`` with ``os.replace``: a reader sees the old
-    file or the new one, never half of one, even if the process is killed mid-write. The temporary
-    file's name carries the writer's host and process id: after a successful write, those left by
-    killed writers of the same path on this host are removed, never a live writer's. A full disk is
-    a :class:`~lit_embed.errors.DiskFullError` naming the device and the file.
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    prefix = f".{path.name}."
-    host = socket.gethostname()
-    handle, temporary = tempfile.mkstemp(prefix=f"{prefix}{host}.{os.getpid()}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(handle, mode) as out:
-            yield out
-            out.flush()
-            os.fsync(out.fileno())
-        os.chmod(temporary, 0o644)  # mkstemp makes it private; results are for everyone who reads the runs
-        os.replace(temporary, path)
-    except BaseException as error:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(temporary)
-        if _disk_full(error):
-            raise DiskFullError(str(path), _device(path.parent)) from None
-        raise
-    _sync_folder(path.parent)
-    for stale in path.parent.glob(f"{glob.escape(prefix)}{glob.escape(host)}.*.tmp"):
-        pid = stale.name[len(prefix) + len(host) + 1:].split(".", 1)[0]
-        if pid.isdigit() and not process_alive(int(pid)):
-            with contextlib.suppress(FileNotFoundError):
-                stale.unlink()
-
-
-def process_alive(pid: int) -> bool:
-    """Whether process ``pid`` runs on this host."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _disk_full(error: BaseException | None) -> bool:
-    """Whether ``error`` or what caused it is "no space left on device" (torch.save wraps it in a RuntimeError)."""
-    seen = 0
-    while error is not None and seen < 5:
-        if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
-            return True
-        error, seen = error.__cause__ or error.__context__, seen + 1
-    return False
-
-
-def _device(folder: Path) -> str:
-    """The mount point holding ``folder`` (what ``df`` names), for messages."""
-    folder = folder.absolute()
-    with contextlib.suppress(OSError):
-        device = os.stat(folder).st_dev
-        while folder.parent != folder and os.stat(folder.parent).st_dev == device:
-            folder = folder.parent
-    return str(folder)
-
-
-def _sync_folder(folder: Path) -> None:
-    """Make the rename durable (POSIX); a no-op where folders cannot be opened (Windows)."""
-    with contextlib.suppress(OSError):
-        fd = os.open(folder, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
-def write_atomic(path: str | os.PathLike, content: str | bytes) -> Path:
-    """Write ``content`` to ``path`` atomically (see :func:`atomic_writer`)."""
-    with atomic_writer(path, "wb" if isinstance(content, bytes) else "w") as out:
-        out.write(content)
-    return Path(path)
-
-
-def write_json_atomic(path: str | os.PathLike, data: Any) -> Path:
-    return write_atomic(path, json.dumps(data, indent=2, default=str) + "\n")
 
 
 def versions() -> dict[str, str]:

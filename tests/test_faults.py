@@ -279,7 +279,7 @@ def test_a_full_disk_names_the_device_and_keeps_the_old_file(tmp_path):
     try:
         (disk / "last.ckpt").write_bytes(b"the previous checkpoint")
         from lit_embed.errors import DiskFullError
-        from lit_embed.results import atomic_writer
+        from lit_embed.files import atomic_writer
 
         with pytest.raises(DiskFullError, match=f"no space left on {disk} writing {disk}/last.ckpt"):
             with atomic_writer(disk / "last.ckpt") as handle:

@@ -12,8 +12,9 @@ import pytest
 from lit_embed.accounting import compression
 from lit_embed.cli import main
 from lit_embed.data.tasks import XNLI_LANGUAGES
+from lit_embed.files import write_json_atomic
 from lit_embed.report import Report
-from lit_embed.results import RESULTS_FILE, load_results, write_json_atomic
+from lit_embed.results import RESULTS_FILE, load_results
 from tests.helpers import REPO
 
 ROBERTA_S = {"arch": "roberta", "layers": 8, "hidden": 512, "heads": 8, "ffn": 2048}

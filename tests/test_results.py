@@ -14,7 +14,8 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from lit_embed.accounting import compression, performance_retention, speed_up
 from lit_embed.callbacks import EfficiencyMonitor, ResultsWriter
-from lit_embed.results import RESULTS_FILE, is_score, load_results, write_atomic, write_json_atomic
+from lit_embed.files import write_atomic, write_json_atomic
+from lit_embed.results import RESULTS_FILE, is_score, load_results
 from tests.helpers import CONFIGS
 from tests.helpers.cli import run_params
 

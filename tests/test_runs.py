@@ -84,7 +84,7 @@ def test_a_write_removes_only_the_temporary_files_of_dead_writers(tmp_path):
     """Two runs writing into one folder must not delete each other's half-written files (the live one's)."""
     import socket
 
-    from lit_embed.results import write_atomic
+    from lit_embed.files import write_atomic
 
     host = socket.gethostname()
     dead = subprocess.Popen([sys.executable, "-c", "pass"])

@@ -16,6 +16,7 @@ from lit_embed._compat import keep_hparams_tab_for_final_figures, tensorboard_fi
 from lit_embed.accounting import parameter_report, performance_retention, speed_up
 from lit_embed.callbacks.efficiency import EfficiencyMonitor
 from lit_embed.errors import ConfigError
+from lit_embed.files import write_json_atomic
 from lit_embed.models.base import EmbeddingModule
 from lit_embed.results import (
     RESULTS_FILE,
@@ -24,7 +25,6 @@ from lit_embed.results import (
     is_score,
     load_results,
     versions,
-    write_json_atomic,
 )
 from lit_embed.runs import run_folder
 

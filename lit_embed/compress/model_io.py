@@ -31,10 +31,10 @@ from lit_embed.checkpoints import (
 from lit_embed.embeddings.base import EmbeddingStrategy
 from lit_embed.embeddings.dense import DenseEmbedding
 from lit_embed.errors import CheckpointError, ConfigError, MissingFileError, OutputExistsError
+from lit_embed.files import process_alive
 from lit_embed.hub import explain_unreachable, remote_code_trusted, resolve_pretrained
 from lit_embed.models.base import EmbeddingModule
 from lit_embed.models.mlm import MaskedLM
-from lit_embed.results import process_alive
 from lit_embed.runs import start_checkpoint
 
 INSTANTIATOR = "pytorch_lightning.cli.instantiate_module"

@@ -11,7 +11,6 @@ import hashlib
 import logging
 import math
 import os
-import tempfile
 from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Literal
@@ -20,6 +19,7 @@ import numpy as np
 import torch
 
 from lit_embed.errors import ConfigError
+from lit_embed.files import atomic_writer
 
 log = logging.getLogger(__name__)
 
@@ -152,15 +152,8 @@ ALGORITHM_VERSION = 2
 
 def save_atomically(path: Path, array: np.ndarray) -> None:
     """Write ``array`` to ``path`` so that readers see the whole file or none (other ranks may read it)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            np.save(handle, array)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_writer(path) as handle:
+        np.save(handle, array)
 
 
 # -- the clustering ----------------------------------------------------------------------------------

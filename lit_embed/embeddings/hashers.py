@@ -12,8 +12,6 @@ from __future__ import annotations
 import hashlib
 import heapq
 import json
-import os
-import tempfile
 from abc import ABC, abstractmethod
 from collections import Counter
 from collections.abc import Iterable
@@ -26,6 +24,7 @@ import torch
 
 from lit_embed.embeddings.state import CheckpointSized, init_args_of
 from lit_embed.errors import ConfigError
+from lit_embed.files import write_atomic
 
 
 class WordHash(Protocol):
@@ -257,13 +256,8 @@ class LSHHasher(Hasher):
     def save(self, folder: Path) -> Path:
         """Write ``lsh_ngrams.json`` (atomically) for people to read and for ``ngrams:`` to reuse."""
         path = Path(folder) / self.ARTEFACT
-        path.parent.mkdir(parents=True, exist_ok=True)
         payload = {"format": "lit-embed LSH n-grams", "max_ngram": self.max_ngram, "ngrams": self.ngrams()}
-        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(payload, handle, ensure_ascii=False)
-        os.replace(tmp, path)
-        return path
+        return write_atomic(path, json.dumps(payload, ensure_ascii=False))
 
     def function(self) -> LSHHash:
         if not self.fitted:
