@@ -442,3 +442,26 @@ def test_a_new_method_is_one_class_found_by_name(tmp_path, capsys):
         assert "did you mean 'sparse_coding'?" in capsys.readouterr().err
     finally:
         CompressionMethod.registry.pop("first_common")
+
+
+def test_a_killed_compress_leaves_nothing_the_next_one_trips_on(finetuned, tmp_path):
+    """A compress killed mid-way leaves its hidden .OUT.building-HOST-PID folder; the next compress to the same
+    place removes it once that process is gone, and never a live process's."""
+    import socket
+    import subprocess
+    import sys
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        host = socket.gethostname()
+        stale, busy = (tmp_path / f".out.building-{host}-{p.pid}" for p in (dead, alive))
+        for folder in (stale, busy):
+            folder.mkdir()
+            (folder / "model.ckpt").write_bytes(b"half")
+        assert compress("--ckpt", "all-MiniLM-L6-v2", "--data", SAMPLE_CORPUS, "--k", "2", "--out", str(tmp_path / "out")) == 0
+        assert not stale.exists() and busy.exists() and (tmp_path / "out" / "report.json").is_file()
+    finally:
+        alive.kill()
+        alive.wait()
