@@ -16,11 +16,13 @@ from tests.helpers import REPO
 
 
 def test_processes_claiming_at_once_each_get_their_own_version(tmp_path):
-    import multiprocessing
-
-    with multiprocessing.get_context("fork").Pool(6) as pool:
-        numbers = sorted(pool.map(claim_version, [tmp_path] * 6))
-    assert numbers == list(range(6))
+    """Six processes claim at once. They are forked from a fresh process that has only imported lit_embed.runs:
+    forking pytest's own process, whose other threads may hold locks, could deadlock."""
+    script = f"import sys, multiprocessing; sys.path.insert(0, {str(REPO)!r}); from lit_embed.runs import claim_version\n" \
+             f"with multiprocessing.get_context('fork').Pool(6) as pool: print(pool.map(claim_version, [{str(tmp_path)!r}] * 6))"
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert sorted(json.loads(done.stdout)) == list(range(6))
     assert [p.name for p in version_folders(tmp_path)] == [f"version_{n}" for n in range(6)]
     assert claim_version(tmp_path) == 6
 
