@@ -350,3 +350,46 @@ def test_a_killed_sweep_resumes_its_run_from_the_last_checkpoint(tmp_path):
     assert outcome(run).state == "done"
     assert "Restoring states from the checkpoint" in (book(run) / OUTPUT_FILE).read_text()
     shutil.rmtree(tmp_path / "demo")
+
+
+# -- the shipped sweep files ------------------------------------------------------------------------------------
+
+
+SHIPPED = sorted((CONFIGS / "sweeps").glob("*.yaml"))
+
+
+def test_the_papers_sweep_files_plan_their_tables(monkeypatch):
+    monkeypatch.chdir(REPO)
+    assert {p.stem for p in SHIPPED} >= {"demo", "k_sub_embedding_glue", "hashformers_glue", "sparse_coding_glue",
+                                        "sparse_coding_jglue", "xnli"}
+    plans = {p.stem: load_sweep(p) for p in SHIPPED}
+    stages = {name: {s.name: s for s in sweep.stages} for name, sweep in plans.items()}
+    k_sub = stages["k_sub_embedding_glue"]
+    assert len({r.point for r in k_sub["mnli"].runs}) == 6  # Table 6: lr {1, 2, 3}e-5 x batch {16, 32}
+    assert {r.value("task") for r in k_sub["from_mnli"].runs} == {"rte", "mrpc", "stsb"}
+    assert k_sub["from_mnli"].references == ["mnli"]
+    assert stages["hashformers_glue"]["glue"].seeds == [0, 1, 2]
+    for name in ("sparse_coding_glue", "sparse_coding_jglue"):
+        compress = stages[name]["compress"]
+        assert {r.value("method") for r in compress.runs} == {"sparse_coding", "unk", "pca"}
+        assert {r.value("retention") for r in compress.runs} == {"0.5", "0.6", "0.7", "0.8", "0.9", "1"}
+        assert stages[name]["aq"].command == "compress"
+    assert set(stages["xnli"]) == {"cross_lingual", "translate_train_all"}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.stem)
+def test_each_fit_stage_of_the_shipped_sweeps_parses(path, monkeypatch, capsys):
+    """The first run of each fit stage, as `lit-embed fit --print_config` parses it (earlier stages' results
+    stand in as a file name)."""
+    monkeypatch.chdir(REPO)
+    sweep = load_sweep(path)
+    for stage in sweep.stages:
+        if stage.command != "fit":
+            continue
+        paths = {f"${{{name}.{what}}}": "runs/earlier.ckpt" for name in stage.references for what in ("checkpoint", "folder")}
+        (argv,) = commands(stage.runs[0], Launch(), paths)
+        with pytest.raises(SystemExit) as stop:
+            main([*argv, "--print_config"])
+        assert stop.value.code in (0, None), capsys.readouterr().err
+        assert "class_path: lit_embed.models.SequenceClassifier" in capsys.readouterr().out
