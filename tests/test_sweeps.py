@@ -175,21 +175,54 @@ def test_finished_runs_are_skipped_killed_ones_resumed_failed_ones_explained(tmp
 
     started = []
 
-    class Finished:  # a run process that ends at once, leaving nothing: it shows as failed
-        returncode = 1
-
-        def poll(self):
-            return 1
-
     def start(sweep, run, launch, gpus):
         started.append(run.id)
-        return Finished()
+        return FakeProcess()
 
     monkeypatch.setattr("lit_embed.sweeps.launch._start", start)
     launch_here(sweep, Launch(), say=lambda line: None)
     assert started == [killed.id, failed.id]  # the done run is skipped
     assert (sweep.folder / MANIFEST).is_file()
 
+
+
+class FakeProcess:
+    """A run process that ends after a few polls, leaving nothing behind (so it shows as failed)."""
+
+    returncode = 1
+
+    def __init__(self, polls: int = 1):
+        self.polls = polls
+
+    def poll(self):
+        self.polls -= 1
+        return 1 if self.polls < 0 else None
+
+
+def test_gpus_launcher_runs_one_run_per_visible_gpu_at_a_time(tmp_path, monkeypatch):
+    path = sweep_file(tmp_path, {"stages": {"a": {"config": FINETUNE, "search": {"model.init_args.optim.lr": [1, 2, 3]}}}})
+    sweep = load_sweep(path)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")
+    monkeypatch.setattr("lit_embed.sweeps.launch.POLL_SECONDS", 0)
+    started: list[tuple[str, list[str], int]] = []
+    live: list[FakeProcess] = []
+
+    def start(sweep, run, launch, gpus):
+        live.append(FakeProcess(polls=2))
+        started.append((run.id, list(gpus), sum(p.polls >= 0 for p in live)))
+        return live[-1]
+
+    monkeypatch.setattr("lit_embed.sweeps.launch._start", start)
+    launch_here(sweep, Launch("gpus"), say=lambda line: None)
+    assert [(rid, gpus) for rid, gpus, _ in started] == [("a/lr=1", ["3"]), ("a/lr=2", ["5"]), ("a/lr=3", ["3"])]
+    assert started[1][2] == 2  # two at once
+    started.clear()
+    launch_here(sweep, Launch("gpus", 2), say=lambda line: None)  # DDP over both: one run at a time
+    assert [gpus for _, gpus, _ in started] == [["3", "5"]] * 3
+    with pytest.raises(ConfigError, match="takes 3 GPUs but 2 are visible"):
+        launch_here(sweep, Launch("gpus", 3), say=lambda line: None)
+    (argv,) = commands(sweep.runs[0], Launch("gpus", 2))
+    assert argv[-4:] == ["--trainer.accelerator", "gpu", "--trainer.devices", "2"]
 
 # -- SLURM -------------------------------------------------------------------------------------------------------
 
@@ -330,7 +363,7 @@ def test_a_killed_sweep_resumes_its_run_from_the_last_checkpoint(tmp_path):
     document = yaml.safe_load(path.read_text())
     document["stages"] = {"finetune": document["stages"]["finetune"]}
     document["stages"]["finetune"]["search"] = {"model.init_args.optim.lr": [1.0e-3]}
-    document["stages"]["finetune"]["set"].update({"trainer.max_steps": 400, "trainer.val_check_interval": 20})
+    document["stages"]["finetune"]["set"].update({"trainer.max_steps": 120, "trainer.val_check_interval": 20})
     path.write_text(yaml.safe_dump(document))
     command = [sys.executable, "-m", "lit_embed.cli", "sweep", "--config", str(path)]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
@@ -393,3 +426,16 @@ def test_each_fit_stage_of_the_shipped_sweeps_parses(path, monkeypatch, capsys):
             main([*argv, "--print_config"])
         assert stop.value.code in (0, None), capsys.readouterr().err
         assert "class_path: lit_embed.models.SequenceClassifier" in capsys.readouterr().out
+
+
+def test_readme_sweeps_section_names_every_shipped_sweep_and_launcher():
+    from lit_embed.sweeps.launch import LAUNCHERS
+    from tests.helpers.cli import section
+
+    text = section("Sweeps: grids, seeds and stages as one command")
+    for path in SHIPPED:
+        assert path.name in text
+    for launcher in LAUNCHERS:
+        assert f"--launcher {launcher}" in text
+    assert "lit-embed report runs/sweeps/demo" in text
+    assert yaml.safe_load((CONFIGS / "sweeps" / "demo.yaml").read_text())["folder"] == "runs/sweeps/demo"

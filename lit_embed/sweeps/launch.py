@@ -122,8 +122,9 @@ def run_here(sweep: Sweep, run: Run, launch: Launch) -> int:
             raise ConfigError(f"{run.id} ended without a complete results.json in its version folder under {run.folder}: "
                               f"its config needs the lit_embed.callbacks.ResultsWriter callback")
         code = 0 if received_signal() is None else 128 + received_signal()
-    except SystemExit as stop:  # the parser's errors (printed already)
-        code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 2)
+    except SystemExit as stop:  # the parser's errors (printed already), or Lightning's exit after a signal
+        signum = received_signal()
+        code = 128 + signum if signum is not None else stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 2)
         raise
     except BaseException as exception:
         from lit_embed.cli import user_message
