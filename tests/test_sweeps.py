@@ -159,18 +159,24 @@ def test_a_stage_waits_for_the_runs_it_starts_from(tmp_path):
 
 
 def test_finished_runs_are_skipped_killed_ones_resumed_failed_ones_explained(tmp_path, monkeypatch):
-    path = sweep_file(tmp_path, {"stages": {"a": {"config": FINETUNE, "search": {"model.init_args.optim.lr": [1, 2, 3]}}}})
+    path = sweep_file(tmp_path, {"stages": {"a": {"config": FINETUNE, "search": {"model.init_args.optim.lr": [1, 2, 3, 4]}}}})
     sweep = load_sweep(path)
-    done, killed, failed = sweep.runs
+    done, killed, failed, running = sweep.runs
     finish(done, 0.9)
-    write_json_atomic(book(killed) / STATUS_FILE, {"state": "running", "host": os.uname().nodename, "pid": 2**22 + 7})
+    for run in (killed, running):  # both said they were running; only one's process still holds its lock
+        write_json_atomic(book(run) / STATUS_FILE, {"state": "running", "host": "node7", "pid": 2**22 + 7})
+    holder = subprocess.Popen([sys.executable, "-c", f"from lit_embed.runs import hold; hold({str(book(running))!r}); "
+                               "print('held', flush=True); input()"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert holder.stdout.readline() == b"held\n"
     write_json_atomic(book(failed) / STATUS_FILE, {"state": "exited", "exit": 1, "error": None})
     book(failed).joinpath(OUTPUT_FILE).write_text("Traceback ...\n  raise\nRuntimeError: CUDA out of memory\nsomething\n")
     outcomes = {run.id: outcome(run) for run in sweep.runs}
-    assert [outcomes[r.id].state for r in sweep.runs] == ["done", "left", "failed"]
+    assert [outcomes[r.id].state for r in sweep.runs] == ["done", "left", "failed", "running"]
     assert "resumes from its last checkpoint" in outcomes[killed.id].detail
     text = summary(sweep, outcomes)
-    assert "3 runs: 1 done, 0 running, 1 failed, 1 left" in text
+    assert "4 runs: 1 done, 1 running, 1 failed, 1 left" in text
+    assert "running  a/lr=4: process 4194311 on node7" in text
     assert "failed   a/lr=3: RuntimeError: CUDA out of memory" in text
 
     started = []
@@ -181,7 +187,9 @@ def test_finished_runs_are_skipped_killed_ones_resumed_failed_ones_explained(tmp
 
     monkeypatch.setattr("lit_embed.sweeps.launch._start", start)
     launch_here(sweep, Launch(), say=lambda line: None)
-    assert started == [killed.id, failed.id]  # the done run is skipped
+    assert started == [killed.id, failed.id]  # the done run is skipped, the running one left to its process
+    holder.communicate(b"\n", timeout=30)
+    assert outcome(running).state == "left"  # its process ended without finishing: the next launch resumes it
     assert (sweep.folder / MANIFEST).is_file()
 
 

@@ -11,15 +11,13 @@ from __future__ import annotations
 import contextlib
 import json
 import re
-import socket
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
 from lit_embed.errors import ConfigError, UserError
-from lit_embed.files import process_alive
 from lit_embed.results import RESULTS_FILE, load_results
-from lit_embed.runs import start_checkpoint, version_folders
+from lit_embed.runs import held, start_checkpoint, version_folders
 from lit_embed.sweeps.plan import REFERENCE, Run, Select, Stage, Sweep, candidates
 
 LOGS = "logs"
@@ -61,9 +59,8 @@ def outcome(run: Run) -> Outcome:
     if status is None:
         return Outcome("left")
     if status.get("state") == "running":
-        host, pid = status.get("host"), status.get("pid")
-        if host != socket.gethostname() or (isinstance(pid, int) and process_alive(pid)):
-            return Outcome("running", detail=f"process {pid} on {host}")
+        if held(book(run)):  # its process holds the lock until it ends, on whichever host it runs
+            return Outcome("running", detail=f"process {status.get('pid')} on {status.get('host')}")
         return Outcome("left", detail="killed: it resumes from its last checkpoint")
     code = status.get("exit")
     if code in STOPPED:
