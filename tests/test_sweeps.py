@@ -158,6 +158,15 @@ def test_a_stage_waits_for_the_runs_it_starts_from(tmp_path):
     assert outcome(mnli.runs[0]).state == "left"
 
 
+def hold_elsewhere(folder: Path) -> subprocess.Popen:
+    """A process that holds ``folder``'s lock (as a run's process does) until it reads a line."""
+    holder = subprocess.Popen([sys.executable, "-c", f"from lit_embed.runs import hold; hold({str(folder)!r}); "
+                               "print('held', flush=True); input()"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert holder.stdout.readline() == b"held\n"
+    return holder
+
+
 def test_finished_runs_are_skipped_killed_ones_resumed_failed_ones_explained(tmp_path, monkeypatch):
     path = sweep_file(tmp_path, {"stages": {"a": {"config": FINETUNE, "search": {"model.init_args.optim.lr": [1, 2, 3, 4]}}}})
     sweep = load_sweep(path)
@@ -165,10 +174,7 @@ def test_finished_runs_are_skipped_killed_ones_resumed_failed_ones_explained(tmp
     finish(done, 0.9)
     for run in (killed, running):  # both said they were running; only one's process still holds its lock
         write_json_atomic(book(run) / STATUS_FILE, {"state": "running", "host": "node7", "pid": 2**22 + 7})
-    holder = subprocess.Popen([sys.executable, "-c", f"from lit_embed.runs import hold; hold({str(book(running))!r}); "
-                               "print('held', flush=True); input()"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                              env={**os.environ, "PYTHONPATH": str(REPO)})
-    assert holder.stdout.readline() == b"held\n"
+    holder = hold_elsewhere(book(running))
     write_json_atomic(book(failed) / STATUS_FILE, {"state": "exited", "exit": 1, "error": None})
     book(failed).joinpath(OUTPUT_FILE).write_text("Traceback ...\n  raise\nRuntimeError: CUDA out of memory\nsomething\n")
     outcomes = {run.id: outcome(run) for run in sweep.runs}
@@ -193,6 +199,18 @@ def test_finished_runs_are_skipped_killed_ones_resumed_failed_ones_explained(tmp
     assert (sweep.folder / MANIFEST).is_file()
 
 
+
+def test_a_run_is_never_started_twice(tmp_path, capsys):
+    path = sweep_file(tmp_path, {"stages": {"a": {"config": FINETUNE}}})
+    (run,) = load_sweep(path).runs
+    write_json_atomic(book(run) / STATUS_FILE, {"state": "running", "host": "node7", "pid": 4242})
+    holder = hold_elsewhere(book(run))
+    try:
+        assert main(["sweep", "--config", str(path), "--run", run.id]) == 2
+        assert "a/run is running already (process 4242 on node7): wait for it" in capsys.readouterr().err
+    finally:
+        holder.communicate(b"\n", timeout=30)
+    assert not run.folder.exists()
 
 class FakeProcess:
     """A run process that ends after a few polls, leaving nothing behind (so it shows as failed)."""

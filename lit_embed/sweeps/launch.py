@@ -101,12 +101,7 @@ def run_here(sweep: Sweep, run: Run, launch: Launch) -> int:
         return 0
     first = _rank_zero()
     if first:
-        try:
-            hold(book(run), "sweep run")
-        except RunBusyError:
-            status = read_status(run) or {}
-            raise RunBusyError(f"{run.id} is running already (process {status.get('pid')} on {status.get('host')}): "
-                               f"wait for it") from None
+        _hold(run)
         _write_status(run, state="running", command=sys.argv)
     code, error = 1, None
     try:
@@ -138,6 +133,19 @@ def run_here(sweep: Sweep, run: Run, launch: Launch) -> int:
         if first:
             _write_status(run, state="exited", exit=code, error=error if code else None)
     return 0
+
+
+def _hold(run: Run, tries: int = 5) -> None:
+    """Lock the run's records for this process; a moment's retry lets a reader that asked whether the run
+    is running (``runs.held``: a brief shared lock) let go."""
+    for attempt in range(tries):
+        try:
+            return hold(book(run), "sweep run")
+        except RunBusyError:
+            if attempt + 1 < tries:
+                time.sleep(0.2)
+    status = read_status(run) or {}
+    raise RunBusyError(f"{run.id} is running already (process {status.get('pid')} on {status.get('host')}): wait for it")
 
 
 def _execute(argv: list[str]) -> None:
