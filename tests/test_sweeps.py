@@ -20,6 +20,7 @@ from lit_embed.cli import main
 from lit_embed.errors import ConfigError
 from lit_embed.files import write_json_atomic
 from lit_embed.results import RESULTS_FILE
+from lit_embed.runs import LOCK_FILE
 from lit_embed.sweeps.launch import Launch, commands, launch_here, plan_text, summary
 from lit_embed.sweeps.outcomes import OUTPUT_FILE, STATUS_FILE, book, chosen, grids, outcome, resolve
 from lit_embed.sweeps.plan import MANIFEST, load_sweep, manifest
@@ -159,10 +160,11 @@ def test_a_stage_waits_for_the_runs_it_starts_from(tmp_path):
 
 
 def hold_elsewhere(folder: Path) -> subprocess.Popen:
-    """A process that holds ``folder``'s lock (as a run's process does) until it reads a line."""
-    holder = subprocess.Popen([sys.executable, "-c", f"from lit_embed.runs import hold; hold({str(folder)!r}); "
-                               "print('held', flush=True); input()"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                              env={**os.environ, "PYTHONPATH": str(REPO)})
+    """A process that holds ``folder``'s lock as ``runs.hold`` takes it (without importing torch) until it reads a line."""
+    folder.mkdir(parents=True, exist_ok=True)
+    script = (f"import fcntl, os; fd = os.open({str(folder / LOCK_FILE)!r}, os.O_RDWR | os.O_CREAT); "
+              "fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB); print('held', flush=True); input()")
+    holder = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     assert holder.stdout.readline() == b"held\n"
     return holder
 
