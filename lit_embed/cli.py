@@ -205,6 +205,7 @@ COMMANDS = {
     "analyze": "lit_embed.analysis:main",
     "compress": "lit_embed.compress.command:main",
     "data": "lit_embed.data.check:main",  # data check --config FILE: the config's hub names, before a long job
+    "sweep": "lit_embed.sweeps.command:main",  # sweep --config SWEEP.yaml: grids, seeds and stages of runs
 }
 
 

@@ -9,8 +9,12 @@
 * the final metrics of pre-training runs and of tasks outside the benchmarks.
 
 A table row is a run's ``label``: give the runs of one model the same label across tasks and seeds.
-Runs of different tasks never share a cell. What is missing (a task, a seed, a baseline figure) is
-shown as "–" or marked "*", and said in the table's notes.
+A cell holds one run per seed, in every table (pre-training runs too): two runs of one label, task and
+seed are refused, never averaged. Runs of different tasks never share a cell. What is missing (a task, a
+seed, a baseline figure) is shown as "–" or marked "*", and said in the table's notes.
+
+A sweep folder (``lit-embed sweep``'s) is read as its plan says: each row's runs of the grid point chosen
+on validation, labelled with the row's name, with tables of the grid search and of the runs still missing.
 """
 
 from __future__ import annotations
@@ -26,7 +30,9 @@ from lit_embed.accounting import compression, human
 from lit_embed.data.tasks import BENCHMARK_TABLES, TASKS, get_task
 from lit_embed.errors import ConfigError
 from lit_embed.files import write_atomic
-from lit_embed.results import SCORE_METRICS, check_same_backbone, find_run_dirs, load_results
+from lit_embed.results import RESULTS_FILE, SCORE_METRICS, check_same_backbone, find_run_dirs, load_results
+from lit_embed.sweeps.plan import MANIFEST, is_sweep_folder
+from lit_embed.sweeps.tables import sweep_runs
 from lit_embed.tables import FORMATS, MISSING, Table, render
 
 
@@ -133,14 +139,15 @@ class Report:
                         f"{first[1][0]:,} parameters ({first[1][1]:,} embedding), {run['run_dir']} has {mine[0]:,} "
                         f"({mine[1]:,}). Give each model its own label (ResultsWriter's `label`, or the logger's name)"
                     )
-            if run["_task"] is not None:
-                key = (run["label"], run["_task"], run.get("seed"))
-                if key in cells:
-                    raise ConfigError(
-                        f"{cells[key]} and {run['run_dir']} are both {run['label']!r} on task {run['task']!r} with "
-                        f"seed {run.get('seed')}: one cell cannot hold both; leave one out or give it another label"
-                    )
-                cells[key] = run["run_dir"]
+            key = (run["label"], run["_task"], run.get("seed"))  # pre-training runs too: a cell per task and seed
+            if key in cells:
+                task = f"task {run['task']!r}" if run["_task"] is not None else PRETRAINING
+                raise ConfigError(
+                    f"{cells[key]} and {run['run_dir']} are both {run['label']!r} on {task} with seed {run.get('seed')}: "
+                    f"a cell holds one run per seed (its mean and std are over seeds), so one cell cannot hold both; "
+                    f"leave one out or give it another label"
+                )
+            cells[key] = run["run_dir"]
             if self.baseline is not None:
                 check_same_backbone(run, self.baseline)
 
@@ -306,7 +313,7 @@ class Report:
                     mean, spread = mean_std(values)
                     cells.append(f"{mean:.4g}" + (f" ± {spread:.2g}" if spread is not None else ""))
             rows.append(cells)
-        return Table(title, ["Model", *names], rows, ["scores x 100; mean ± std over runs"])
+        return Table(title, ["Model", *names], rows, ["scores x 100; mean ± std over seeds"])
 
     # -- all -------------------------------------------------------------------------------------
     def tables(self) -> list[Table]:
@@ -365,13 +372,34 @@ def _time(value: float | None) -> str:
     return MISSING if value is None else f"{value:.3g}"
 
 
+def run_and_sweep_folders(paths: list[str]) -> tuple[list[Path], list[Path]]:
+    """The run folders and the sweep folders (``lit-embed sweep``'s, holding ``sweep.json``) among ``paths`` and
+    in them: a sweep is reported as its plan says (the chosen grid points), not as the run folders it holds."""
+    runs: list[Path] = []
+    sweeps: list[Path] = []
+    for name in paths:
+        path = Path(name)
+        if is_sweep_folder(path):
+            sweeps.append(path)
+            continue
+        nested = sorted(p.parent for p in path.rglob(MANIFEST) if is_sweep_folder(p.parent)) if path.is_dir() else []
+        if not nested:
+            runs += find_run_dirs([name])
+            continue
+        sweeps += nested
+        runs += [p.parent for p in sorted(path.rglob(RESULTS_FILE))
+                 if not any(sweep in p.parents for sweep in nested)]
+    return runs, list(dict.fromkeys(sweeps))
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="lit-embed report",
         description="The papers' tables from run folders: scores per benchmark (mean ± std over seeds), "
         "memory efficiency with PRR and PCR (HashFormers Table 2), speed (HashFormers Table 3).",
     )
-    parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run folders, or folders holding them")
+    parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR",
+                        help="run folders, folders holding them, or sweep folders (lit-embed sweep's)")
     parser.add_argument("--baseline", metavar="RUN_DIR", help="a run of the baseline model: its label's runs are the baseline")
     parser.add_argument("--format", choices=FORMATS, default="md", help="md (default), csv or latex")
     parser.add_argument("--digits", type=int, default=1, help="decimals of scores and PRR (default 1)")
@@ -379,18 +407,28 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     if not 0 <= args.digits <= 6:
         raise ConfigError(f"--digits={args.digits}: use 0 to 6")
-    dirs = find_run_dirs(args.run_dirs)
-    baseline = None
-    if args.baseline is not None:
-        baseline = load_results(args.baseline)
-        if Path(args.baseline).resolve() not in {d.resolve() for d in dirs}:
-            dirs.append(Path(args.baseline))
+    dirs, sweeps = run_and_sweep_folders(args.run_dirs)
     runs = [load_results(d) for d in dirs]
     interrupted = [run["run_dir"] for run in runs if run.get("status", "complete") != "complete"]
     if interrupted:  # a signal stopped them: their figures are not final
         print(f"lit-embed report: left out {len(interrupted)} interrupted run(s): {', '.join(interrupted)}", file=sys.stderr)
         runs = [run for run in runs if run["run_dir"] not in interrupted]
-    text = render(Report(runs, baseline, args.digits).tables(), args.format)
+    sweep_tables = []
+    for folder in sweeps:
+        found, tables = sweep_runs(folder)
+        runs += found
+        sweep_tables += tables
+    baseline = None
+    if args.baseline is not None:
+        baseline = load_results(args.baseline)
+        where = Path(baseline["run_dir"]).resolve()
+        known = [r for r in runs if Path(r["run_dir"]).resolve() == where]
+        if known:
+            baseline = known[0]  # as reported (a sweep's run: labelled with its row's name)
+        else:
+            runs.append(baseline)
+    tables = Report(runs, baseline, args.digits).tables() if runs or not sweep_tables else []
+    text = render(tables + sweep_tables, args.format)
     if args.output:
         write_atomic(args.output, text)
     else:

@@ -59,6 +59,22 @@ def hold(folder: str | os.PathLike, what: str = "run folder") -> None:
     _held[str(folder)] = fd
 
 
+def held(folder: str | os.PathLike) -> bool:
+    """Whether a live process holds ``folder`` (:func:`hold`), on this host or another that shares the
+    filesystem: the lock dies with its process, however it ended."""
+    path = Path(folder).absolute() / LOCK_FILE
+    if fcntl is None or not path.is_file():
+        return False
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    finally:
+        os.close(fd)  # releases the shared lock taken just now
+    return False
+
+
 def claim_version(root: str | os.PathLike) -> int:
     """The next free ``version_N`` under ``root``, created atomically (two processes never get the same N)."""
     root = Path(root)

@@ -221,7 +221,7 @@ def test_report_of_real_runs_against_the_dense_baseline_is_the_readmes(demo_runs
         ("no_results", "no results.json. The run did not finish"),
         ("not_json", "is not valid JSON"),
         ("one_label_two_models", "runs labelled 'x' are different models"),
-        ("same_cell_twice", "are both 'x' on task 'cola' with seed 0: one cell cannot hold both"),
+        ("same_cell_twice", "are both 'x' on task 'cola' with seed 0: a cell holds one run per seed"),
         ("other_backbone", "has backbone bert 12x768 (12 heads, FFN 3072) but"),
         ("empty_folder", "no results.json"),
     ],

@@ -153,6 +153,7 @@ class ResultsWriter(pl.Callback):
             "metrics": dict(sorted(self._metrics.items())),
             "baseline": self._comparison(efficiency),
             "global_step": trainer.global_step,
+            "checkpoint": _best_checkpoint(trainer, run_dir),
             "config": _config(trainer, pl_module, run_dir),
             "versions": versions(),
             "written_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -250,6 +251,20 @@ def _default_label(trainer: pl.Trainer, pl_module: pl.LightningModule) -> str:
 
 def _backbone(pl_module: pl.LightningModule) -> dict | None:
     return pl_module.encoder.shape() if isinstance(pl_module, EmbeddingModule) else None
+
+
+def _best_checkpoint(trainer: pl.Trainer, run_dir: Path) -> dict | None:
+    """The checkpoint callback's best checkpoint (the one ``fit`` tests; relative to the run folder) and its
+    score: a sweep chooses among runs by it, and starts later stages from it."""
+    callback = trainer.checkpoint_callback
+    if callback is None or not getattr(callback, "best_model_path", ""):
+        return None
+    best = Path(callback.best_model_path).absolute()
+    if run_dir.absolute() in best.parents:
+        best = best.relative_to(run_dir.absolute())
+    score = callback.best_model_score
+    return {"monitor": callback.monitor, "mode": callback.mode, "best": str(best),
+            "best_score": None if score is None else float(score)}
 
 
 def _config(trainer: pl.Trainer, pl_module: pl.LightningModule, run_dir: Path) -> dict:

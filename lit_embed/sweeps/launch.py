@@ -1,0 +1,351 @@
+"""Running a sweep's runs: each in a process of its own (``lit-embed sweep --run``), one after another
+(``local``) or as many at once as the visible GPUs allow (``gpus``), and the progress summary.
+
+``lit-embed sweep --run STAGE/NAME`` runs one run in its own process, as a SLURM array task does: it resolves
+the run's references to earlier stages (which must have finished), then runs ``lit-embed fit ... --ckpt_path
+last`` (or ``compress`` then ``test``) in-process, so signals reach Lightning as they do in a plain ``fit``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import json
+import os
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from lit_embed.errors import ConfigError, RunBusyError
+from lit_embed.files import write_json_atomic
+from lit_embed.runs import hold
+from lit_embed.sweeps.outcomes import (
+    OUTPUT_FILE,
+    STATUS_FILE,
+    Outcome,
+    book,
+    counts,
+    finished_results,
+    outcome,
+    read_status,
+    resolve,
+    substitute,
+)
+from lit_embed.sweeps.plan import MANIFEST, Run, Sweep, manifest
+
+LAUNCHERS = ("local", "gpus", "slurm")
+POLL_SECONDS = 0.5
+
+
+@dataclass(frozen=True)
+class Launch:
+    """How runs are started: ``launcher``, and the GPUs each run takes (``None``: each stage's ``gpus_per_run``)."""
+
+    launcher: str = "local"
+    gpus_per_run: int | None = None
+
+    def gpus(self, run: Run) -> int:
+        """The GPUs ``run`` takes: none under ``local`` (the config decides where it runs)."""
+        if self.launcher == "local":
+            return 0
+        return run.stage.gpus_per_run if self.gpus_per_run is None else self.gpus_per_run
+
+
+# -- one run's command lines ----------------------------------------------------------------------------------
+
+
+def commands(run: Run, launch: Launch, paths: dict[str, str] | None = None) -> list[list[str]]:
+    """The ``lit-embed`` command lines of ``run`` (``fit``; or ``compress`` then ``test``), its references replaced
+    by ``paths`` (left as written without them)."""
+    gpus = launch.gpus(run)
+    args = [arg for config in run.configs() for arg in ("--config", config)]
+    for key, value in run.overrides():
+        args += [f"--{key}", _text(value if paths is None else substitute(value, paths))]
+    if run.stage.command == "fit":
+        if run.seed is not None:
+            args += ["--seed_everything", str(run.seed)]
+        args += ["--trainer.default_root_dir", str(run.folder), "--ckpt_path", "last"]
+        if gpus:
+            args += ["--trainer.accelerator", "gpu", "--trainer.devices", str(gpus)]
+        return [["fit", *args]]
+    if run.seed is not None:
+        args += ["--seed", str(run.seed)]
+    args += ["--out", str(run.folder)]
+    test = ["test", "--config", str(run.folder / "config.yaml"), "--ckpt_path", str(run.folder / "model.ckpt")]
+    if gpus:
+        args += ["--accelerator", "gpu"]
+        test += ["--trainer.accelerator", "gpu", "--trainer.devices", "1"]
+    return [["compress", *args], test]
+
+
+def _text(value) -> str:
+    """A value as the command line reads it (YAML): strings as they are, the rest as JSON."""
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def run_here(sweep: Sweep, run: Run, launch: Launch) -> int:
+    """Run ``run`` in this process (``lit-embed sweep --run``): skipped when done, else resumed where it stopped.
+
+    Global rank 0 holds the run's lock and records its status; the other ranks of a multi-GPU run (which
+    Lightning or ``srun`` start with the same command) only run it.
+    """
+    from lit_embed.callbacks.guard import received_signal
+
+    if finished_results(run) is not None:
+        print(f"{run.id}: complete, nothing to do")
+        return 0
+    first = _rank_zero()
+    if first:
+        _hold(run)
+        _write_status(run, state="running", command=sys.argv)
+    code, error = 1, None
+    try:
+        paths = resolve(run, sweep)
+        for argv in commands(run, launch, paths):
+            if argv[0] == "compress" and (run.folder / "model.ckpt").is_file():
+                continue  # compressed before the test was stopped: compress writes its folder whole or not at all
+            print("lit-embed " + shlex.join(argv), flush=True)
+            _execute(argv)
+            if received_signal() is not None:
+                break
+        if received_signal() is None and first and finished_results(run) is None:
+            raise ConfigError(f"{run.id} ended without a complete results.json in its version folder under {run.folder}: "
+                              f"its config needs the lit_embed.callbacks.ResultsWriter callback")
+        code = 0 if received_signal() is None else 128 + received_signal()
+    except SystemExit as stop:  # the parser's errors (printed already), or Lightning's exit after a signal
+        signum = received_signal()
+        code = 128 + signum if signum is not None else stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 2)
+        raise
+    except BaseException as exception:
+        from lit_embed.cli import user_message
+
+        message = user_message(exception) if isinstance(exception, Exception) else None
+        signum = received_signal()
+        code = 128 + signum if signum is not None else 2 if message is not None else 1
+        error = f"lit-embed: error: {message}" if message is not None else f"{type(exception).__name__}: {exception}"
+        raise
+    finally:
+        if first:
+            _write_status(run, state="exited", exit=code, error=error if code else None)
+    return 0
+
+
+def _hold(run: Run, tries: int = 5) -> None:
+    """Lock the run's records for this process; a moment's retry lets a reader that asked whether the run
+    is running (``runs.held``: a brief shared lock) let go."""
+    for attempt in range(tries):
+        try:
+            return hold(book(run), "sweep run")
+        except RunBusyError:
+            if attempt + 1 < tries:
+                time.sleep(0.2)
+    status = read_status(run) or {}
+    raise RunBusyError(f"{run.id} is running already (process {status.get('pid')} on {status.get('host')}): wait for it")
+
+
+def _execute(argv: list[str]) -> None:
+    from lit_embed.cli import LitEmbedCLI, check_yaml_files
+
+    check_yaml_files(argv)
+    if argv[0] == "compress":
+        from lit_embed.compress.command import main as compress
+
+        compress(argv[1:])
+    else:
+        LitEmbedCLI(args=argv)
+
+
+def _rank_zero() -> bool:
+    """Whether this process is global rank 0 (or the only process) of its run."""
+    return all(os.environ.get(name, "0") == "0" for name in ("RANK", "LOCAL_RANK", "NODE_RANK", "SLURM_PROCID"))
+
+
+def _write_status(run: Run, **fields) -> None:
+    status = {**fields, "host": socket.gethostname(), "pid": os.getpid(),
+              "at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+    write_json_atomic(book(run) / STATUS_FILE, status)
+
+
+# -- many runs: local and gpus --------------------------------------------------------------------------------
+
+
+def launch_here(sweep: Sweep, launch: Launch, say: Callable[[str], None] = print) -> dict[str, Outcome]:
+    """Run what is not done, each as ``lit-embed sweep --run`` in its own process: one at a time (``local``),
+    or as many as the visible GPUs allow (``gpus``: each run sees only its own, ``CUDA_VISIBLE_DEVICES``).
+    A run starts when the earlier runs it refers to are done; one whose earlier runs failed waits for the
+    next launch. Returns every run's outcome."""
+    visible = _visible_gpus() if launch.launcher == "gpus" else []
+    free = list(visible)
+    needs = {run.id: launch.gpus(run) for run in sweep.runs}
+    too_many = [r for r in sweep.runs if needs[r.id] > len(visible)] if launch.launcher == "gpus" else []
+    if too_many:
+        raise ConfigError(f"{too_many[0].id} takes {needs[too_many[0].id]} GPUs but {len(visible)} are visible "
+                          f"({', '.join(visible) or 'none'}): lower gpus_per_run, or use --launcher local")
+    claim_sweep_folder(sweep)
+    outcomes = {run.id: outcome(run) for run in sweep.runs}
+    todo = [run for run in sweep.runs if outcomes[run.id].state in ("left", "failed")]
+    total, started = len(todo), 0
+    running: dict[subprocess.Popen, tuple[Run, list[str], float]] = {}
+    try:
+        while todo or running:
+            ours = {run.id for run, _, _ in running.values()}
+            for run in list(todo):
+                for dependency in run.dependencies:  # one that runs elsewhere may have finished meanwhile
+                    if outcomes[dependency.id].state == "running" and dependency.id not in ours:
+                        outcomes[dependency.id] = outcome(dependency)
+                waiting = [d for d in run.dependencies if outcomes[d.id].state != "done"]
+                if any(outcomes[d.id].state == "failed" or d.id in _blocked(outcomes) for d in waiting):
+                    failed = next(d for d in waiting if outcomes[d.id].state == "failed" or d.id in _blocked(outcomes))
+                    outcomes[run.id] = Outcome("left", detail=f"waits for {failed.id}, which did not finish")
+                    todo.remove(run)
+                    continue
+                if waiting or (launch.launcher == "local" and running) or len(free) < needs[run.id]:
+                    continue
+                gpus, free[:] = free[:needs[run.id]], free[needs[run.id]:]
+                started += 1
+                say(f"[{started}/{total}] start {run.id}" + (f" on GPU {','.join(gpus)}" if gpus else ""))
+                running[_start(sweep, run, launch, gpus)] = (run, gpus, time.monotonic())
+                outcomes[run.id] = Outcome("running")
+                todo.remove(run)
+            if not running:
+                for run in todo:  # what they wait for runs elsewhere (another launch, a cluster): not ours to wait on
+                    outcomes[run.id] = Outcome("left", detail="waits for runs that run elsewhere")
+                break
+            finished = _wait_any(running)
+            run, gpus, began = running.pop(finished)
+            free[:] = [gpu for gpu in visible if gpu in free or gpu in gpus]
+            outcomes[run.id] = outcome(run)
+            took = f"{time.monotonic() - began:.0f} s"
+            found = outcomes[run.id]
+            if found.state == "done":
+                say(f"done {run.id} ({took})")
+            elif finished.returncode < 0:
+                say(f"killed {run.id} by {signal.Signals(-finished.returncode).name} ({took}): {found.detail}")
+            else:
+                say(f"{found.state} {run.id} ({took}): {found.detail}")
+    except BaseException:
+        _stop(running)
+        raise
+    return outcomes
+
+
+def claim_sweep_folder(sweep: Sweep) -> None:
+    """Hold the sweep folder for this launch (one launch at a time) and record the plan in it."""
+    try:
+        hold(sweep.folder, "sweep folder")
+    except RunBusyError:
+        raise RunBusyError(f"sweep folder {sweep.folder} is in use by another `lit-embed sweep`: wait for it, or see its "
+                           f"progress with --dry-run") from None
+    write_json_atomic(sweep.folder / MANIFEST, manifest(sweep))
+
+
+def _blocked(outcomes: dict[str, Outcome]) -> set[str]:
+    return {rid for rid, found in outcomes.items() if found.state == "left" and found.detail.startswith("waits for")}
+
+
+def _visible_gpus() -> list[str]:
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return [d.strip() for d in visible.split(",") if d.strip() and d.strip() != "-1"]
+    import torch
+
+    return [str(i) for i in range(torch.cuda.device_count())]
+
+
+def _start(sweep: Sweep, run: Run, launch: Launch, gpus: list[str]) -> subprocess.Popen:
+    """``lit-embed sweep --run`` in a session of its own (this process forwards one signal to it), its output
+    appended to the run's ``output.log``."""
+    env = dict(os.environ)
+    if launch.launcher == "gpus":
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
+    argv = [sys.executable, "-m", "lit_embed.cli", *run_argv(sweep, run, launch)]
+    log = book(run) / OUTPUT_FILE
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("ab") as out:
+        out.write(f"\n=== {datetime.datetime.now().isoformat(timespec='seconds')} {shlex.join(argv)}\n".encode())
+        out.flush()
+        return subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                                start_new_session=True)
+
+
+def run_argv(sweep: Sweep, run: Run, launch: Launch) -> list[str]:
+    """The ``lit-embed`` arguments that run ``run`` in a process of its own."""
+    argv = ["sweep", "--config", str(sweep.path.absolute()), "--folder", str(sweep.folder.absolute()), "--run", run.id,
+            "--launcher", launch.launcher]
+    if launch.launcher != "local":
+        argv += ["--gpus-per-run", str(launch.gpus(run))]
+    return argv
+
+
+def _wait_any(running: dict[subprocess.Popen, tuple]) -> subprocess.Popen:
+    while True:
+        for process in running:
+            if process.poll() is not None:
+                return process
+        time.sleep(POLL_SECONDS)
+
+
+def _stop(running: dict[subprocess.Popen, tuple]) -> None:
+    """This launch was stopped by a signal: pass it on once to every run (each saves a resumable checkpoint)
+    and wait for them."""
+    from lit_embed.callbacks.guard import received_signal
+
+    signum = received_signal() or signal.SIGTERM
+    for process in running:
+        with contextlib.suppress(ProcessLookupError):
+            process.send_signal(signum)
+    for process in running:
+        process.wait()
+
+
+# -- what the user sees --------------------------------------------------------------------------------------
+
+
+def summary(sweep: Sweep, outcomes: dict[str, Outcome]) -> str:
+    """done / running / failed / left, with each failed run's last error line and why runs wait."""
+    found = counts(sweep, outcomes)
+    lines = [f"sweep {sweep.folder}: {len(sweep.runs)} runs: " + ", ".join(f"{n} {state}" for state, n in found.items())]
+    for state in ("failed", "running", "left"):
+        for run in sweep.runs:
+            if outcomes[run.id].state == state and outcomes[run.id].detail:
+                lines.append(f"  {state:<8} {run.id}: {outcomes[run.id].detail}")
+    quiet = sum(1 for r in sweep.runs if outcomes[r.id].state == "left" and not outcomes[r.id].detail)
+    if quiet and quiet != found["left"]:
+        lines.append(f"  {'left':<8} {quiet} more not started")
+    if found["done"]:
+        lines.append(f"tables: lit-embed report {sweep.folder}")
+    return "\n".join(lines) + "\n"
+
+
+def plan_text(sweep: Sweep, launch: Launch) -> str:
+    """The plan (``--dry-run``): each stage and run, its state and its command lines (references resolved where
+    the runs they name have finished)."""
+    outcomes = {run.id: outcome(run) for run in sweep.runs}
+    lines = [f"sweep {sweep.path}: {len(sweep.runs)} runs under {sweep.folder}/ (launcher {launch.launcher})"]
+    for stage in sweep.stages:
+        about = [f"{len(stage.runs)} runs"]
+        if stage.search:
+            points = len({r.point for r in stage.runs})
+            about.append(f"{points} grid points, the best per row on the {stage.select.describe()} (mean over seeds)")
+        if stage.seeds:
+            about.append(f"seeds {', '.join(map(str, stage.seeds))}")
+        if stage.references:
+            about.append(f"from {', '.join(stage.references)}")
+        lines.append(f"stage {stage.name} ({stage.command}{', then test' if stage.command == 'compress' else ''}): "
+                     + "; ".join(about))
+        for run in stage.runs:
+            found = outcomes[run.id]
+            lines.append(f"  {found.state:<8} {run.id}" + (f": {found.detail}" if found.detail else ""))
+            paths = None
+            if run.stage.references and all(outcomes[d.id].state == "done" for d in run.dependencies):
+                with contextlib.suppress(ConfigError):
+                    paths = resolve(run, sweep)
+            for argv in commands(run, launch, paths):
+                lines.append("           lit-embed " + shlex.join(argv))
+    return "\n".join(lines) + "\n" + summary(sweep, outcomes)
+

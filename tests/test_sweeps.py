@@ -1,0 +1,469 @@
+"""`lit-embed sweep`: plans and run names, skipping and resuming, stages, best-of selection, the SLURM job
+arrays (without a cluster), `lit-embed report SWEEP_FOLDER`, and the demo sweep through the real CLI."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from lit_embed.cli import main
+from lit_embed.errors import ConfigError
+from lit_embed.files import write_json_atomic
+from lit_embed.results import RESULTS_FILE
+from lit_embed.runs import LOCK_FILE
+from lit_embed.sweeps.launch import Launch, commands, launch_here, plan_text, summary
+from lit_embed.sweeps.outcomes import OUTPUT_FILE, STATUS_FILE, book, chosen, grids, outcome, resolve
+from lit_embed.sweeps.plan import MANIFEST, load_sweep, manifest
+from lit_embed.sweeps.slurm import job_script, submit
+from tests.helpers import CONFIGS, REPO
+
+FINETUNE = str(CONFIGS / "demo_finetune.yaml")
+COMPRESS = str(CONFIGS / "compress" / "sparse_coding.yaml")
+
+
+def sweep_file(tmp_path: Path, document: dict, name: str = "grid") -> Path:
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump({"folder": str(tmp_path / "out"), **document}, sort_keys=False))
+    return path
+
+
+def table6(tmp_path: Path) -> Path:
+    """A k-sub-embedding-like sweep: two models x two tasks, an lr grid x 2 seeds, then a stage from its best."""
+    return sweep_file(tmp_path, {"stages": {
+        "mnli": {
+            "config": FINETUNE,
+            "axes": {"model": {"dense": {"model.init_args.embedding": "embedding/dense.yaml"},
+                               "3se": {"model.init_args.embedding": "embedding/subspace_3.yaml"}},
+                     "task": ["topics", "sst2"]},
+            "search": {"model.init_args.optim.lr": [1.0e-4, 3.0e-5]},
+            "seeds": [1, 2],
+            "select": {"metric": "val/score", "mode": "max"},
+        },
+        "rte": {
+            "config": FINETUNE,
+            "set": {"model.init_args.checkpoint": "${mnli.checkpoint}"},
+            "axes": {"model": {"dense": {}, "3se": {}}, "task": ["topics", "sst2"]},
+            "seeds": [1, 2],
+        },
+    }})
+
+
+def finish(run, score: float | None, status: str = "complete", task: str = "topics", label: str = "x") -> Path:
+    """What a finished ``lit-embed fit`` leaves: a version folder with its best checkpoint and results.json."""
+    folder = run.folder / "version_0"
+    (folder / "checkpoints").mkdir(parents=True, exist_ok=True)
+    (folder / "checkpoints" / "best.ckpt").write_bytes(b"weights")
+    write_json_atomic(folder / RESULTS_FILE, {
+        "format": 1, "status": status, "label": label, "task": task, "seed": run.seed, "paper": None,
+        "metrics": {"test/accuracy": score, "val/score": score},
+        "checkpoint": {"monitor": "val/score", "mode": "max", "best": "checkpoints/best.ckpt", "best_score": score},
+    })
+    return folder
+
+
+# -- the plan -------------------------------------------------------------------------------------------------
+
+
+def test_plan_names_every_run_from_its_values(tmp_path):
+    sweep = load_sweep(table6(tmp_path))
+    names = [run.id for run in sweep.runs]
+    assert len(names) == len(set(names)) == 2 * 2 * 2 * 2 + 2 * 2 * 2
+    assert names[:3] == ["mnli/model=dense,task=topics,lr=0.0001,seed=1", "mnli/model=dense,task=topics,lr=0.0001,seed=2",
+                         "mnli/model=dense,task=topics,lr=3e-05,seed=1"]
+    assert names[-1] == "rte/model=3se,task=sst2,seed=2"
+    assert [r.id for r in load_sweep(table6(tmp_path)).runs] == names  # deterministic
+    run = sweep.runs[0]
+    assert run.folder == tmp_path / "out" / "mnli" / "model=dense,task=topics,lr=0.0001,seed=1"
+    (argv,) = commands(run, Launch())
+    assert argv[:3] == ["fit", "--config", FINETUNE]
+    joined = " ".join(argv)
+    for part in ("--model.init_args.embedding embedding/dense.yaml", "--task topics", "--model.init_args.optim.lr 0.0001",
+                 "--seed_everything 1", f"--trainer.default_root_dir {run.folder}", "--ckpt_path last"):
+        assert part in joined
+    assert "--trainer.devices" not in joined  # local: the config decides where it runs
+    (argv,) = commands(run, Launch("gpus", 2))
+    assert argv[-4:] == ["--trainer.accelerator", "gpu", "--trainer.devices", "2"]
+    later = sweep.run("rte/model=3se,task=sst2,seed=2")
+    assert [d.id for d in later.dependencies] == [r.id for r in sweep.runs if r.id.startswith("mnli/model=3se,task=sst2,")]
+
+
+def test_dry_run_prints_the_plan_through_the_cli(tmp_path, capsys):
+    assert main(["sweep", "--config", str(table6(tmp_path)), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "stage mnli (fit): 16 runs; 2 grid points, the best per row on the highest val/score" in out
+    assert "from mnli" in out and "'${mnli.checkpoint}'" in out
+    assert out.rstrip().endswith("24 runs: 0 done, 0 running, 0 failed, 24 left")
+    assert not (tmp_path / "out").exists()  # a dry run writes nothing
+
+
+@pytest.mark.parametrize(("document", "message"), [
+    ({"stages": {"a": {"config": FINETUNE, "seeds": [1, 1]}}}, "seeds must be a list of distinct integers"),
+    ({"stages": {"a": {"config": FINETUNE, "sed": [1]}}}, "unknown key sed"),
+    ({"stages": {"a": {"config": "nowhere.yaml"}}}, "'nowhere.yaml' does not exist"),
+    ({"stages": {"a": {"config": FINETUNE, "set": {"x": "${b.checkpoint}"}}, "b": {"config": FINETUNE}}},
+     "refers to ${b...}, which is not an earlier stage"),
+    ({"stages": {"a": {"config": FINETUNE, "axes": {"x": ["a b", "a_b"]}}}}, "would share the run folder name x=a_b: give each value a name"),
+    ({"stages": {"a": {"config": FINETUNE, "axes": {"task": ["rte"]}},
+                 "b": {"config": FINETUNE, "set": {"c": "${a.checkpoint}"}}}}, "whose runs differ in task"),
+    ({"stages": {"a": {"config": FINETUNE, "axes": {"task": ["rte"]}, "label": "{lr}"}}}, "label '{lr}' names lr"),
+    ({"stages": {}}, "needs `stages:`"),
+])
+def test_bad_sweep_files_are_named_with_the_fix(tmp_path, capsys, document, message):
+    assert main(["sweep", "--config", str(sweep_file(tmp_path, document)), "--dry-run"]) == 2
+    assert message in capsys.readouterr().err
+
+
+# -- what is done, best of the grid, stages -----------------------------------------------------------------------
+
+
+def test_best_grid_point_is_chosen_per_row_on_the_mean_over_seeds(tmp_path):
+    sweep = load_sweep(table6(tmp_path))
+    mnli, rte = sweep.stages
+    for run in mnli.runs:  # lr 1e-4 wins for dense, 3e-5 for 3se (on the mean: one seed of the loser scores higher)
+        lr = run.value("model.init_args.optim.lr")
+        wins = (lr == "0.0001") == (run.value("model") == "dense")
+        finish(run, (0.8 if wins else 0.7) + (0.15 if not wins and run.seed == 2 else 0.0) + 0.01 * run.seed)
+    outcomes = {run.id: outcome(run) for run in sweep.runs}
+    best = {dict(g.row)["model"] + "/" + dict(g.row)["task"]: g.best for g in grids(mnli, outcomes)}
+    assert best == {"dense/topics": "lr=0.0001", "dense/sst2": "lr=0.0001", "3se/topics": "lr=3e-05", "3se/sst2": "lr=3e-05"}
+    later = sweep.run("rte/model=3se,task=sst2,seed=2")
+    taken = chosen(later, mnli)
+    assert taken.id == "mnli/model=3se,task=sst2,lr=3e-05,seed=2"  # the best point, with the same seed
+    paths = resolve(later, sweep)
+    assert paths["${mnli.checkpoint}"] == str(taken.folder / "version_0" / "checkpoints" / "best.ckpt")
+    (argv,) = commands(later, Launch(), paths)
+    assert f"--model.init_args.checkpoint {taken.folder}/version_0/checkpoints/best.ckpt" in " ".join(argv)
+
+
+def test_a_stage_waits_for_the_runs_it_starts_from(tmp_path):
+    sweep = load_sweep(table6(tmp_path))
+    mnli = sweep.stages[0]
+    for run in mnli.runs[1:]:
+        finish(run, 0.8)
+    later = sweep.run("rte/model=dense,task=topics,seed=1")
+    with pytest.raises(ConfigError, match=r"whose runs mnli/model=dense,task=topics,lr=0.0001,seed=1 \(left\) have not finished"):
+        resolve(later, sweep)
+    text = plan_text(sweep, Launch())
+    assert "'${mnli.checkpoint}'" in text  # unresolved until its runs finish
+    finish(mnli.runs[0], 0.8, status="interrupted")  # a run stopped by a signal is not done
+    assert outcome(mnli.runs[0]).state == "left"
+
+
+def hold_elsewhere(folder: Path) -> subprocess.Popen:
+    """A process that holds ``folder``'s lock as ``runs.hold`` takes it (without importing torch) until it reads a line."""
+    folder.mkdir(parents=True, exist_ok=True)
+    script = (f"import fcntl, os; fd = os.open({str(folder / LOCK_FILE)!r}, os.O_RDWR | os.O_CREAT); "
+              "fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB); print('held', flush=True); input()")
+    holder = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    assert holder.stdout.readline() == b"held\n"
+    return holder
+
+
+def test_finished_runs_are_skipped_killed_ones_resumed_failed_ones_explained(tmp_path, monkeypatch):
+    path = sweep_file(tmp_path, {"stages": {"a": {"config": FINETUNE, "search": {"model.init_args.optim.lr": [1, 2, 3, 4]}}}})
+    sweep = load_sweep(path)
+    done, killed, failed, running = sweep.runs
+    finish(done, 0.9)
+    for run in (killed, running):  # both said they were running; only one's process still holds its lock
+        write_json_atomic(book(run) / STATUS_FILE, {"state": "running", "host": "node7", "pid": 2**22 + 7})
+    holder = hold_elsewhere(book(running))
+    write_json_atomic(book(failed) / STATUS_FILE, {"state": "exited", "exit": 1, "error": None})
+    book(failed).joinpath(OUTPUT_FILE).write_text("Traceback ...\n  raise\nRuntimeError: CUDA out of memory\nsomething\n")
+    outcomes = {run.id: outcome(run) for run in sweep.runs}
+    assert [outcomes[r.id].state for r in sweep.runs] == ["done", "left", "failed", "running"]
+    assert "resumes from its last checkpoint" in outcomes[killed.id].detail
+    text = summary(sweep, outcomes)
+    assert "4 runs: 1 done, 1 running, 1 failed, 1 left" in text
+    assert "running  a/lr=4: process 4194311 on node7" in text
+    assert "failed   a/lr=3: RuntimeError: CUDA out of memory" in text
+
+    started = []
+
+    def start(sweep, run, launch, gpus):
+        started.append(run.id)
+        return FakeProcess()
+
+    monkeypatch.setattr("lit_embed.sweeps.launch._start", start)
+    launch_here(sweep, Launch(), say=lambda line: None)
+    assert started == [killed.id, failed.id]  # the done run is skipped, the running one left to its process
+    holder.communicate(b"\n", timeout=30)
+    assert outcome(running).state == "left"  # its process ended without finishing: the next launch resumes it
+    assert (sweep.folder / MANIFEST).is_file()
+
+
+
+def test_a_run_is_never_started_twice(tmp_path, capsys):
+    path = sweep_file(tmp_path, {"stages": {"a": {"config": FINETUNE}}})
+    (run,) = load_sweep(path).runs
+    write_json_atomic(book(run) / STATUS_FILE, {"state": "running", "host": "node7", "pid": 4242})
+    holder = hold_elsewhere(book(run))
+    try:
+        assert main(["sweep", "--config", str(path), "--run", run.id]) == 2
+        assert "a/run is running already (process 4242 on node7): wait for it" in capsys.readouterr().err
+    finally:
+        holder.communicate(b"\n", timeout=30)
+    assert not run.folder.exists()
+
+class FakeProcess:
+    """A run process that ends after a few polls, leaving nothing behind (so it shows as failed)."""
+
+    returncode = 1
+
+    def __init__(self, polls: int = 1):
+        self.polls = polls
+
+    def poll(self):
+        self.polls -= 1
+        return 1 if self.polls < 0 else None
+
+
+def test_gpus_launcher_runs_one_run_per_visible_gpu_at_a_time(tmp_path, monkeypatch):
+    path = sweep_file(tmp_path, {"stages": {"a": {"config": FINETUNE, "search": {"model.init_args.optim.lr": [1, 2, 3]}}}})
+    sweep = load_sweep(path)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")
+    monkeypatch.setattr("lit_embed.sweeps.launch.POLL_SECONDS", 0)
+    started: list[tuple[str, list[str], int]] = []
+    live: list[FakeProcess] = []
+
+    def start(sweep, run, launch, gpus):
+        live.append(FakeProcess(polls=2))
+        started.append((run.id, list(gpus), sum(p.polls >= 0 for p in live)))
+        return live[-1]
+
+    monkeypatch.setattr("lit_embed.sweeps.launch._start", start)
+    launch_here(sweep, Launch("gpus"), say=lambda line: None)
+    assert [(rid, gpus) for rid, gpus, _ in started] == [("a/lr=1", ["3"]), ("a/lr=2", ["5"]), ("a/lr=3", ["3"])]
+    assert started[1][2] == 2  # two at once
+    started.clear()
+    launch_here(sweep, Launch("gpus", 2), say=lambda line: None)  # DDP over both: one run at a time
+    assert [gpus for _, gpus, _ in started] == [["3", "5"]] * 3
+    with pytest.raises(ConfigError, match="takes 3 GPUs but 2 are visible"):
+        launch_here(sweep, Launch("gpus", 3), say=lambda line: None)
+    (argv,) = commands(sweep.runs[0], Launch("gpus", 2))
+    assert argv[-4:] == ["--trainer.accelerator", "gpu", "--trainer.devices", "2"]
+
+# -- SLURM -------------------------------------------------------------------------------------------------------
+
+
+def fake_program(folder: Path, name: str, body: str) -> None:
+    folder.mkdir(exist_ok=True)
+    program = folder / name
+    program.write_text("#!/bin/bash\n" + textwrap.dedent(body))
+    program.chmod(program.stat().st_mode | stat.S_IEXEC)
+
+
+def test_slurm_submits_one_array_per_stage_after_the_stages_it_starts_from(tmp_path, monkeypatch):
+    path = table6(tmp_path)
+    document = yaml.safe_load(path.read_text())
+    document["slurm"] = {"time": "04:00:00", "partition": "gpu", "max_parallel": 8}
+    path.write_text(yaml.safe_dump(document, sort_keys=False))
+    sweep = load_sweep(path)
+    finish(sweep.runs[0], 0.8)  # done: not queued again
+    bin_dir = tmp_path / "bin"
+    fake_program(bin_dir, "sbatch", f"""\
+        echo "$@" >> {tmp_path}/sbatch.calls
+        [ -f {tmp_path}/job ] && echo $(( $(cat {tmp_path}/job) + 1 )) > {tmp_path}/job || echo 4100 > {tmp_path}/job
+        echo "$(cat {tmp_path}/job);cluster"
+    """)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.chdir(REPO)
+    submit(sweep, Launch("slurm", 1), say=lambda line: None)
+    calls = (tmp_path / "sbatch.calls").read_text().splitlines()
+    assert calls == [f"--parsable {sweep.folder}/slurm/mnli.sbatch",
+                     f"--parsable --dependency=afterany:4100 {sweep.folder}/slurm/rte.sbatch"]
+    script = (sweep.folder / "slurm" / "mnli.sbatch").read_text()
+    for line in ("#SBATCH --array=0-14%8", "#SBATCH --requeue", "#SBATCH --signal=SIGUSR1@120", "#SBATCH --gpus-per-node=1",
+                 "#SBATCH --time=04:00:00", "#SBATCH --partition=gpu", "#SBATCH --ntasks-per-node=1"):
+        assert line in script.splitlines()
+    assert "model=dense,task=topics,lr=0.0001,seed=1" not in script  # done
+
+    # An array task runs `lit-embed sweep --run` on its own run (srun replaced by one that prints its command).
+    fake_program(bin_dir, "srun", 'printf "%s\\n" "$@"\n')
+    environment = {**os.environ, "SLURM_ARRAY_TASK_ID": "2"}
+    subprocess.run(["bash", str(sweep.folder / "slurm" / "mnli.sbatch")], check=True, env=environment)
+    printed = (sweep.folder / "logs" / "mnli" / "model=dense,task=topics,lr=3e-05,seed=2" / OUTPUT_FILE).read_text().split("\n")
+    assert printed[:3] == [sys.executable, "-m", "lit_embed.cli"]
+    assert printed[printed.index("--run") + 1] == "mnli/model=dense,task=topics,lr=3e-05,seed=2"
+    assert printed[printed.index("--launcher") + 1] == "slurm"
+
+
+def test_slurm_dry_run_writes_the_scripts_without_sbatch(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))  # no sbatch here
+    path = table6(tmp_path)
+    assert main(["sweep", "--config", str(path), "--launcher", "slurm", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "would submit stage rte (8 runs): sbatch --parsable '--dependency=afterany:$MNLI_JOB'" in out
+    assert (tmp_path / "out" / "slurm" / "rte.sbatch").is_file()
+    assert main(["sweep", "--config", str(path), "--launcher", "slurm"]) == 2
+    assert "sbatch is not on the PATH" in capsys.readouterr().err
+
+
+def test_job_script_runs_ddp_with_one_task_per_gpu(tmp_path):
+    sweep = load_sweep(table6(tmp_path))
+    script = job_script(sweep, sweep.stages[0], sweep.stages[0].runs, Launch("slurm", 4))
+    assert "#SBATCH --ntasks-per-node=4" in script and "#SBATCH --gpus-per-node=4" in script
+    assert "--gpus-per-run 4" in script
+
+
+# -- report ------------------------------------------------------------------------------------------------------
+
+
+def test_report_of_a_sweep_averages_the_chosen_point_over_seeds_and_names_what_is_missing(tmp_path, capsys):
+    sweep = load_sweep(table6(tmp_path))
+    mnli, rte = sweep.stages
+    for run in mnli.runs:
+        if run.id == "mnli/model=3se,task=sst2,lr=3e-05,seed=2":
+            continue  # not run yet
+        good = run.value("model.init_args.optim.lr") == "0.0001"
+        finish(run, (0.8 if good else 0.6) + 0.02 * run.seed, task=run.value("task"))
+    write_json_atomic(sweep.folder / MANIFEST, manifest(sweep))
+    assert main(["report", str(sweep.folder), "--digits", "1"]) == 0
+    out = capsys.readouterr().out
+    demo = out.split("### ", 2)[1]
+    # dense on topics: lr=1e-4, seeds 1 and 2: 82 and 84 -> 83.0 ± 1.4
+    assert "| dense |" in demo and "83.0 ± 1.4" in demo
+    assert "Grid search, stage mnli" in out and "lr=0.0001" in out
+    assert "mnli/model=3se,task=sst2,lr=3e-05,seed=2: left" in out
+    assert "rte/model=dense,task=topics,seed=1: left" in out
+
+
+def test_two_runs_of_one_cell_are_refused_outside_a_sweep(tmp_path, capsys):
+    """A cell holds one run per seed, in every table (pre-training runs too): two are refused, never averaged."""
+    for name in ("a", "b"):
+        write_json_atomic(tmp_path / name / RESULTS_FILE, {"format": 1, "label": "demo", "task": None, "seed": 0,
+                                                           "metrics": {"val/loss": 2.0}})
+    assert main(["report", str(tmp_path)]) == 2
+    assert "a cell holds one run per seed" in capsys.readouterr().err
+
+
+# -- the real CLI ------------------------------------------------------------------------------------------------
+
+
+def short_demo_sweep(tmp_path: Path) -> Path:
+    """configs/sweeps/demo.yaml, shortened: a few steps per fine-tuning, one seed, one retention."""
+    document = yaml.safe_load((CONFIGS / "sweeps" / "demo.yaml").read_text())
+    document["folder"] = str(tmp_path / "demo")
+    finetune, compress = document["stages"]["finetune"], document["stages"]["compress"]
+    finetune["set"].update({"trainer.max_epochs": 1, "trainer.max_steps": 6, "trainer.limit_val_batches": 2,
+                            "trainer.limit_test_batches": 2, "trainer.val_check_interval": 3,
+                            "trainer.enable_progress_bar": False, "trainer.enable_model_summary": False,
+                            "data.init_args.batch_size": 4})
+    finetune["seeds"] = compress["seeds"] = [0]
+    compress["axes"]["retention"] = [0.5]
+    compress["set"]["k"] = [1]
+    for stage in (finetune, compress):
+        stage["config"] = str(REPO / stage["config"])
+    path = tmp_path / "demo.yaml"
+    path.write_text(yaml.safe_dump(document, sort_keys=False))
+    return path
+
+
+def test_demo_sweep_runs_through_the_cli_and_ends_in_a_report(tmp_path, capsys, monkeypatch):
+    """The one test of the real thing: `lit-embed sweep` on the (shortened) demo sweep, again (nothing to do), and
+    `lit-embed report` on its folder."""
+    monkeypatch.chdir(REPO)  # the sweep file's paths are relative to the repository's root
+    path = short_demo_sweep(tmp_path)
+    assert main(["sweep", "--config", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "3 runs: 3 done, 0 running, 0 failed, 0 left" in out
+    assert main(["sweep", "--config", str(path)]) == 0
+    assert "start" not in capsys.readouterr().out  # finished runs are skipped
+    assert main(["report", str(tmp_path / "demo")]) == 0
+    out = capsys.readouterr().out
+    assert "| dense |" in out and "| sparse coding r=0.5 |" in out
+    assert "Grid search, stage finetune" in out
+
+
+@pytest.mark.slow
+def test_a_killed_sweep_resumes_its_run_from_the_last_checkpoint(tmp_path):
+    """SIGTERM to `lit-embed sweep`: the run saves last.ckpt and stops; the same command resumes it."""
+    path = short_demo_sweep(tmp_path)
+    document = yaml.safe_load(path.read_text())
+    document["stages"] = {"finetune": document["stages"]["finetune"]}
+    document["stages"]["finetune"]["search"] = {"model.init_args.optim.lr": [1.0e-3]}
+    document["stages"]["finetune"]["set"].update({"trainer.max_steps": 120, "trainer.val_check_interval": 20})
+    path.write_text(yaml.safe_dump(document))
+    command = [sys.executable, "-m", "lit_embed.cli", "sweep", "--config", str(path)]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    sweep = load_sweep(path)
+    (run,) = sweep.runs
+    process = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 300
+    while not list(run.folder.glob("version_0/checkpoints/*.ckpt")):
+        assert process.poll() is None and time.monotonic() < deadline, process.stdout.read().decode()
+        time.sleep(0.5)
+    process.send_signal(signal.SIGTERM)
+    process.wait(timeout=120)
+    assert outcome(run).state == "left"
+    assert (run.folder / "version_0" / "checkpoints" / "last.ckpt").is_file()
+    done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert outcome(run).state == "done"
+    assert "Restoring states from the checkpoint" in (book(run) / OUTPUT_FILE).read_text()
+    shutil.rmtree(tmp_path / "demo")
+
+
+# -- the shipped sweep files ------------------------------------------------------------------------------------
+
+
+SHIPPED = sorted((CONFIGS / "sweeps").glob("*.yaml"))
+
+
+def test_the_papers_sweep_files_plan_their_tables(monkeypatch):
+    monkeypatch.chdir(REPO)
+    assert {p.stem for p in SHIPPED} >= {"demo", "k_sub_embedding_glue", "hashformers_glue", "sparse_coding_glue",
+                                        "sparse_coding_jglue", "xnli"}
+    plans = {p.stem: load_sweep(p) for p in SHIPPED}
+    stages = {name: {s.name: s for s in sweep.stages} for name, sweep in plans.items()}
+    k_sub = stages["k_sub_embedding_glue"]
+    assert len({r.point for r in k_sub["mnli"].runs}) == 6  # Table 6: lr {1, 2, 3}e-5 x batch {16, 32}
+    assert {r.value("task") for r in k_sub["from_mnli"].runs} == {"rte", "mrpc", "stsb"}
+    assert k_sub["from_mnli"].references == ["mnli"]
+    assert stages["hashformers_glue"]["glue"].seeds == [0, 1, 2]
+    for name in ("sparse_coding_glue", "sparse_coding_jglue"):
+        compress = stages[name]["compress"]
+        assert {r.value("method") for r in compress.runs} == {"sparse_coding", "unk", "pca"}
+        assert {r.value("retention") for r in compress.runs} == {"0.5", "0.6", "0.7", "0.8", "0.9", "1"}
+        assert stages[name]["aq"].command == "compress"
+    assert set(stages["xnli"]) == {"cross_lingual", "translate_train_all"}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.stem)
+def test_each_fit_stage_of_the_shipped_sweeps_parses(path, monkeypatch, capsys):
+    """The first run of each fit stage, as `lit-embed fit --print_config` parses it (earlier stages' results
+    stand in as a file name)."""
+    monkeypatch.chdir(REPO)
+    sweep = load_sweep(path)
+    for stage in sweep.stages:
+        if stage.command != "fit":
+            continue
+        paths = {f"${{{name}.{what}}}": "runs/earlier.ckpt" for name in stage.references for what in ("checkpoint", "folder")}
+        (argv,) = commands(stage.runs[0], Launch(), paths)
+        with pytest.raises(SystemExit) as stop:
+            main([*argv, "--print_config"])
+        assert stop.value.code in (0, None), capsys.readouterr().err
+        assert "class_path: lit_embed.models.SequenceClassifier" in capsys.readouterr().out
+
+
+def test_readme_sweeps_section_names_every_shipped_sweep_and_launcher():
+    from lit_embed.sweeps.launch import LAUNCHERS
+    from tests.helpers.cli import section
+
+    text = section("Sweeps: grids, seeds and stages as one command")
+    for path in SHIPPED:
+        assert path.name in text
+    for launcher in LAUNCHERS:
+        assert f"--launcher {launcher}" in text
+    assert "lit-embed report runs/sweeps/demo" in text
+    assert yaml.safe_load((CONFIGS / "sweeps" / "demo.yaml").read_text())["folder"] == "runs/sweeps/demo"
