@@ -71,3 +71,17 @@ def format_summary_table(*args, **kwargs) -> str:
 
     return _format_summary_table(*args, **kwargs)
 
+
+def go_offline() -> None:
+    """Switch huggingface_hub, transformers and datasets to offline mode in this process, as ``HF_HUB_OFFLINE=1``
+    does at start-up: they read it once, into module constants, at import (no public switch later)."""
+    import huggingface_hub.constants
+
+    huggingface_hub.constants.HF_HUB_OFFLINE = True
+    os.environ["HF_HUB_OFFLINE"] = os.environ["HF_DATASETS_OFFLINE"] = "1"  # DDP ranks and worker processes
+    import sys
+
+    if "datasets" in sys.modules:
+        import datasets.config
+
+        datasets.config.HF_HUB_OFFLINE = datasets.config.HF_DATASETS_OFFLINE = True

@@ -30,6 +30,7 @@ from lit_embed.data.sources import SAMPLE_DIR, is_script_refusal, load_files, sc
 from lit_embed.data.tasks import XNLI_LANGUAGES, Paper, Task, get_task
 from lit_embed.embeddings.text import TextEncoder
 from lit_embed.errors import ConfigError, HubError, MissingFileError
+from lit_embed.hub import require_hub
 from lit_embed.interfaces import TaskModel, provides
 
 PIPELINE_VERSION = 1
@@ -387,6 +388,7 @@ def load_from_hub(task: Task, config: str | None, split: str) -> datasets.Datase
             f"revision={task.revision!r})[split].to_parquet('DIR/{config}/{split}.parquet')) and pass "
             f"data.init_args.data_dir DIR"
         )
+    require_hub()
     try:
         if files is not None:
             return datasets.load_dataset("parquet", data_files={split: files}, split=split)
