@@ -1,4 +1,5 @@
-"""Fine-tuning data: a task of the table (GLUE, JGLUE, XNLI, the demo task) -> the strategy's codes -> batches.
+"""Fine-tuning data: a task of the table (GLUE, JGLUE, XNLI, the demo task, or one a config defines) -> the
+strategy's codes -> batches.
 
 Texts become codes only through the model's strategy (``text_encoder()``: ``encode`` and
 ``special_code``), and batches are padded by :class:`~lit_embed.data.collate.PadCollator`, so any
@@ -27,7 +28,7 @@ from lit_embed._compat import dataset_fingerprint
 from lit_embed.data.base import TextDataModule, check_batching
 from lit_embed.data.loading import ResumableLoader
 from lit_embed.data.sources import SAMPLE_DIR, is_script_refusal, load_files, script_refusal
-from lit_embed.data.tasks import XNLI_LANGUAGES, Paper, Task, get_task
+from lit_embed.data.tasks import SPLITS, XNLI_LANGUAGES, Paper, Task, TaskDefinition, get_task
 from lit_embed.embeddings.text import TextEncoder
 from lit_embed.errors import ConfigError, HubError, MissingFileError
 from lit_embed.hub import require_hub
@@ -60,7 +61,8 @@ class TaskDataModule(TextDataModule):
       ``split_seed`` 42, the 10% validates, and the original validation split is the test set.
 
     Args:
-        task: a task name of the table (``rte``, ``stsb``, ``jnli``, ``topics``...).
+        task: a task name of the table (``rte``, ``stsb``, ``jnli``, ``topics``...), or the definition of your
+            own (:class:`~lit_embed.data.tasks.TaskDefinition`: files or a hub dataset, columns, labels, metrics).
         tokenizer: the tokenizer whose vocabulary the model uses; default the model's own (its
             HuggingFace ``pretrained`` encoder, or the tokenizer its pre-training checkpoint recorded).
         data_dir: a folder in the hub's layout; default the hub (the demo task: the shipped files).
@@ -86,7 +88,7 @@ class TaskDataModule(TextDataModule):
 
     def __init__(
         self,
-        task: str,
+        task: str | TaskDefinition,
         tokenizer: str | None = None,
         data_dir: str | None = None,
         protocol: Literal["standard", "split_train"] = "standard",
@@ -113,6 +115,8 @@ class TaskDataModule(TextDataModule):
         if pretokenize not in (None, "mecab"):
             raise ConfigError(f"pretokenize={pretokenize!r} is not known: use 'mecab' or leave it unset")
         self.save_hyperparameters()
+        if self.task.definition is not None:
+            self.hparams["task"] = self.task.definition  # plain data (with its labels), as checkpoints hold it
         self.tokenizer = tokenizer
         self.data_dir = Path(data_dir).expanduser() if data_dir else None
         if self.data_dir is not None and not self.data_dir.is_dir():
@@ -131,11 +135,12 @@ class TaskDataModule(TextDataModule):
         self.collate = None
         self.train_set = None
         self.eval_sets: dict[str, dict[str, datasets.Dataset]] = {}
+        self._splits: dict[str, datasets.Dataset] | None = None  # a config-defined task's held-out splits
 
     # -- what the task reads ---------------------------------------------------------------------
     def train_sources(self) -> list[tuple[str | None, str]]:
         """The ``(config, split)`` pairs concatenated into the training data."""
-        return [(self.task.config, "train")]
+        return [(self.task.config, self.task.train)]
 
     def validation_sources(self) -> Sources:
         return {name: (self.task.config, split) for name, split in self.task.validation.items()}
@@ -226,9 +231,32 @@ class TaskDataModule(TextDataModule):
     def _load_all(self, sources: Sources) -> dict[str, datasets.Dataset]:
         return {name: self._load(config, split, name or split) for name, (config, split) in sources.items()}
 
+    def _defined_split(self, split: str) -> datasets.Dataset:
+        """A config-defined task's rows of ``split`` (its own name for it: ``train``, ``validation``, ``test``):
+        read from its files or the hub, or held out of the training rows (``val_fraction`` each, seeded)."""
+        if self._splits is None:
+            task = self.task
+            given = [name for name in SPLITS if name not in task.held_out]
+            rows = {name: _defined_rows(task, name, self.data_dir) for name in given}
+            for number, name in enumerate(task.held_out):
+                train = rows["train"]
+                count = math.ceil(self.val_fraction * len(train))
+                if not 1 <= count < len(train):
+                    raise ConfigError(
+                        f"task {task.name!r}: holding out {name} rows (val_fraction={self.val_fraction}) of {len(train)} "
+                        f"training rows leaves nothing to train or {name} on: add rows, or give a {name} file"
+                    )
+                parts = train.train_test_split(test_size=count, seed=self.split_seed + number, shuffle=True)
+                rows["train"], rows[name] = parts["train"], parts["test"]
+            self._splits = rows
+        return self._splits[split]
+
     def _load(self, config: str | None, split: str, what: str) -> datasets.Dataset:
         where = self.data_dir or (SAMPLE_DIR / "topics" if self.task.benchmark == "sample" else None)
-        if where is not None:
+        if self.task.definition is not None:
+            rows = self._defined_split(_own_split_name(self.task, split))
+            origin = f"task {self.task.name!r}"
+        elif where is not None:
             files = split_files(where, config, split)
             origin = f"{files[0].parent}/{split}*"
             try:
@@ -401,6 +429,48 @@ def load_from_hub(task: Task, config: str | None, split: str) -> datasets.Datase
         raise HubError(f"could not load {task.name} {split} from the hub: {how}. Cause: {error}") from error
 
 
+def _own_split_name(task: Task, split: str) -> str:
+    """``train``, ``validation`` or ``test``: what a config-defined task calls the split its sources name ``split``."""
+    names = {task.train: "train", task.validation.get("", "validation"): "validation", task.test.get("", "test"): "test"}
+    return names.get(split, split)
+
+
+def _defined_rows(task: Task, split: str, data_dir: Path | None = None) -> datasets.Dataset:
+    """The rows a config-defined task gives for ``split`` (its files, or the hub split it names)."""
+    if task.data_files is not None:
+        try:
+            return load_files(list(task.data_files[split]), split=split)
+        except ValueError as error:  # datasets refuses files with a header and no rows
+            if "corresponds to no data" not in str(error):
+                raise
+            return datasets.Dataset.from_dict({})
+    hub_split = {"train": task.train, **{k: v[""] for k, v in (("validation", task.validation), ("test", task.test))}}[split]
+    if data_dir is not None:
+        return load_files([str(f) for f in split_files(data_dir, task.config, hub_split)], split=hub_split)
+    return load_from_hub(task, task.config, hub_split)
+
+
+def training_labels(task: Task) -> tuple[str, ...]:
+    """A config-defined classification task's label names, read from its training rows in a stable order: a
+    ClassLabel's own order, else sorted (numerically where every label is an integer)."""
+    rows = _defined_rows(task, "train")
+    if task.label_column not in rows.column_names:
+        raise ConfigError(f"task {task.name!r}: its training rows have no label column {task.label_column!r} "
+                          f"(columns: {rows.column_names}): set label_column")
+    feature = rows.features[task.label_column]
+    if isinstance(feature, datasets.ClassLabel):
+        return tuple(feature.names)
+    values = {v.strip() if isinstance(v, str) else v for v in rows[task.label_column]} - {None, ""}
+    if not values:
+        raise ConfigError(f"task {task.name!r}: its training rows have no labels in column {task.label_column!r}")
+    if all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in values):
+        return tuple(str(v) for v in sorted(values))
+    if any(not isinstance(v, str) for v in values):
+        raise ConfigError(f"task {task.name!r}: labels {sorted(map(str, values))[:6]} are neither all names nor all "
+                          f"integers: give the label names (labels: [...]), or regression: true for scores")
+    return tuple(sorted(values))
+
+
 # -- rows -> examples ----------------------------------------------------------------------------------
 
 
@@ -500,15 +570,19 @@ class ExampleBuilder:
         out = []
         for row, value in zip(indices, values):
             name = value.strip() if isinstance(value, str) else None
+            if name is None and task.definition is not None and str(value) in ours:
+                name = str(value)  # an integer label that is itself a label's name
             if name is None and isinstance(value, (int, np.integer)) and names and 0 <= value < len(names):
                 name = names[value]
             if name not in ours and isinstance(name, str) and name.lower() in ours:
                 name = name.lower()
             if name not in ours:
                 hidden = " (-1 marks a hidden test label: evaluate on a labelled split)" if value == -1 else ""
+                unseen = " (unseen in training: a task's labels are those given, or those of its training split)" \
+                    if task.definition is not None else ""
                 raise ConfigError(
                     f"{task.name}: row {row} has label {value!r}, outside the label set {list(task.labels)} "
-                    f"(or ids 0..{len(task.labels) - 1}){hidden}"
+                    f"(or ids 0..{len(task.labels) - 1}){hidden}{unseen}"
                 )
             out.append(ours[name])
         return out

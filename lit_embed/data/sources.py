@@ -18,7 +18,7 @@ from lit_embed.hub import require_hub
 
 SAMPLE_DIR = Path(__file__).parent / "sample"
 #: Data that ships with the package, usable anywhere by name.
-SAMPLES = {"sample-corpus": SAMPLE_DIR / "corpus.txt"}
+SAMPLES = {"sample-corpus": SAMPLE_DIR / "corpus.txt", "sample-topics": SAMPLE_DIR / "topics" / "train.tsv"}
 #: The ``datasets`` builder of each file type; ``.txt.xz`` (CC-100's downloads) is decompressed as it is read.
 BUILDERS = {
     ".txt": "text", ".text": "text", ".txt.xz": "text", ".jsonl": "json", ".json": "json", ".csv": "csv",

@@ -30,7 +30,7 @@ from lit_embed.checkpoints import (
     strategy_factory,
 )
 from lit_embed.data.collate import TaskCollator
-from lit_embed.data.tasks import Task, get_task
+from lit_embed.data.tasks import Task, TaskDefinition, get_task
 from lit_embed.embeddings.text import TextEncoder
 from lit_embed.errors import CheckpointError, ConfigError
 from lit_embed.interfaces import TaskData, provides
@@ -59,7 +59,8 @@ class SequenceClassifier(EmbeddingModule):
     the run's seed are recorded in the hyper-parameters.
 
     Args:
-        task: a task of :data:`lit_embed.data.tasks.TASKS`; must be the data's.
+        task: a task of :data:`lit_embed.data.tasks.TASKS`, or a config's own
+            (:class:`~lit_embed.data.tasks.TaskDefinition`); must be the data's.
         encoder, embedding, vocab_size, baseline_vocab_size, baseline_encoder: see :class:`EmbeddingModule`.
         checkpoint: a lit-embed pre-training checkpoint to start from.
         classifier_dropout: dropout before the output layer (default the backbone's hidden dropout).
@@ -75,7 +76,7 @@ class SequenceClassifier(EmbeddingModule):
 
     def __init__(
         self,
-        task: str,
+        task: str | TaskDefinition,
         encoder: Encoder | None = None,
         embedding: StrategyFactory | None = None,
         vocab_size: int | None = None,
@@ -103,6 +104,8 @@ class SequenceClassifier(EmbeddingModule):
         if taken:  # recorded as configs, so the fine-tuned checkpoint rebuilds without the pre-training one
             self.hparams.update(taken)
         self.task: Task = get_task(task)
+        if self.task.definition is not None:  # plain data with the labels it resolved: the checkpoint predicts alone
+            self.hparams["task"] = self.task.definition
         self.checkpoint = checkpoint  # its weights are loaded when fitting starts
         self.trained_tokenizer = trained_tokenizer
         hidden = self.encoder.hidden_size
@@ -233,7 +236,7 @@ class SequenceClassifier(EmbeddingModule):
         if "index" not in batch:
             raise ConfigError("evaluation batches need each example's row 'index' (TaskCollator adds it)")
         outputs = self(batch)
-        preds = outputs.float() if self.task.regression else outputs.argmax(-1)
+        preds = outputs.float() if self.task.regression else outputs.float().softmax(-1)  # probabilities: auroc too
         self.evaluation[stage].update(set_id, batch["index"], preds, batch["labels"], self.losses(outputs, batch["labels"]))
 
     def on_validation_epoch_end(self) -> None:
