@@ -21,6 +21,7 @@ from pytorch_lightning.cli import LightningCLI
 
 from lit_embed.callbacks.console import LayerSummary, progress_bar
 from lit_embed.callbacks.guard import RunGuard
+from lit_embed.callbacks.predictions import PredictionWriter
 from lit_embed.checkpoints import (
     build_from_config,
     model_differences,
@@ -131,6 +132,14 @@ class LitEmbedCLI(LightningCLI):
         else:
             unset = configured.get("init_args") or {}
             filled = {k: v for k, v in recorded["init_args"].items() if v is not None and unset.get(k) is None}
+            labels = _recorded_labels(recorded, unset)
+            if labels is not None:  # a config-defined task predicts with the labels it was trained with, data or not
+                filled["task"] = {**unset["task"], "labels": labels}
+                task = _plain(data.get("task"))
+                if isinstance(task, dict) and task.get("name") == unset["task"].get("name"):
+                    self.config = self.parser.parse_object(
+                        {subcommand: {"data": {"class_path": config.data.class_path,
+                                           "init_args": {"task": {**task, "labels": labels}}}}}, self.config)
             if not filled:
                 return
             update = {"class_path": configured["class_path"], "init_args": filled}
@@ -150,7 +159,8 @@ class LitEmbedCLI(LightningCLI):
         return Path(args.save_dir) / (args.get("name") or "")
 
     def before_instantiate_classes(self) -> None:
-        """Give the run lit-embed's progress bar and model summary, unless the config names its own or turns them off."""
+        """Give the run lit-embed's progress bar and model summary, unless the config names its own or turns them off,
+        and ``predict`` a :class:`~lit_embed.callbacks.predictions.PredictionWriter` unless it names one."""
         if self.subcommand is None:
             return
         trainer = self.config[self.subcommand].trainer
@@ -162,6 +172,8 @@ class LitEmbedCLI(LightningCLI):
             shown.append(progress_bar())
         if trainer.get("enable_model_summary") is not False and not any(_is(c, ModelSummary) for c in named):
             shown.append(LayerSummary())
+        if self.subcommand == "predict" and not any(_is(c, PredictionWriter) for c in named):
+            shown.append(PredictionWriter())
         self.trainer_defaults["callbacks"] = [RunGuard(), *shown]
 
     def after_instantiate_classes(self) -> None:
@@ -178,6 +190,18 @@ class LitEmbedCLI(LightningCLI):
         callback = self.trainer.checkpoint_callback
         best = callback is not None and callback.monitor is not None and callback.best_model_path
         self.trainer.test(self.model, datamodule=self.datamodule, ckpt_path="best" if best else None)
+
+
+def _recorded_labels(recorded: dict, configured: dict) -> list | None:
+    """The labels a checkpoint's config-defined task recorded, where the config's definition leaves them unset."""
+    theirs, mine = recorded["init_args"].get("task"), configured.get("task")
+    if isinstance(theirs, dict) and isinstance(mine, dict) and mine.get("labels") is None:
+        return theirs.get("labels")
+    return None
+
+
+def _plain(value):
+    return value.as_dict() if isinstance(value, Namespace) else value
 
 
 def _is(cls, base: type) -> bool:

@@ -117,6 +117,23 @@ def test_a_csv_of_your_own_fine_tunes_through_the_cli_and_its_checkpoint_records
     recorded = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["hyper_parameters"]["task"]
     assert recorded["labels"] == ["food", "music", "sport"] and recorded["name"] == "reviews"
 
+    # predict: new texts (one a line), then the test split as JSONL, each into its own run folder
+    (tmp_path / "new.txt").write_text("the band played a song\nthe soup was warm\n")
+    for file in ("train.csv", "dev.csv"):
+        (tmp_path / file).unlink()  # the checkpoint's labels, not the training file, name the outputs
+    predict = ["predict", "--config", finetune_config(tmp_path, task), "--ckpt_path", str(run / "checkpoints" / "last.ckpt")]
+    assert main([*predict, "--data.init_args.predict_input", "new.txt"]) == 0
+    lines = (tmp_path / "runs" / "own" / "version_1" / "predictions.csv").read_text().splitlines()
+    assert lines[0] == "review,predicted,p_food,p_music,p_sport" and len(lines) == 3
+    assert lines[1].startswith("the band played a song,") and lines[1].split(",")[1] in ("food", "music", "sport")
+    assert sum(map(float, lines[1].split(",")[2:])) == pytest.approx(1.0, abs=1e-5)
+    writer = {"class_path": "lit_embed.callbacks.PredictionWriter", "init_args": {"format": "jsonl"}}
+    assert main([*predict, "--trainer.callbacks+", json.dumps(writer)]) == 0
+    rows = [json.loads(line) for line in (tmp_path / "runs/own/version_2/predictions.jsonl").read_text().splitlines()]
+    assert len(rows) == 15 and {"review", "topic", "predicted", "p_food"} <= set(rows[0])
+    accuracy = sum(row["predicted"] == row["topic"] for row in rows) / len(rows)
+    assert accuracy == pytest.approx(results["metrics"]["test/accuracy"])  # the best checkpoint was tested
+
 
 def test_a_label_unseen_in_training_and_an_empty_split_fail_with_exit_2(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
@@ -130,3 +147,18 @@ def test_a_label_unseen_in_training_and_an_empty_split_fail_with_exit_2(tmp_path
     assert main(["fit", "--config", finetune_config(tmp_path, definition("empty", files))]) == 2
     assert "the validation split of task 'empty' has no rows" in capsys.readouterr().err
     assert not list(tmp_path.rglob("*.ckpt"))
+
+
+def test_predict_input_is_texts_a_text_file_a_table_or_a_split_and_wrong_shapes_are_refused(tmp_path):
+    files = write_csv(tmp_path / "r.csv", rows=20)
+    pair = definition("pairs", files, text_columns=["review", "topic"], labels=["a"])
+    (tmp_path / "pairs.txt").write_text("first\tsecond\nonly one part\n")
+    with pytest.raises(ConfigError, match=r"text 2 has 1 part\(s\); task 'pairs' reads 2 \(review, topic\): a tab"):
+        TaskDataModule(pair, predict_input=str(tmp_path / "pairs.txt"))._predict_rows()
+    (tmp_path / "other.csv").write_text("body\nhello\n")
+    with pytest.raises(ConfigError, match=r"has no column\(s\) \['review'\]"):
+        TaskDataModule(definition("one", files), predict_input=str(tmp_path / "other.csv"))._predict_rows()
+    assert TaskDataModule(definition("one", files), predict_input=["a text", "another"])._predict_rows()["review"] == [
+        "a text", "another"]
+    assert len(TaskDataModule(definition("one", files), predict_input=files)._predict_rows()) == 20
+    assert len(TaskDataModule("topics")._predict_rows()) == 300  # a table task: its test split by default

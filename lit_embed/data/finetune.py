@@ -1,5 +1,5 @@
 """Fine-tuning data: a task of the table (GLUE, JGLUE, XNLI, the demo task, or one a config defines) -> the
-strategy's codes -> batches.
+strategy's codes -> batches; and the texts a fine-tuned model predicts on.
 
 Texts become codes only through the model's strategy (``text_encoder()``: ``encode`` and
 ``special_code``), and batches are padded by :class:`~lit_embed.data.collate.PadCollator`, so any
@@ -27,7 +27,7 @@ from torch.utils.data import DataLoader
 from lit_embed._compat import dataset_fingerprint
 from lit_embed.data.base import TextDataModule, check_batching
 from lit_embed.data.loading import ResumableLoader
-from lit_embed.data.sources import SAMPLE_DIR, is_script_refusal, load_files, script_refusal
+from lit_embed.data.sources import SAMPLE_DIR, is_script_refusal, load_files, resolve_file, script_refusal
 from lit_embed.data.tasks import SPLITS, XNLI_LANGUAGES, Paper, Task, TaskDefinition, get_task
 from lit_embed.embeddings.text import TextEncoder
 from lit_embed.errors import ConfigError, HubError, MissingFileError
@@ -81,6 +81,9 @@ class TaskDataModule(TextDataModule):
         paper: the paper whose protocol the run follows (``k-sub-embedding``, ``hashformers``,
             ``sparse-coding``; the configs under ``configs/protocol/`` set it): results.json records it and
             ``lit-embed report`` shows each task's metric as that paper's tables do.
+        predict_input: what ``lit-embed predict`` predicts: a file (``.txt``: one text per line, a pair
+            tab-separated; csv, tsv, jsonl or parquet with the task's text columns), texts (a list), or a split
+            of the task (``test``, ``validation``, ``train``); default the task's test split.
     """
 
     #: Log ``{stage}/average/{metric}`` over the evaluation sets (XNLI's languages).
@@ -102,6 +105,7 @@ class TaskDataModule(TextDataModule):
         num_workers: int = 0,
         global_batch_size: int | None = None,
         paper: Paper | None = None,
+        predict_input: str | list[str] | None = None,
     ) -> None:
         super().__init__()
         check_batching(batch_size, num_workers, eval_batch_size=eval_batch_size, global_batch_size=global_batch_size)
@@ -135,6 +139,9 @@ class TaskDataModule(TextDataModule):
         self.collate = None
         self.train_set = None
         self.eval_sets: dict[str, dict[str, datasets.Dataset]] = {}
+        self.predict_input = predict_input
+        self.predict_rows: datasets.Dataset | None = None
+        self.predict_set = None
         self._splits: dict[str, datasets.Dataset] | None = None  # a config-defined task's held-out splits
 
     # -- what the task reads ---------------------------------------------------------------------
@@ -201,6 +208,9 @@ class TaskDataModule(TextDataModule):
         if stage in (None, "test"):
             rows = self._load_all(self.test_sources())
             self.eval_sets["test"] = {name: self._encode(r, build, name, index=True) for name, r in rows.items()}
+        if stage == "predict":
+            self.predict_rows = self._predict_rows()
+            self.predict_set = self._encode(self.predict_rows, build, "predict", index=True, labels=False)
 
     def train_dataloader(self) -> ResumableLoader:
         return self.resumable_loader(self.train_set, self.train_batch_size, self.collate)
@@ -210,6 +220,38 @@ class TaskDataModule(TextDataModule):
 
     def test_dataloader(self) -> list[DataLoader]:
         return [self._loader(d, self.eval_batch_size) for d in self.eval_sets["test"].values()]
+
+    def predict_dataloader(self) -> DataLoader:
+        return self._loader(self.predict_set, self.eval_batch_size)
+
+    def _predict_rows(self) -> datasets.Dataset:
+        """The rows ``predict_input`` names, with the task's text columns (and its labels where they have them)."""
+        given, columns = self.predict_input, list(self.task.text_columns)
+        if given is None or given in SPLITS:
+            sources = self.test_sources() if given in (None, "test") else (
+                self.validation_sources() if given == "validation" else {"": self.train_sources()[0]})
+            name, (config, split) = next(iter(sources.items()))
+            return self._load(config, split, name or split)
+        if isinstance(given, list):
+            texts = [[text] if isinstance(text, str) else list(text) for text in given]
+        elif str(given).endswith(".txt"):
+            lines = Path(resolve_file(given)).read_text(encoding="utf-8").splitlines()
+            texts = [line.split("\t") for line in lines if line.strip()]
+        else:
+            rows = load_files([given], split="predict")
+            missing = [c for c in columns if c not in rows.column_names]
+            if missing:
+                raise ConfigError(f"predict_input {given!r} has no column(s) {missing} (columns: {rows.column_names}): "
+                                  f"task {self.task.name!r} reads {columns}")
+            return rows
+        wrong = [number for number, parts in enumerate(texts, 1) if len(parts) != len(columns)]
+        if wrong:
+            raise ConfigError(f"predict_input {given if isinstance(given, str) else 'texts'}: text {wrong[0]} has "
+                              f"{len(texts[wrong[0] - 1])} part(s); task {self.task.name!r} reads {len(columns)} "
+                              f"({', '.join(columns)}){': a tab between the two' if len(columns) == 2 else ''}")
+        if not texts:
+            raise ConfigError(f"predict_input {given!r} has no texts: give one text per line")
+        return datasets.Dataset.from_dict({c: [parts[i] for parts in texts] for i, c in enumerate(columns)})
 
     # -- pipeline --------------------------------------------------------------------------------
     def _train_rows(self, with_heldout: bool = False):
@@ -234,10 +276,11 @@ class TaskDataModule(TextDataModule):
     def _defined_split(self, split: str) -> datasets.Dataset:
         """A config-defined task's rows of ``split`` (its own name for it: ``train``, ``validation``, ``test``):
         read from its files or the hub, or held out of the training rows (``val_fraction`` each, seeded)."""
+        task = self.task
+        if split not in task.held_out and (split != "train" or not task.held_out):
+            return _defined_rows(task, split, self.data_dir)  # only the split asked for: predicting needs no training file
         if self._splits is None:
-            task = self.task
-            given = [name for name in SPLITS if name not in task.held_out]
-            rows = {name: _defined_rows(task, name, self.data_dir) for name in given}
+            rows = {"train": _defined_rows(task, "train", self.data_dir)}
             for number, name in enumerate(task.held_out):
                 train = rows["train"]
                 count = math.ceil(self.val_fraction * len(train))
@@ -278,16 +321,16 @@ class TaskDataModule(TextDataModule):
             )
         return rows
 
-    def _encode(self, rows: datasets.Dataset, build: ExampleBuilder, name: str, index: bool = False):
+    def _encode(self, rows: datasets.Dataset, build: ExampleBuilder, name: str, index: bool = False, labels: bool = True):
         key = "|".join(
-            [dataset_fingerprint(rows), build.fingerprint(), self.task.name, str(index), str(PIPELINE_VERSION)]
+            [dataset_fingerprint(rows), build.fingerprint(), self.task.name, str(index), str(labels), str(PIPELINE_VERSION)]
         )
         mapped = rows.map(
             build,
             batched=True,
             batch_size=1000,
             with_indices=True,
-            fn_kwargs={"label_names": _label_names(rows, self.task), "keep_index": index},
+            fn_kwargs={"label_names": _label_names(rows, self.task), "keep_index": index, "keep_labels": labels},
             remove_columns=rows.column_names,
             new_fingerprint=hashlib.sha256(key.encode()).hexdigest()[:32],
             desc=f"Encoding {self.task.name} {name}".rstrip(),
@@ -532,9 +575,12 @@ class ExampleBuilder:
     def fingerprint(self) -> str:
         return f"{self.encoder.fingerprint()}|{self.max_length}|{self.separators}|{self.split.kind}"
 
-    def __call__(self, batch: dict[str, list], indices: list[int], label_names, keep_index: bool) -> dict:
+    def __call__(self, batch: dict[str, list], indices: list[int], label_names, keep_index: bool,
+                 keep_labels: bool = True) -> dict:
         sides = [self.encoder.encode(self.split([_text(t) for t in batch[c]])) for c in self.task.text_columns]
-        out = {"codes": [], "token_type_ids": [], "labels": self.labels(batch[self.task.label_column], indices, label_names)}
+        out = {"codes": [], "token_type_ids": []}
+        if keep_labels:
+            out["labels"] = self.labels(batch[self.task.label_column], indices, label_names)
         for parts in zip(*sides):
             codes, segments = self.join(list(parts))
             out["codes"].append(codes)

@@ -228,9 +228,19 @@ class SequenceClassifier(EmbeddingModule):
     def test_step(self, batch: dict[str, Tensor], batch_idx: int, dataloader_idx: int = 0) -> None:
         self._evaluate("test", batch, dataloader_idx)
 
-    def predict_step(self, batch: dict[str, Tensor], batch_idx: int, dataloader_idx: int = 0) -> Tensor:
-        outputs = self(batch)
-        return outputs if self.task.regression else outputs.argmax(-1)
+    def predict_step(self, batch: dict[str, Tensor], batch_idx: int, dataloader_idx: int = 0) -> list[dict]:
+        """One record per text (:class:`~lit_embed.callbacks.predictions.PredictionWriter`): its row ``index`` and
+        the predicted label with every label's probability (``p_<label>``), or the score of a regression."""
+        outputs = self(batch).float()
+        index = batch["index"].tolist()
+        if self.task.regression:
+            return [{"index": i, "score": score} for i, score in zip(index, outputs.tolist())]
+        probabilities = outputs.softmax(-1)
+        labels = self.task.labels
+        return [
+            {"index": i, "predicted": labels[int(p.argmax())], **{f"p_{name}": round(float(v), 6) for name, v in zip(labels, p)}}
+            for i, p in zip(index, probabilities)
+        ]
 
     def _evaluate(self, stage: str, batch: dict[str, Tensor], set_id: int) -> None:
         if "index" not in batch:
