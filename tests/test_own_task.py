@@ -32,15 +32,6 @@ def definition(name: str, files, **kwargs) -> dict:
     return {"name": name, "files": files, "text_columns": ["review"], "label_column": "topic", **kwargs}
 
 
-@pytest.fixture(autouse=True)
-def forget_defined_tasks():
-    """Each test defines its tasks afresh (the table is per process, as it is per command)."""
-    before = dict(TASKS)
-    yield
-    TASKS.clear()
-    TASKS.update(before)
-
-
 def test_labels_are_read_from_the_training_rows_in_a_stable_order(tmp_path):
     task = get_task(definition("reviews", write_csv(tmp_path / "r.csv", labels=("music", "food", "sport"))))
     assert task.labels == ("food", "music", "sport") and TASKS["reviews"] is task
