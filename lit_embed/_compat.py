@@ -1,9 +1,9 @@
 """Every use of a private API of Lightning, datasets, transformers or jsonargparse, in one place.
 
 Each function says what it reaches into and why no public way exists; when a library changes, this is
-the file to fix. (Two method overrides live beside their classes: ``LitEmbedCLI._parse_ckpt_path``,
-LightningCLI's hook that applies a checkpoint's model, and ``RunLogger._get_next_version``,
-TensorBoardLogger's hook that picks a new version.)
+the file to fix. (Three method overrides live beside their classes: ``LitEmbedCLI._parse_ckpt_path``,
+LightningCLI's hook that applies a checkpoint's model, ``RunLogger._get_next_version``, TensorBoardLogger's
+hook that picks a new version, and ``EpochProgressBar._get_train_description``, the rich progress bar's title.)
 """
 
 from __future__ import annotations
@@ -62,3 +62,26 @@ def instantiate(parser, config):
     """jsonargparse's ``parser.instantiate`` (>= 4.49), or its older name ``instantiate_classes``."""
     method = parser.instantiate if hasattr(parser, "instantiate") else parser.instantiate_classes
     return method(config)
+
+
+def format_summary_table(*args, **kwargs) -> str:
+    """Lightning's plain-text model summary table (its private ``_format_summary_table``), which
+    :class:`~lit_embed.callbacks.console.LayerSummary` prints without the FLOPs column where none were counted."""
+    from pytorch_lightning.utilities.model_summary.model_summary import _format_summary_table
+
+    return _format_summary_table(*args, **kwargs)
+
+
+def go_offline() -> None:
+    """Switch huggingface_hub, transformers and datasets to offline mode in this process, as ``HF_HUB_OFFLINE=1``
+    does at start-up: they read it once, into module constants, at import (no public switch later)."""
+    import huggingface_hub.constants
+
+    huggingface_hub.constants.HF_HUB_OFFLINE = True
+    os.environ["HF_HUB_OFFLINE"] = os.environ["HF_DATASETS_OFFLINE"] = "1"  # DDP ranks and worker processes
+    import sys
+
+    if "datasets" in sys.modules:
+        import datasets.config
+
+        datasets.config.HF_HUB_OFFLINE = datasets.config.HF_DATASETS_OFFLINE = True

@@ -37,6 +37,8 @@ TRAINING_ARGUMENTS = frozenset({
     "optim", "checkpoint", "seed", "trained_tokenizer", "dropout", "attention_dropout", "classifier_dropout",
     "mask_prob", "prob", "init_range", "baseline_vocab_size", "baseline_encoder",
 })
+#: Where a config-defined task reads its data and what it logs: the same model may predict on other data.
+TASK_DATA = frozenset({"files", "hub", "config", "revision", "splits", "metrics", "label_column", "value_range"})
 _UNSAFE = re.compile(r"GLOBAL ([\w.]+)")
 
 
@@ -129,8 +131,8 @@ def recorded_run(checkpoint: dict) -> str | None:
 def model_differences(recorded: dict, configured: dict) -> list[str]:
     """What makes two model configs different models: ``key: checkpoint X, config Y`` lines.
 
-    Training arguments (:data:`TRAINING_ARGUMENTS`) and arguments one side leaves unset are not
-    differences; class paths are compared as the classes they name.
+    Training arguments (:data:`TRAINING_ARGUMENTS`), a defined task's data (:data:`TASK_DATA`) and arguments one
+    side leaves unset are not differences; class paths are compared as the classes they name.
     """
     mine, theirs = _flatten(recorded, "model"), _flatten(configured, "model")
     lines = []
@@ -214,7 +216,7 @@ def _flatten(value: Any, prefix: str) -> dict[str, Any]:
     if isinstance(value, dict):
         flat: dict[str, Any] = {}
         for key, item in value.items():
-            if key in TRAINING_ARGUMENTS:
+            if key in TRAINING_ARGUMENTS or (prefix.endswith(".task") and key in TASK_DATA):
                 continue
             flat.update(_flatten(item, prefix if key == "init_args" else f"{prefix}.{key}"))
         return flat

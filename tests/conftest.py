@@ -19,6 +19,18 @@ def offline(monkeypatch, tmp_path_factory):
     go_offline(monkeypatch, tmp_path_factory)
 
 
+@pytest.fixture(autouse=True)
+def task_table():
+    """Each test sees the task table as shipped: the tasks a test's configs define are forgotten after it (a
+    command's process registers them once, as its config defines them)."""
+    from lit_embed.data.tasks import TASKS
+
+    before = dict(TASKS)
+    yield
+    TASKS.clear()
+    TASKS.update(before)
+
+
 @pytest.fixture(scope="session")
 def minilm_path() -> str:
     """The packaged all-MiniLM-L6-v2 (BERT WordPiece 30522 x 384), a real pretrained model offline."""

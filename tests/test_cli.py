@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from lit_embed.accounting import parameter_report
-from lit_embed.cli import LitEmbedCLI, main
+from lit_embed.cli import main
+from lit_embed.lightning_cli import LitEmbedCLI
 from tests.helpers import CONFIGS
 from tests.helpers.cli import run_params
 
@@ -139,3 +140,53 @@ def test_params_counts_known_hub_models_offline_without_their_weights():
     # LINE's Japanese DistilBERT (the sparse-coding paper's JGLUE model): Table 8's 25.17M embedding parameters.
     report = run_params(CONFIGS / "experiments" / "finetune" / "jglue" / "jsts.yaml")
     assert report["embedding_params"] == 32768 * 768 and report["total_params"] == 68_087_808
+
+
+# -- a CLI that shows itself -----------------------------------------------------------------------------
+
+
+def test_help_lists_every_command_and_help_version_and_report_import_no_torch(tmp_path):
+    """``--help``, ``--version`` and ``report`` answer without torch or Lightning (what made them take seconds)."""
+    import json
+    import subprocess
+    import sys
+
+    from lit_embed.cli import COMMANDS, LIGHTNING_COMMANDS, SUMMARIES
+    from lit_embed.files import write_json_atomic
+    from lit_embed.results import RESULTS_FILE
+
+    write_json_atomic(tmp_path / "run" / RESULTS_FILE, {"format": 1, "label": "demo", "task": None, "seed": 0,
+                                                       "metrics": {"val/loss": 6.8}})
+    probe = (
+        "import contextlib, io, json, sys\n"
+        "from lit_embed.cli import main\n"
+        "outs = []\n"
+        "for argv in (['--help'], ['--version'], ['report', sys.argv[1]]):\n"
+        "    out = io.StringIO()\n"
+        "    with contextlib.redirect_stdout(out):\n"
+        "        outs.append([main(argv), out.getvalue()])\n"
+        "heavy = [m for m in ('torch', 'pytorch_lightning', 'transformers', 'datasets') if m in sys.modules]\n"
+        "print(json.dumps({'outs': outs, 'heavy': heavy}))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe, str(tmp_path)], capture_output=True, text=True, check=True)
+    answer = json.loads(done.stdout.splitlines()[-1])
+    assert answer["heavy"] == []
+    (status, help_text), (version_status, version), (report_status, report) = answer["outs"]
+    assert status == version_status == report_status == 0
+    assert set(COMMANDS) <= set(SUMMARIES), "give every command a line of help in lit_embed.cli.SUMMARIES"
+    for name in (*LIGHTNING_COMMANDS, *COMMANDS):
+        line = next((line for line in help_text.splitlines() if line.split()[:1] == [name]), None)
+        assert line is not None and len(line.split()) > 3, f"{name} is not listed with its line of help"
+    assert version.startswith("lit-embed 0.1.0 (torch ") and "pytorch-lightning" in version
+    assert "| demo (pre-training) | 6.8 |" in report
+
+
+def test_params_help_is_short_and_names_json(capsys):
+    assert main(["params", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert "--json" in out and "--config FILE" in out and len(out.splitlines()) < 20
+
+
+def test_no_command_prints_the_commands_and_exits_2(capsys):
+    assert main([]) == 2
+    assert "commands:" in capsys.readouterr().err

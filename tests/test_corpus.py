@@ -138,3 +138,11 @@ def test_the_shipped_corpus_is_what_the_generator_writes():
 
     done = subprocess.run([sys.executable, str(REPO / "tools" / "make_sample_corpus.py"), "--check"], capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_predict_on_a_pretraining_corpus_says_what_predict_runs(tmp_path):
+    from lit_embed.errors import ConfigError
+
+    data = CorpusDataModule("all-MiniLM-L6-v2", files=["sample-corpus"])
+    with pytest.raises(ConfigError, match="runs a fine-tuned model .*fill-mask is not available yet"):
+        data.predict_dataloader()

@@ -285,7 +285,7 @@ def test_gpu_ddp_trainer_configs_build_with_nccl_settings(name, tmp_path, monkey
     from pytorch_lightning.strategies import DDPStrategy
 
     from lit_embed.callbacks import RunGuard
-    from lit_embed.cli import LitEmbedCLI
+    from lit_embed.lightning_cli import LitEmbedCLI
 
     monkeypatch.chdir(tmp_path)
     cli = LitEmbedCLI(args=["--config", str(CONFIGS / "demo.yaml"), "--trainer", str(CONFIGS / "trainer" / f"{name}.yaml"),
@@ -329,7 +329,7 @@ def launch_commands() -> list[list[str]]:
 
 @pytest.mark.parametrize("args", launch_commands(), ids=lambda a: " ".join(a)[-60:])
 def test_readme_launch_commands_parse_and_build(args, tmp_path, monkeypatch):
-    from lit_embed.cli import LitEmbedCLI
+    from lit_embed.lightning_cli import LitEmbedCLI
 
     monkeypatch.chdir(REPO)
     if "--ckpt_path" in args:  # a fit argument, not the config's

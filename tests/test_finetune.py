@@ -11,10 +11,11 @@ import numpy as np
 import pytest
 import torch
 
-from lit_embed.cli import LitEmbedCLI, main
+from lit_embed.cli import main
 from lit_embed.data.finetune import TaskDataModule, XNLIDataModule, truncate_longest_first
 from lit_embed.data.tasks import TASKS, XNLI_LANGUAGES, get_task
 from lit_embed.embeddings import DenseEmbedding, SubspaceEmbedding
+from lit_embed.lightning_cli import LitEmbedCLI
 from lit_embed.models import Encoder, MaskedLM, SequenceClassifier
 from lit_embed.models.metrics import TaskEvaluation
 from tests.helpers import CONFIGS, tiny_encoder

@@ -144,3 +144,42 @@ def test_the_shipped_corpus_configs_name_no_loading_script():
     assert len(cc100["files"]) == 15 and all(f.endswith(".txt.xz") for f in cc100["files"])
     # XNLI's 15 languages (its zh is CC-100's zh-Hans)
     assert {f.split("/")[-1].split(".")[0] for f in cc100["files"]} == {*XNLI_LANGUAGES} - {"zh"} | {"zh-Hans"}
+
+
+# -- fail fast offline ---------------------------------------------------------------------------------------
+
+CLOSED_PORT = "http://127.0.0.1:9"  # nothing listens there: what a machine without network gets from the hub
+
+
+def test_a_hub_that_does_not_answer_is_found_in_the_probes_time(monkeypatch):
+    import time
+
+    from lit_embed.hub import hub_answers
+
+    monkeypatch.setenv("HF_ENDPOINT", CLOSED_PORT)
+    start = time.monotonic()
+    assert hub_answers(timeout=1.0) is False
+    assert time.monotonic() - start < 3.0
+
+
+def test_without_network_a_config_naming_a_hub_model_fails_in_seconds_with_the_fix(tmp_path):
+    """The real CLI, as a user without network runs it (HF_HUB_OFFLINE unset): one probe, then a clear error,
+    not a minute of huggingface_hub's retries."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")}
+    env.update(HF_ENDPOINT=CLOSED_PORT, HF_HOME=str(tmp_path / "hf"))
+    start = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "lit_embed.cli", "fit", "--config",
+                           str(CONFIGS / "experiments" / "sparse_coding" / "mrpc.yaml"), "--trainer.max_steps", "1"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    elapsed = time.monotonic() - start
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "does not answer: working offline" in done.stderr
+    error = done.stderr.strip().splitlines()[-1]
+    assert error.startswith("lit-embed: error: could not load pretrained encoder 'distilbert-base-uncased'")
+    assert "hf download distilbert-base-uncased --local-dir DIR" in error and "HF_HUB_OFFLINE=1" in error
+    assert elapsed < 50, f"took {elapsed:.0f} s"  # imports ~10 s on a busy 2-core machine; the retries took 54 s

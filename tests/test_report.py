@@ -145,6 +145,14 @@ def test_without_a_baseline_the_memory_table_says_prr_needs_one(tmp_path):
     assert row(memory, "3se")["PCR (Emb)"] == "99.9"  # against the dense strategy each run recorded
 
 
+def test_x_100_applies_to_the_scores_the_note_names_and_to_nothing_else(tmp_path):
+    metrics = {"val/accuracy": 0.219, "val/loss": 6.799, "val/perplexity": 897.07}
+    pretraining = table(report([write_run(tmp_path, "demo", None, 0, metrics)]).tables(), "Pre-training")
+    cells = row(pretraining, "demo (pre-training)")
+    assert cells["val/accuracy"] == "21.9" and cells["val/loss"] == "6.799" and cells["val/perplexity"] == "897.1"
+    assert pretraining.notes == ["x 100: val/accuracy; the others as logged; mean ± std over seeds"]
+
+
 def test_xnli_table_by_language_and_protocol(tmp_path):
     folders = []
     for label, task, drop in (("xlmr_s", "xnli", 0.0), ("3se", "xnli_translate_train_all", 0.04)):

@@ -167,3 +167,32 @@ def test_results_are_replaced_whole_or_not_at_all(tmp_path, monkeypatch):
         write_atomic(path, json.dumps({"format": 1, "label": "new"}))
     assert json.loads(path.read_text())["label"] == "old"
     assert os.listdir(tmp_path) == [RESULTS_FILE]  # the temporary file is gone
+
+
+def test_csv_logger_and_several_loggers_get_results_and_analysis_images_through_the_cli(tmp_path, monkeypatch):
+    """The user's own loggers (any Lightning logger, several at once): results.json and the analysis images go to
+    the first logger's run folder, every logger gets the figures, and TensorBoard the images."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from lit_embed.analysis import ANALYSIS_DIR
+    from lit_embed.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    loggers = [{"class_path": "pytorch_lightning.loggers.CSVLogger", "init_args": {"save_dir": "logs", "name": "csv"}},
+               {"class_path": "pytorch_lightning.loggers.TensorBoardLogger", "init_args": {"save_dir": "logs", "name": "tb"}}]
+    callbacks = [{"class_path": "lit_embed.callbacks.EfficiencyMonitor", "init_args": {"warmup_steps": 2}},
+                 {"class_path": "lit_embed.callbacks.ResultsWriter", "init_args": {"label": "two_loggers"}},
+                 {"class_path": "lit_embed.callbacks.EmbeddingAnalysis", "init_args": {"max_texts": 40, "points": 2000}}]
+    assert main(["fit", "--config", str(CONFIGS / "demo.yaml"), "--trainer.logger", json.dumps(loggers),
+                 "--trainer.callbacks", json.dumps(callbacks), "--trainer.max_steps", "6", "--trainer.val_check_interval", "6",
+                 "--trainer.limit_val_batches", "2", "--data.init_args.batch_size", "4",
+                 "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false"]) == 0
+    run = tmp_path / "logs" / "csv" / "version_0"
+    results = load_results(run)
+    assert results["status"] == "complete" and results["label"] == "two_loggers" and results["parameters"]["pcr_emb"] > 0
+    header = (run / "metrics.csv").read_text().splitlines()[0].split(",")
+    assert {"params/total", "compression/pcr_emb", "efficiency/train_ms_per_sample", "val/loss"} <= set(header)
+    assert sorted(p.suffix for p in (run / ANALYSIS_DIR).iterdir() if p.suffix == ".png")
+    events = EventAccumulator(str(tmp_path / "logs" / "tb" / "version_0"))
+    events.Reload()
+    assert "compression/pcr_emb" in events.Tags()["scalars"] and events.Tags()["images"]

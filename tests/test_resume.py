@@ -14,10 +14,10 @@ import pytest
 import torch
 
 from lit_embed.checkpointing import AtomicCheckpointIO
-from lit_embed.cli import LitEmbedCLI
 from lit_embed.data.collate import MaskedLMCollator
 from lit_embed.data.corpus import CorpusDataModule
 from lit_embed.distributed import plan_global_batch
+from lit_embed.lightning_cli import LitEmbedCLI
 from lit_embed.models.metrics import BlockEvaluation
 from tests.helpers import CONFIGS, REPO
 

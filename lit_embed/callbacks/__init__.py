@@ -4,6 +4,7 @@ guard every CLI run gets (atomic checkpoints, folders of its own, a clean stop o
 from lit_embed.callbacks.efficiency import EfficiencyMonitor
 from lit_embed.callbacks.embedding_analysis import EmbeddingAnalysis
 from lit_embed.callbacks.guard import RunGuard
+from lit_embed.callbacks.predictions import PredictionWriter
 from lit_embed.callbacks.results_writer import ResultsWriter
 
-__all__ = ["EfficiencyMonitor", "EmbeddingAnalysis", "ResultsWriter", "RunGuard"]
+__all__ = ["EfficiencyMonitor", "EmbeddingAnalysis", "PredictionWriter", "ResultsWriter", "RunGuard"]

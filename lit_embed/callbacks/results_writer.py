@@ -138,6 +138,8 @@ class ResultsWriter(pl.Callback):
         data = dict(trainer.datamodule.hparams) if trainer.datamodule is not None else {}
         if hparams.get("task") is None:
             hparams["task"] = data.get("task")  # task data modules may hold it instead
+        if isinstance(hparams["task"], dict):  # a config's own task: the name it is registered under
+            hparams["task"] = hparams["task"]["name"]
         return {
             "format": RESULTS_FORMAT,
             "status": status,

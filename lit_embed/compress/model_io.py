@@ -125,7 +125,7 @@ def _model_config(raw: dict, path: Path, model_config: str | None) -> dict:
     """The model's ``{"class_path", "init_args"}``: from ``model_config`` (a lit-embed config file), else
     as ``lit-embed fit`` recorded it in the checkpoint."""
     if model_config is not None:
-        from lit_embed.cli import ModelOnlyCLI
+        from lit_embed.lightning_cli import ModelOnlyCLI
 
         cli = ModelOnlyCLI(args=["--config", model_config], run=False)
         return yaml.safe_load(cli.parser.dump(cli.config, skip_none=False))["model"]

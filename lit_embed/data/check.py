@@ -156,7 +156,7 @@ def _problems(names: list[Name]) -> list[str]:
 
 def parse_config(argv: list[str]) -> dict:
     """The composed config of ``--config`` files and overrides, as ``fit`` would see it; nothing is built."""
-    from lit_embed.cli import ModelOnlyCLI
+    from lit_embed.lightning_cli import ModelOnlyCLI
 
     class ParseOnly(ModelOnlyCLI):
         def instantiate_classes(self) -> None:

@@ -54,7 +54,8 @@ class TaskCollator(PadCollator):
 
     def __call__(self, items: list[dict]) -> dict[str, Tensor]:
         batch = super().__call__([{k: v for k, v in item.items() if k != "labels"} for item in items])
-        batch["labels"] = torch.as_tensor(np.asarray([item["labels"] for item in items]), dtype=self.label_dtype)
+        if "labels" in items[0]:  # not in the texts a model predicts on
+            batch["labels"] = torch.as_tensor(np.asarray([item["labels"] for item in items]), dtype=self.label_dtype)
         return batch
 
 

@@ -147,6 +147,13 @@ class CorpusDataModule(TextDataModule):
             return self.resumable_loader(EndlessStream(self.train_set), self.train_batch_size, self.collate, num_workers=workers)
         return self.resumable_loader(IndexedRows(self.train_set), self.train_batch_size, self.collate, seed=self.seed)
 
+    def predict_dataloader(self) -> DataLoader:
+        raise ConfigError(
+            "lit-embed predict runs a fine-tuned model (SequenceClassifier with a TaskDataModule: a label and "
+            "probabilities per text); a pre-training corpus has nothing to predict (fill-mask is not available yet): "
+            "fine-tune the checkpoint on a task first (see configs/demo_finetune.yaml)"
+        )
+
     def val_dataloader(self) -> DataLoader:
         return DataLoader(
             IndexedRows(self.val_set),

@@ -1,4 +1,5 @@
-"""Fine-tuning data: a task of the table (GLUE, JGLUE, XNLI, the demo task) -> the strategy's codes -> batches.
+"""Fine-tuning data: a task of the table (GLUE, JGLUE, XNLI, the demo task, or one a config defines) -> the
+strategy's codes -> batches; and the texts a fine-tuned model predicts on.
 
 Texts become codes only through the model's strategy (``text_encoder()``: ``encode`` and
 ``special_code``), and batches are padded by :class:`~lit_embed.data.collate.PadCollator`, so any
@@ -26,10 +27,11 @@ from torch.utils.data import DataLoader
 from lit_embed._compat import dataset_fingerprint
 from lit_embed.data.base import TextDataModule, check_batching
 from lit_embed.data.loading import ResumableLoader
-from lit_embed.data.sources import SAMPLE_DIR, is_script_refusal, load_files, script_refusal
-from lit_embed.data.tasks import XNLI_LANGUAGES, Paper, Task, get_task
+from lit_embed.data.sources import SAMPLE_DIR, is_script_refusal, load_files, resolve_file, script_refusal
+from lit_embed.data.tasks import SPLITS, XNLI_LANGUAGES, Paper, Task, TaskDefinition, get_task
 from lit_embed.embeddings.text import TextEncoder
 from lit_embed.errors import ConfigError, HubError, MissingFileError
+from lit_embed.hub import require_hub
 from lit_embed.interfaces import TaskModel, provides
 
 PIPELINE_VERSION = 1
@@ -59,7 +61,8 @@ class TaskDataModule(TextDataModule):
       ``split_seed`` 42, the 10% validates, and the original validation split is the test set.
 
     Args:
-        task: a task name of the table (``rte``, ``stsb``, ``jnli``, ``topics``...).
+        task: a task name of the table (``rte``, ``stsb``, ``jnli``, ``topics``...), or the definition of your
+            own (:class:`~lit_embed.data.tasks.TaskDefinition`: files or a hub dataset, columns, labels, metrics).
         tokenizer: the tokenizer whose vocabulary the model uses; default the model's own (its
             HuggingFace ``pretrained`` encoder, or the tokenizer its pre-training checkpoint recorded).
         data_dir: a folder in the hub's layout; default the hub (the demo task: the shipped files).
@@ -78,6 +81,9 @@ class TaskDataModule(TextDataModule):
         paper: the paper whose protocol the run follows (``k-sub-embedding``, ``hashformers``,
             ``sparse-coding``; the configs under ``configs/protocol/`` set it): results.json records it and
             ``lit-embed report`` shows each task's metric as that paper's tables do.
+        predict_input: what ``lit-embed predict`` predicts: a file (``.txt``: one text per line, a pair
+            tab-separated; csv, tsv, jsonl or parquet with the task's text columns), texts (a list), or a split
+            of the task (``test``, ``validation``, ``train``); default the task's test split.
     """
 
     #: Log ``{stage}/average/{metric}`` over the evaluation sets (XNLI's languages).
@@ -85,7 +91,7 @@ class TaskDataModule(TextDataModule):
 
     def __init__(
         self,
-        task: str,
+        task: str | TaskDefinition,
         tokenizer: str | None = None,
         data_dir: str | None = None,
         protocol: Literal["standard", "split_train"] = "standard",
@@ -99,6 +105,7 @@ class TaskDataModule(TextDataModule):
         num_workers: int = 0,
         global_batch_size: int | None = None,
         paper: Paper | None = None,
+        predict_input: str | list[str] | None = None,
     ) -> None:
         super().__init__()
         check_batching(batch_size, num_workers, eval_batch_size=eval_batch_size, global_batch_size=global_batch_size)
@@ -112,6 +119,8 @@ class TaskDataModule(TextDataModule):
         if pretokenize not in (None, "mecab"):
             raise ConfigError(f"pretokenize={pretokenize!r} is not known: use 'mecab' or leave it unset")
         self.save_hyperparameters()
+        if self.task.definition is not None:
+            self.hparams["task"] = self.task.definition  # plain data (with its labels), as checkpoints hold it
         self.tokenizer = tokenizer
         self.data_dir = Path(data_dir).expanduser() if data_dir else None
         if self.data_dir is not None and not self.data_dir.is_dir():
@@ -130,11 +139,15 @@ class TaskDataModule(TextDataModule):
         self.collate = None
         self.train_set = None
         self.eval_sets: dict[str, dict[str, datasets.Dataset]] = {}
+        self.predict_input = predict_input
+        self.predict_rows: datasets.Dataset | None = None
+        self.predict_set = None
+        self._splits: dict[str, datasets.Dataset] | None = None  # a config-defined task's held-out splits
 
     # -- what the task reads ---------------------------------------------------------------------
     def train_sources(self) -> list[tuple[str | None, str]]:
         """The ``(config, split)`` pairs concatenated into the training data."""
-        return [(self.task.config, "train")]
+        return [(self.task.config, self.task.train)]
 
     def validation_sources(self) -> Sources:
         return {name: (self.task.config, split) for name, split in self.task.validation.items()}
@@ -195,6 +208,9 @@ class TaskDataModule(TextDataModule):
         if stage in (None, "test"):
             rows = self._load_all(self.test_sources())
             self.eval_sets["test"] = {name: self._encode(r, build, name, index=True) for name, r in rows.items()}
+        if stage == "predict":
+            self.predict_rows = self._predict_rows()
+            self.predict_set = self._encode(self.predict_rows, build, "predict", index=True, labels=False)
 
     def train_dataloader(self) -> ResumableLoader:
         return self.resumable_loader(self.train_set, self.train_batch_size, self.collate)
@@ -204,6 +220,38 @@ class TaskDataModule(TextDataModule):
 
     def test_dataloader(self) -> list[DataLoader]:
         return [self._loader(d, self.eval_batch_size) for d in self.eval_sets["test"].values()]
+
+    def predict_dataloader(self) -> DataLoader:
+        return self._loader(self.predict_set, self.eval_batch_size)
+
+    def _predict_rows(self) -> datasets.Dataset:
+        """The rows ``predict_input`` names, with the task's text columns (and its labels where they have them)."""
+        given, columns = self.predict_input, list(self.task.text_columns)
+        if given is None or given in SPLITS:
+            sources = self.test_sources() if given in (None, "test") else (
+                self.validation_sources() if given == "validation" else {"": self.train_sources()[0]})
+            name, (config, split) = next(iter(sources.items()))
+            return self._load(config, split, name or split)
+        if isinstance(given, list):
+            texts = [[text] if isinstance(text, str) else list(text) for text in given]
+        elif str(given).endswith(".txt"):
+            lines = Path(resolve_file(given)).read_text(encoding="utf-8").splitlines()
+            texts = [line.split("\t") for line in lines if line.strip()]
+        else:
+            rows = load_files([given], split="predict")
+            missing = [c for c in columns if c not in rows.column_names]
+            if missing:
+                raise ConfigError(f"predict_input {given!r} has no column(s) {missing} (columns: {rows.column_names}): "
+                                  f"task {self.task.name!r} reads {columns}")
+            return rows
+        wrong = [number for number, parts in enumerate(texts, 1) if len(parts) != len(columns)]
+        if wrong:
+            raise ConfigError(f"predict_input {given if isinstance(given, str) else 'texts'}: text {wrong[0]} has "
+                              f"{len(texts[wrong[0] - 1])} part(s); task {self.task.name!r} reads {len(columns)} "
+                              f"({', '.join(columns)}){': a tab between the two' if len(columns) == 2 else ''}")
+        if not texts:
+            raise ConfigError(f"predict_input {given!r} has no texts: give one text per line")
+        return datasets.Dataset.from_dict({c: [parts[i] for parts in texts] for i, c in enumerate(columns)})
 
     # -- pipeline --------------------------------------------------------------------------------
     def _train_rows(self, with_heldout: bool = False):
@@ -225,9 +273,33 @@ class TaskDataModule(TextDataModule):
     def _load_all(self, sources: Sources) -> dict[str, datasets.Dataset]:
         return {name: self._load(config, split, name or split) for name, (config, split) in sources.items()}
 
+    def _defined_split(self, split: str) -> datasets.Dataset:
+        """A config-defined task's rows of ``split`` (its own name for it: ``train``, ``validation``, ``test``):
+        read from its files or the hub, or held out of the training rows (``val_fraction`` each, seeded)."""
+        task = self.task
+        if split not in task.held_out and (split != "train" or not task.held_out):
+            return _defined_rows(task, split, self.data_dir)  # only the split asked for: predicting needs no training file
+        if self._splits is None:
+            rows = {"train": _defined_rows(task, "train", self.data_dir)}
+            for number, name in enumerate(task.held_out):
+                train = rows["train"]
+                count = math.ceil(self.val_fraction * len(train))
+                if not 1 <= count < len(train):
+                    raise ConfigError(
+                        f"task {task.name!r}: holding out {name} rows (val_fraction={self.val_fraction}) of {len(train)} "
+                        f"training rows leaves nothing to train or {name} on: add rows, or give a {name} file"
+                    )
+                parts = train.train_test_split(test_size=count, seed=self.split_seed + number, shuffle=True)
+                rows["train"], rows[name] = parts["train"], parts["test"]
+            self._splits = rows
+        return self._splits[split]
+
     def _load(self, config: str | None, split: str, what: str) -> datasets.Dataset:
         where = self.data_dir or (SAMPLE_DIR / "topics" if self.task.benchmark == "sample" else None)
-        if where is not None:
+        if self.task.definition is not None:
+            rows = self._defined_split(_own_split_name(self.task, split))
+            origin = f"task {self.task.name!r}"
+        elif where is not None:
             files = split_files(where, config, split)
             origin = f"{files[0].parent}/{split}*"
             try:
@@ -249,16 +321,16 @@ class TaskDataModule(TextDataModule):
             )
         return rows
 
-    def _encode(self, rows: datasets.Dataset, build: ExampleBuilder, name: str, index: bool = False):
+    def _encode(self, rows: datasets.Dataset, build: ExampleBuilder, name: str, index: bool = False, labels: bool = True):
         key = "|".join(
-            [dataset_fingerprint(rows), build.fingerprint(), self.task.name, str(index), str(PIPELINE_VERSION)]
+            [dataset_fingerprint(rows), build.fingerprint(), self.task.name, str(index), str(labels), str(PIPELINE_VERSION)]
         )
         mapped = rows.map(
             build,
             batched=True,
             batch_size=1000,
             with_indices=True,
-            fn_kwargs={"label_names": _label_names(rows, self.task), "keep_index": index},
+            fn_kwargs={"label_names": _label_names(rows, self.task), "keep_index": index, "keep_labels": labels},
             remove_columns=rows.column_names,
             new_fingerprint=hashlib.sha256(key.encode()).hexdigest()[:32],
             desc=f"Encoding {self.task.name} {name}".rstrip(),
@@ -387,6 +459,7 @@ def load_from_hub(task: Task, config: str | None, split: str) -> datasets.Datase
             f"revision={task.revision!r})[split].to_parquet('DIR/{config}/{split}.parquet')) and pass "
             f"data.init_args.data_dir DIR"
         )
+    require_hub()
     try:
         if files is not None:
             return datasets.load_dataset("parquet", data_files={split: files}, split=split)
@@ -397,6 +470,48 @@ def load_from_hub(task: Task, config: str | None, split: str) -> datasets.Datase
         raise script_refusal(f"{task.hub}@{task.revision}", how, error) from error
     except (ConnectionError, FileNotFoundError, OSError, ValueError) as error:
         raise HubError(f"could not load {task.name} {split} from the hub: {how}. Cause: {error}") from error
+
+
+def _own_split_name(task: Task, split: str) -> str:
+    """``train``, ``validation`` or ``test``: what a config-defined task calls the split its sources name ``split``."""
+    names = {task.train: "train", task.validation.get("", "validation"): "validation", task.test.get("", "test"): "test"}
+    return names.get(split, split)
+
+
+def _defined_rows(task: Task, split: str, data_dir: Path | None = None) -> datasets.Dataset:
+    """The rows a config-defined task gives for ``split`` (its files, or the hub split it names)."""
+    if task.data_files is not None:
+        try:
+            return load_files(list(task.data_files[split]), split=split)
+        except ValueError as error:  # datasets refuses files with a header and no rows
+            if "corresponds to no data" not in str(error):
+                raise
+            return datasets.Dataset.from_dict({})
+    hub_split = {"train": task.train, **{k: v[""] for k, v in (("validation", task.validation), ("test", task.test))}}[split]
+    if data_dir is not None:
+        return load_files([str(f) for f in split_files(data_dir, task.config, hub_split)], split=hub_split)
+    return load_from_hub(task, task.config, hub_split)
+
+
+def training_labels(task: Task) -> tuple[str, ...]:
+    """A config-defined classification task's label names, read from its training rows in a stable order: a
+    ClassLabel's own order, else sorted (numerically where every label is an integer)."""
+    rows = _defined_rows(task, "train")
+    if task.label_column not in rows.column_names:
+        raise ConfigError(f"task {task.name!r}: its training rows have no label column {task.label_column!r} "
+                          f"(columns: {rows.column_names}): set label_column")
+    feature = rows.features[task.label_column]
+    if isinstance(feature, datasets.ClassLabel):
+        return tuple(feature.names)
+    values = {v.strip() if isinstance(v, str) else v for v in rows[task.label_column]} - {None, ""}
+    if not values:
+        raise ConfigError(f"task {task.name!r}: its training rows have no labels in column {task.label_column!r}")
+    if all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in values):
+        return tuple(str(v) for v in sorted(values))
+    if any(not isinstance(v, str) for v in values):
+        raise ConfigError(f"task {task.name!r}: labels {sorted(map(str, values))[:6]} are neither all names nor all "
+                          f"integers: give the label names (labels: [...]), or regression: true for scores")
+    return tuple(sorted(values))
 
 
 # -- rows -> examples ----------------------------------------------------------------------------------
@@ -460,9 +575,12 @@ class ExampleBuilder:
     def fingerprint(self) -> str:
         return f"{self.encoder.fingerprint()}|{self.max_length}|{self.separators}|{self.split.kind}"
 
-    def __call__(self, batch: dict[str, list], indices: list[int], label_names, keep_index: bool) -> dict:
+    def __call__(self, batch: dict[str, list], indices: list[int], label_names, keep_index: bool,
+                 keep_labels: bool = True) -> dict:
         sides = [self.encoder.encode(self.split([_text(t) for t in batch[c]])) for c in self.task.text_columns]
-        out = {"codes": [], "token_type_ids": [], "labels": self.labels(batch[self.task.label_column], indices, label_names)}
+        out = {"codes": [], "token_type_ids": []}
+        if keep_labels:
+            out["labels"] = self.labels(batch[self.task.label_column], indices, label_names)
         for parts in zip(*sides):
             codes, segments = self.join(list(parts))
             out["codes"].append(codes)
@@ -498,15 +616,19 @@ class ExampleBuilder:
         out = []
         for row, value in zip(indices, values):
             name = value.strip() if isinstance(value, str) else None
+            if name is None and task.definition is not None and str(value) in ours:
+                name = str(value)  # an integer label that is itself a label's name
             if name is None and isinstance(value, (int, np.integer)) and names and 0 <= value < len(names):
                 name = names[value]
             if name not in ours and isinstance(name, str) and name.lower() in ours:
                 name = name.lower()
             if name not in ours:
                 hidden = " (-1 marks a hidden test label: evaluate on a labelled split)" if value == -1 else ""
+                unseen = " (unseen in training: a task's labels are those given, or those of its training split)" \
+                    if task.definition is not None else ""
                 raise ConfigError(
                     f"{task.name}: row {row} has label {value!r}, outside the label set {list(task.labels)} "
-                    f"(or ids 0..{len(task.labels) - 1}){hidden}"
+                    f"(or ids 0..{len(task.labels) - 1}){hidden}{unseen}"
                 )
             out.append(ours[name])
         return out

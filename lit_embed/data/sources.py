@@ -14,10 +14,11 @@ from datasets.arrow_writer import SchemaInferenceError
 from datasets.exceptions import DatasetGenerationError
 
 from lit_embed.errors import ConfigError, HubError, MissingFileError
+from lit_embed.hub import require_hub
 
 SAMPLE_DIR = Path(__file__).parent / "sample"
 #: Data that ships with the package, usable anywhere by name.
-SAMPLES = {"sample-corpus": SAMPLE_DIR / "corpus.txt"}
+SAMPLES = {"sample-corpus": SAMPLE_DIR / "corpus.txt", "sample-topics": SAMPLE_DIR / "topics" / "train.tsv"}
 #: The ``datasets`` builder of each file type; ``.txt.xz`` (CC-100's downloads) is decompressed as it is read.
 BUILDERS = {
     ".txt": "text", ".text": "text", ".txt.xz": "text", ".jsonl": "json", ".json": "json", ".csv": "csv",
@@ -180,6 +181,7 @@ def load_hub(name: str, split: str = "train", streaming: bool = False):
     """A hub dataset given as ``name``, ``name:config`` (e.g. ``wikimedia/wikipedia:20231101.en``) or with the
     commit to read, ``name@revision[:config]``."""
     path, revision, config = parse_hub_name(name)
+    require_hub()
     try:
         return datasets.load_dataset(path, config, split=split, streaming=streaming, revision=revision)
     except RuntimeError as error:
@@ -192,6 +194,6 @@ def load_hub(name: str, split: str = "train", streaming: bool = False):
         raise script_refusal(name, route, error) from error
     except (ConnectionError, FileNotFoundError, OSError) as error:
         raise HubError(
-            f"could not load dataset {name!r} from the HuggingFace hub ({error}). Offline? Save it once where "
-            f"the hub is reachable (dataset.to_parquet(...)) and pass the files with `files:` instead"
+            f"could not load dataset {name!r} from the HuggingFace hub ({str(error).splitlines()[0][:300]}). Offline? "
+            f"Save it once where the hub is reachable (dataset.to_parquet(...)) and pass the files with `files:` instead"
         ) from error

@@ -1,5 +1,6 @@
 """The fine-tuning task table: GLUE, JGLUE, XNLI and the shipped demo task, one row each; plugins add
-theirs with :func:`register_task`.
+theirs with :func:`register_task`, and a config defines its own (your labelled data) with a
+:class:`TaskDefinition`, which becomes a row of the table under its name.
 
 A row says where the task lives on the HuggingFace hub, which columns hold the text and the label,
 the label names (in the order every model of lit-embed uses; ``None`` for regression), the metrics
@@ -11,6 +12,7 @@ knows a task: ``lit-embed report`` takes its columns and metrics from here.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 from dataclasses import dataclass, field
 from typing import Literal, get_args
@@ -47,6 +49,7 @@ class Task:
         files: where the task reads parquet files of ``hub`` instead of its configurations (JGLUE, whose
             repository is a loading script that ``datasets`` 4+ refuses): the files of one split, a
             pattern in the repository with ``{config}`` and ``{split}``.
+        train: the split that trains it.
         text_columns: one column (single sentence) or two (a pair).
         labels: label names in model order; ``None`` for regression.
         source_labels: the order of the integer labels in the hub's files where it differs from
@@ -64,6 +67,9 @@ class Task:
             (HashFormers: MRPC accuracy; the sparse-coding paper: CoLA accuracy).
         per_set_columns: the tables give each evaluation set a column (XNLI's languages); otherwise the
             first set stands for the task (MNLI matched).
+        data_files: a config-defined task's local files of each split (``train``, ``validation``, ``test``).
+        held_out: the splits a config-defined task takes from its training rows (those it was given no data for).
+        definition: the :class:`TaskDefinition` a config gave, as plain data (with the labels it resolved).
     """
 
     name: str
@@ -85,6 +91,10 @@ class Task:
     per_set_columns: bool = False
     revision: str | None = None
     files: str | None = None
+    train: str = "train"
+    data_files: dict[str, tuple[str, ...]] | None = None
+    held_out: tuple[str, ...] = ()
+    definition: dict | None = None
 
     @property
     def regression(self) -> bool:
@@ -210,8 +220,142 @@ def register_task(task: Task) -> Task:
     return task
 
 
-def get_task(name: str) -> Task:
-    """The task called ``name`` (case-insensitive; ``sst-2``, ``sts-b``, ``MARC-ja`` are accepted)."""
+@dataclass(frozen=True)
+class TaskDefinition:
+    """A task of your own, defined in a config: labelled data in local files or on the hub.
+
+    It becomes a :class:`Task` of the table under ``name`` (:func:`get_task`); give the same definition to
+    the model and the data (a YAML anchor: ``task: &task {...}`` then ``task: *task``). A split it is given
+    no data for is held out of the training rows (``val_fraction`` of them each, seeded by the data's
+    ``split_seed``): one file gives train, validation and test.
+
+    Args:
+        name: what the runs, results and tables call it (lower case, ``_`` between words).
+        text_columns: the column of the text, or two columns of a sentence pair.
+        label_column: the column of the label.
+        labels: classification: the label names in the order of the model's outputs; unset, they are read
+            from the training split (sorted: numerically where every label is an integer) and the model
+            records them, so its checkpoint predicts with the same order without the data. Integer labels
+            name a label by its position in ``labels`` unless they are themselves a label's name.
+        regression: a score per text (one output, squared-error loss) instead of labels.
+        value_range: regression: the scores a label may take (others are refused).
+        metrics: torchmetrics names (``accuracy``, ``f1``, ``matthews``, ``pearson``, ``spearman``, or any function
+            of ``torchmetrics.functional``: ``f1_score``, ``auroc``, ``cohen_kappa``, ``r2_score``,
+            ``mean_squared_error``...; ``_macro``, ``_weighted`` or ``_micro`` after a multiclass one picks its
+            average). The first, higher-is-better, selects checkpoints (``val/score``). Default ``accuracy``, or
+            ``spearman, pearson`` for regression.
+        files: local files (csv, tsv, jsonl, parquet): one file, or ``{train: ..., validation: ..., test: ...}``
+            (each a file or a list of files; ``train`` required).
+        hub: a hub dataset instead of files (``imdb``, ``org/name``), with its ``config`` and the commit to read
+            (``revision``; pin it, so the data cannot change under a run).
+        splits: the hub dataset's split names: ``{train: train, validation: validation, test: test}`` by default;
+            a split set to null is held out of the training rows.
+    """
+
+    name: str
+    text_columns: list[str]
+    label_column: str = "label"
+    labels: list[str] | None = None
+    regression: bool = False
+    value_range: tuple[float, float] | None = None
+    metrics: list[str] | None = None
+    files: str | list[str] | dict[str, str | list[str]] | None = None
+    hub: str | None = None
+    config: str | None = None
+    revision: str | None = None
+    splits: dict[str, str | None] | None = None
+
+    def plain(self) -> dict:
+        """The definition as plain data (a checkpoint and a YAML file hold it)."""
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()}
+
+
+SPLITS = ("train", "validation", "test")
+
+
+def define_task(definition: TaskDefinition | dict) -> Task:
+    """The :class:`Task` a config defines, registered in :data:`TASKS` under its name (once per process: the
+    same definition again returns it; labels left unset match any, so a checkpoint's labels win)."""
+    if isinstance(definition, dict):
+        try:
+            definition = TaskDefinition(**definition)
+        except TypeError as error:
+            raise ConfigError(f"task definition {definition!r} does not fit lit_embed.data.tasks.TaskDefinition: {error}") from None
+    key = _key(definition.name)
+    if definition.name != key or not key.strip():
+        raise ConfigError(f"task name {definition.name!r} is not the form configs find: name it {key!r}")
+    known = TASKS.get(key)
+    if known is not None:
+        if known.definition is not None and _same_definition(known.definition, definition.plain()):
+            return known
+        origin = "another definition" if known.definition is not None else (known.source or known.benchmark)
+        raise ConfigError(f"a task named {key!r} exists already ({origin}): give your definition another name")
+    task = _task_of(definition)
+    TASKS[key] = task
+    return task
+
+
+def _task_of(definition: TaskDefinition) -> Task:
+    columns = list(definition.text_columns) if not isinstance(definition.text_columns, str) else [definition.text_columns]
+    name = definition.name
+    if not 1 <= len(columns) <= 2:
+        raise ConfigError(f"task {name!r}: text_columns={columns} must name one column, or two of a sentence pair")
+    if (definition.files is None) == (definition.hub is None):
+        raise ConfigError(f"task {name!r}: give its data as files (one file, or train/validation/test) or as a hub dataset "
+                          f"(hub: NAME), one of the two")
+    if definition.regression and definition.labels is not None:
+        raise ConfigError(f"task {name!r} is a regression (one score per text): leave labels unset")
+    metrics = tuple(definition.metrics or (("spearman", "pearson") if definition.regression else ("accuracy",)))
+    data_files, held_out, train, sets = None, (), "train", {"validation": "validation", "test": "test"}
+    if definition.files is not None:
+        files = definition.files if isinstance(definition.files, dict) else {"train": definition.files}
+        unknown = sorted(set(files) - set(SPLITS))
+        if unknown or "train" not in files:
+            raise ConfigError(f"task {name!r}: files {sorted(files)} must name train, and may name validation and test "
+                              f"(not {unknown})" if unknown else f"task {name!r}: files must name the train split")
+        data_files = {split: tuple([paths] if isinstance(paths, str) else paths) for split, paths in files.items()}
+        held_out = tuple(split for split in SPLITS[1:] if split not in files)
+    else:
+        splits = {**dict(zip(SPLITS, SPLITS)), **(definition.splits or {})}
+        unknown = sorted(set(splits) - set(SPLITS))
+        if unknown or not splits["train"]:
+            raise ConfigError(f"task {name!r}: splits {definition.splits} may name train, validation and test "
+                              f"(train not null)")
+        train = splits["train"]
+        held_out = tuple(split for split in SPLITS[1:] if not splits[split])
+        sets = {split: splits[split] or split for split in SPLITS[1:]}
+    task = Task(
+        name, "user", definition.hub or "", definition.config, tuple(columns),
+        None if definition.regression else tuple(definition.labels) if definition.labels is not None else (),
+        metrics, label_column=definition.label_column, value_range=definition.value_range,
+        validation={"": sets["validation"]}, test={"": sets["test"]}, source="defined in a config",
+        revision=definition.revision, train=train, data_files=data_files, held_out=held_out,
+    )
+    if task.labels == ():  # classification, its labels read from the training split
+        from lit_embed.data.finetune import training_labels
+
+        task = dataclasses.replace(task, labels=training_labels(task))
+    from lit_embed.models.metrics import check_metrics  # where metrics are computed
+
+    check_metrics(task.metrics, None if task.regression else task.num_outputs, f"task {name!r}")
+    plain = definition.plain()
+    plain["labels"] = None if task.labels is None else list(task.labels)
+    return dataclasses.replace(task, definition=plain)
+
+
+def _same_definition(a: dict, b: dict) -> bool:
+    """Whether two definitions are the same task (labels left unset on one side match the other's)."""
+    a, b = dict(a), dict(b)
+    if a.get("labels") is None or b.get("labels") is None:
+        a.pop("labels", None), b.pop("labels", None)
+    return a == b
+
+
+def get_task(name: str | TaskDefinition | dict) -> Task:
+    """The task called ``name`` (case-insensitive; ``sst-2``, ``sts-b``, ``MARC-ja`` are accepted), or the task a
+    config defines (a :class:`TaskDefinition`, or the same as a dict), registered under its name."""
+    if not isinstance(name, str):
+        return define_task(name)
     key = _key(name)
     if key in TASKS:
         return TASKS[key]

@@ -30,7 +30,7 @@ from lit_embed.checkpoints import (
     strategy_factory,
 )
 from lit_embed.data.collate import TaskCollator
-from lit_embed.data.tasks import Task, get_task
+from lit_embed.data.tasks import Task, TaskDefinition, get_task
 from lit_embed.embeddings.text import TextEncoder
 from lit_embed.errors import CheckpointError, ConfigError
 from lit_embed.interfaces import TaskData, provides
@@ -59,7 +59,8 @@ class SequenceClassifier(EmbeddingModule):
     the run's seed are recorded in the hyper-parameters.
 
     Args:
-        task: a task of :data:`lit_embed.data.tasks.TASKS`; must be the data's.
+        task: a task of :data:`lit_embed.data.tasks.TASKS`, or a config's own
+            (:class:`~lit_embed.data.tasks.TaskDefinition`); must be the data's.
         encoder, embedding, vocab_size, baseline_vocab_size, baseline_encoder: see :class:`EmbeddingModule`.
         checkpoint: a lit-embed pre-training checkpoint to start from.
         classifier_dropout: dropout before the output layer (default the backbone's hidden dropout).
@@ -75,7 +76,7 @@ class SequenceClassifier(EmbeddingModule):
 
     def __init__(
         self,
-        task: str,
+        task: str | TaskDefinition,
         encoder: Encoder | None = None,
         embedding: StrategyFactory | None = None,
         vocab_size: int | None = None,
@@ -103,6 +104,8 @@ class SequenceClassifier(EmbeddingModule):
         if taken:  # recorded as configs, so the fine-tuned checkpoint rebuilds without the pre-training one
             self.hparams.update(taken)
         self.task: Task = get_task(task)
+        if self.task.definition is not None:  # plain data with the labels it resolved: the checkpoint predicts alone
+            self.hparams["task"] = self.task.definition
         self.checkpoint = checkpoint  # its weights are loaded when fitting starts
         self.trained_tokenizer = trained_tokenizer
         hidden = self.encoder.hidden_size
@@ -225,15 +228,25 @@ class SequenceClassifier(EmbeddingModule):
     def test_step(self, batch: dict[str, Tensor], batch_idx: int, dataloader_idx: int = 0) -> None:
         self._evaluate("test", batch, dataloader_idx)
 
-    def predict_step(self, batch: dict[str, Tensor], batch_idx: int, dataloader_idx: int = 0) -> Tensor:
-        outputs = self(batch)
-        return outputs if self.task.regression else outputs.argmax(-1)
+    def predict_step(self, batch: dict[str, Tensor], batch_idx: int, dataloader_idx: int = 0) -> list[dict]:
+        """One record per text (:class:`~lit_embed.callbacks.predictions.PredictionWriter`): its row ``index`` and
+        the predicted label with every label's probability (``p_<label>``), or the score of a regression."""
+        outputs = self(batch).float()
+        index = batch["index"].tolist()
+        if self.task.regression:
+            return [{"index": i, "score": score} for i, score in zip(index, outputs.tolist())]
+        probabilities = outputs.softmax(-1)
+        labels = self.task.labels
+        return [
+            {"index": i, "predicted": labels[int(p.argmax())], **{f"p_{name}": round(float(v), 6) for name, v in zip(labels, p)}}
+            for i, p in zip(index, probabilities)
+        ]
 
     def _evaluate(self, stage: str, batch: dict[str, Tensor], set_id: int) -> None:
         if "index" not in batch:
             raise ConfigError("evaluation batches need each example's row 'index' (TaskCollator adds it)")
         outputs = self(batch)
-        preds = outputs.float() if self.task.regression else outputs.argmax(-1)
+        preds = outputs.float() if self.task.regression else outputs.float().softmax(-1)  # probabilities: auroc too
         self.evaluation[stage].update(set_id, batch["index"], preds, batch["labels"], self.losses(outputs, batch["labels"]))
 
     def on_validation_epoch_end(self) -> None:

@@ -10,6 +10,9 @@ computes the metrics, so the figures equal a single-process evaluation of each s
 
 from __future__ import annotations
 
+import difflib
+import inspect
+
 import torch
 from torch import Tensor
 from torchmetrics import Metric
@@ -19,29 +22,103 @@ from torchmetrics.utilities import dim_zero_cat
 
 from lit_embed.errors import ConfigError
 
+#: The task table's metrics (GLUE's and JGLUE's); any function of ``torchmetrics.functional`` may be named too.
 METRICS = ("accuracy", "f1", "matthews", "pearson", "spearman")
+_REGRESSION_METRICS = ("pearson", "spearman")
+#: A multiclass metric's average, named after it (``f1_score_macro``); torchmetrics' default otherwise.
+AVERAGES = ("macro", "weighted", "micro")
 
 
 def task_metric(name: str, preds: Tensor, target: Tensor, num_classes: int | None) -> Tensor:
-    """One metric of the task table on predicted class ids (or scores, for regression)."""
+    """One metric of a task on its predictions: class probabilities ``(N, C)`` (or class ids ``(N,)``), or
+    scores ``(N,)`` for regression (``num_classes`` ``None``)."""
+    ids = preds.argmax(-1) if num_classes is not None and preds.dim() == 2 else preds
     if name == "accuracy":
-        return multiclass_accuracy(preds, target, num_classes=num_classes, average="micro")
+        return multiclass_accuracy(ids, target, num_classes=num_classes, average="micro")
     if name == "f1":  # of the positive class (MRPC "equivalent", QQP "duplicate"), as GLUE reports
-        return binary_f1_score(preds, target)
+        return binary_f1_score(ids, target)
     if name == "matthews":
-        return matthews_corrcoef(preds, target, task="multiclass", num_classes=num_classes)
+        return matthews_corrcoef(ids, target, task="multiclass", num_classes=num_classes)
     if name == "pearson":
         return pearson_corrcoef(preds.double(), target.double()).float()
     if name == "spearman":
         return spearman_corrcoef(preds.double(), target.double()).float()
-    raise ConfigError(f"metric {name!r} is not known: use one of {METRICS}")
+    function, kwargs = _torchmetrics_function(name)
+    parameters = inspect.signature(function).parameters
+    if num_classes is not None:
+        if function.__name__.startswith("binary_"):
+            preds = preds[:, 1] if preds.dim() == 2 else preds
+        else:
+            kwargs |= {"task": "multiclass"} if "task" in parameters else {}
+            kwargs |= {"num_classes": num_classes} if "num_classes" in parameters else {}
+    value = function(preds, target, **kwargs)
+    if not isinstance(value, Tensor) or value.numel() != 1:
+        raise ConfigError(f"metric {name!r} gives {value!r}, not one number: pick another metric or average")
+    return value.float().reshape(())
+
+
+def check_metrics(names: tuple[str, ...], num_classes: int | None, owner: str) -> None:
+    """Refuse, naming the fix, metrics that do not exist, that do not fit the task (classification or regression,
+    the number of labels), or a first metric that cannot select checkpoints (it must be higher-is-better)."""
+    if not names:
+        raise ConfigError(f"{owner}: give at least one metric (e.g. accuracy, or spearman for regression)")
+    for name in names:
+        regression = _is_regression(name)
+        if regression != (num_classes is None):
+            kind = "a regression" if num_classes is None else "a classification"
+            raise ConfigError(f"{owner}: metric {name!r} does not fit {kind} task: use "
+                              f"{'spearman, pearson, r2_score' if num_classes is None else 'accuracy, f1_score_macro'}...")
+        if name == "f1" and num_classes != 2:
+            raise ConfigError(f"{owner}: metric 'f1' is the second label's F1 of a two-label task; with {num_classes} "
+                              f"labels use f1_score_macro (or f1_score_weighted)")
+    if not higher_is_better(names[0]):
+        raise ConfigError(f"{owner}: the first metric selects checkpoints (val/score, the higher the better), and lower "
+                          f"{names[0]!r} is better: list a higher-is-better metric first (e.g. spearman, r2_score)")
+
+
+def higher_is_better(name: str) -> bool:
+    """Whether a larger value of metric ``name`` is better (torchmetrics' ``higher_is_better`` of its class)."""
+    if name in METRICS:
+        return True
+    function, _ = _torchmetrics_function(name)
+    import torchmetrics
+
+    classes = {k.lower(): v for k, v in vars(torchmetrics).items() if isinstance(v, type) and issubclass(v, Metric)}
+    found = classes.get(function.__name__.replace("_", ""))
+    return getattr(found, "higher_is_better", True) is not False
+
+
+def _is_regression(name: str) -> bool:
+    if name in METRICS:
+        return name in _REGRESSION_METRICS
+    function, _ = _torchmetrics_function(name)
+    return ".regression." in function.__module__
+
+
+def _torchmetrics_function(name: str):
+    """``torchmetrics.functional.<name>`` (an average after it: ``f1_score_macro``) and its keyword arguments."""
+    import torchmetrics.functional as functional
+
+    base, _, average = name.rpartition("_")
+    kwargs = {}
+    if average in AVERAGES and callable(getattr(functional, base, None)):
+        name, kwargs = base, {"average": average}
+    function = getattr(functional, name, None) if not name.startswith("_") else None
+    if not callable(function) or not hasattr(function, "__module__") or not function.__module__.startswith("torchmetrics"):
+        near = difflib.get_close_matches(name, [n for n in dir(functional) if not n.startswith("_")], n=3)
+        hint = f" (did you mean {', '.join(near)}?)" if near else ""
+        raise ConfigError(f"metric {name!r} is not known{hint}: use one of {METRICS} or a function of "
+                          f"torchmetrics.functional (f1_score_macro, auroc, cohen_kappa, r2_score...)")
+    if kwargs and "average" not in inspect.signature(function).parameters:
+        raise ConfigError(f"metric {base!r} takes no average: name it {base!r}")
+    return function, kwargs
 
 
 class TaskEvaluation(Metric):
     """Predictions of one stage over all its evaluation sets, deduplicated by ``(set, index)``.
 
     Args:
-        metrics: names from :data:`METRICS`.
+        metrics: names from :data:`METRICS`, or of torchmetrics functions (:func:`task_metric`).
         num_classes: classes of a classification task; ``None`` for regression.
     """
 
@@ -49,16 +126,15 @@ class TaskEvaluation(Metric):
 
     def __init__(self, metrics: tuple[str, ...], num_classes: int | None) -> None:
         super().__init__()
-        unknown = [m for m in metrics if m not in METRICS]
-        if unknown:
-            raise ConfigError(f"metric(s) {unknown} are not known: use some of {METRICS}")
+        check_metrics(tuple(metrics), num_classes, "the task")
         self.metric_names = tuple(metrics)
         self.num_classes = num_classes
         for name in ("set_id", "index", "preds", "target", "loss"):
             self.add_state(name, default=[], dist_reduce_fx="cat")
 
     def update(self, set_id: int, index: Tensor, preds: Tensor, target: Tensor, loss: Tensor) -> None:
-        """``loss`` holds one value per example (not reduced), so the set's mean loss is exact too."""
+        """``preds``: class probabilities ``(B, C)`` (or class ids), or scores for regression; ``loss`` holds one
+        value per example (not reduced), so the set's mean loss is exact too."""
         self.set_id.append(torch.full_like(index, set_id))
         self.index.append(index)
         self.preds.append(preds.detach())

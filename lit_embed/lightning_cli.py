@@ -1,0 +1,231 @@
+"""``LitEmbedCLI``: LightningCLI for ``lit-embed fit/validate/test/predict`` (and the config parsing of ``params``).
+
+Strategies, data modules and models are chosen by ``class_path`` in YAML; jsonargparse resolves them, so a
+user's own strategy is one class in an importable module and one YAML file. Every run gets a folder of its
+own (:mod:`lit_embed.runs`), atomic checkpoints and a clean stop on a signal
+(:mod:`lit_embed.callbacks.guard`), and a progress bar and model summary that say only what is true
+(:mod:`lit_embed.callbacks.console`); a checkpoint given to ``--ckpt_path`` is read safely and must be of the
+configured model. :mod:`lit_embed.cli` imports this module only for the commands that need Lightning.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from pathlib import Path
+
+import pytorch_lightning as pl
+from jsonargparse import Namespace
+from pytorch_lightning.callbacks import ModelSummary, ProgressBar
+from pytorch_lightning.cli import LightningCLI
+
+from lit_embed.callbacks.console import LayerSummary, progress_bar
+from lit_embed.callbacks.guard import RunGuard
+from lit_embed.callbacks.predictions import PredictionWriter
+from lit_embed.checkpoints import (
+    build_from_config,
+    model_differences,
+    read_checkpoint,
+    recorded_model,
+    recorded_run,
+    recorded_tokenizer,
+    resolve_class,
+)
+
+# Configs may name lit-embed's classes short (class_path: TaskDataModule): jsonargparse finds imported subclasses.
+from lit_embed.data import CorpusDataModule, TaskDataModule, XNLIDataModule  # noqa: F401
+from lit_embed.errors import CheckpointError
+from lit_embed.interfaces import TaskData, provides
+from lit_embed.models import MaskedLM, SequenceClassifier, ShuffleRandom  # noqa: F401
+from lit_embed.runs import CHECKPOINTS, RunLogger, newest_checkpoint, run_of
+
+log = logging.getLogger(__name__)
+
+# We hand LightningCLI the arguments ourselves (after taking our own subcommands off).
+warnings.filterwarnings("ignore", message=".*LightningCLI's args parameter is intended.*")
+
+SUBCOMMANDS = ("fit", "validate", "test", "predict")
+#: No option is taken for a prefix of another (``--trainer.max_step`` is an error, not ``max_steps``).
+PARSER_KWARGS = {"default_env": False, "allow_abbrev": False}
+CKPT_MODEL_HELP = (
+    "config (default): refuse a --ckpt_path checkpoint of another model than the config builds; "
+    "checkpoint: build the model the checkpoint records instead"
+)
+
+
+class LitEmbedCLI(LightningCLI):
+    """LightningCLI in subclass mode; configs compose by naming piece files (see ``configs/``).
+
+    Runs go to ``trainer.default_root_dir`` (default ``runs/<name of the first --config file>``), each in
+    its own ``version_N`` folder (:class:`~lit_embed.runs.RunLogger`, unless the config names a logger).
+    """
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("save_config_kwargs", {"overwrite": True})
+        kwargs.setdefault("parser_kwargs", {**PARSER_KWARGS, **{name: dict(PARSER_KWARGS) for name in SUBCOMMANDS}})
+        kwargs.setdefault("trainer_defaults", {"logger": {"class_path": "lit_embed.runs.RunLogger"},
+                                               "callbacks": [RunGuard()]})
+        super().__init__(pl.LightningModule, pl.LightningDataModule, *args, subclass_mode_model=True,
+                         subclass_mode_data=True, auto_configure_optimizers=False, **kwargs)
+
+    def add_arguments_to_parser(self, parser) -> None:
+        parser.add_argument("--ckpt_model", choices=["config", "checkpoint"], default="config", help=CKPT_MODEL_HELP)
+
+    # -- before the classes: the run's folder and the checkpoint it starts from --------------------------
+    def _parse_ckpt_path(self) -> None:  # LightningCLI's hook: it applies a checkpoint's model over the config
+        subcommand = self.config.get("subcommand")
+        if not subcommand:
+            return
+        config = self.config[subcommand]
+        if config.trainer.default_root_dir is None:
+            files = config.get("config") or []
+            config.trainer.default_root_dir = str(Path("runs") / (Path(str(files[0])).stem if files else "lightning_logs"))
+        ckpt_path = config.get("ckpt_path")
+        root = self._run_root(config)
+        if ckpt_path == "last" and subcommand == "fit":
+            found = newest_checkpoint(root, config.trainer.default_root_dir) if root is not None else None
+            if found is None:
+                log.warning("--ckpt_path last: no checkpoint under %s yet, so the run starts afresh", root)
+            config.ckpt_path = ckpt_path = None if found is None else str(found)
+        if ckpt_path is None or ckpt_path in ("best", "last", "hpc", "registry"):
+            return
+        checkpoint = read_checkpoint(ckpt_path, "--ckpt_path checkpoint")
+        self._check_model(config, checkpoint, ckpt_path)
+        config = self.config[subcommand]  # the check may have filled in the model from the checkpoint
+        if subcommand == "fit" and config.model.init_args.get("checkpoint") is not None:
+            config.model.init_args.checkpoint = None  # resumed: every weight comes from --ckpt_path, not the start point
+        if subcommand == "fit" and root is not None:
+            recorded = recorded_run(checkpoint)  # a SLURM requeue checkpoint lies outside its run folder
+            version = run_of(ckpt_path, root)
+            if version is None and recorded is not None:
+                version = run_of(Path(recorded) / CHECKPOINTS, root)
+            if version is not None:  # resuming a run of this experiment: it continues in its own folder
+                for logger in _logger_configs(config.trainer):
+                    logger.init_args.version = version
+
+    def _check_model(self, config, checkpoint: dict, ckpt_path: str) -> None:
+        """Refuse a checkpoint of another model; fill in what the config leaves unset from what it records.
+
+        What a fit records (the seed, the tokenizer its weights expect) is taken from the checkpoint where the
+        config leaves it unset: testing a fine-tuned checkpoint needs no other file.
+        """
+        recorded = recorded_model(checkpoint)
+        if recorded is None:
+            return  # not written by the CLI: its weights are checked against the model when they load
+        configured = config.model.as_dict()
+        differences = model_differences(recorded, configured)
+        tokenizer = recorded_tokenizer(checkpoint)
+        data = (config.get("data") or {}).get("init_args") or {}
+        if tokenizer and data.get("tokenizer") and data.get("tokenizer") != tokenizer:
+            differences.append(f"data tokenizer: checkpoint {tokenizer!r}, config {data.get('tokenizer')!r}")
+        subcommand = self.config.subcommand
+        if differences:
+            listed = "; ".join(differences[:6]) + (f"; and {len(differences) - 6} more" if len(differences) > 6 else "")
+            if config.ckpt_model != "checkpoint":
+                raise CheckpointError(
+                    f"--ckpt_path {ckpt_path} is a checkpoint of another model than the config builds ({listed}): give "
+                    f"the config it was trained with (its run folder's config.yaml), or --ckpt_model checkpoint to build "
+                    f"the checkpoint's model instead"
+                )
+            log.warning("--ckpt_model checkpoint: building the checkpoint's model, not the config's (%s)", listed)
+            update = recorded
+        else:
+            unset = configured.get("init_args") or {}
+            filled = {k: v for k, v in recorded["init_args"].items() if v is not None and unset.get(k) is None}
+            labels = _recorded_labels(recorded, unset)
+            if labels is not None:  # a config-defined task predicts with the labels it was trained with, data or not
+                filled["task"] = {**unset["task"], "labels": labels}
+                task = _plain(data.get("task"))
+                if isinstance(task, dict) and task.get("name") == unset["task"].get("name"):
+                    self.config = self.parser.parse_object(
+                        {subcommand: {"data": {"class_path": config.data.class_path,
+                                           "init_args": {"task": {**task, "labels": labels}}}}}, self.config)
+            if not filled:
+                return
+            update = {"class_path": configured["class_path"], "init_args": filled}
+        self.config = self.parser.parse_object({subcommand: {"model": update}}, self.config)
+
+    @staticmethod
+    def _run_root(config) -> Path | None:
+        """The folder holding this experiment's ``version_N`` run folders."""
+        loggers = _logger_configs(config.trainer)
+        if not loggers:
+            return Path(config.trainer.default_root_dir)
+        args = loggers[0].init_args
+        if loggers[0].class_path == "lit_embed.runs.RunLogger" and args.get("save_dir") is None:
+            return Path(config.trainer.default_root_dir) / (args.get("name") or "")
+        if args.get("save_dir") is None:
+            return None
+        return Path(args.save_dir) / (args.get("name") or "")
+
+    def before_instantiate_classes(self) -> None:
+        """Give the run lit-embed's progress bar and model summary, unless the config names its own or turns them off,
+        and ``predict`` a :class:`~lit_embed.callbacks.predictions.PredictionWriter` unless it names one."""
+        if self.subcommand is None:
+            return
+        trainer = self.config[self.subcommand].trainer
+        configured = trainer.get("callbacks") or []
+        configured = configured if isinstance(configured, list) else [configured]
+        named = [resolve_class(c.class_path) if isinstance(c, Namespace) else type(c) for c in configured]
+        shown = []
+        if trainer.get("enable_progress_bar") is not False and not any(_is(c, ProgressBar) for c in named):
+            shown.append(progress_bar())
+        if trainer.get("enable_model_summary") is not False and not any(_is(c, ModelSummary) for c in named):
+            shown.append(LayerSummary())
+        if self.subcommand == "predict" and not any(_is(c, PredictionWriter) for c in named):
+            shown.append(PredictionWriter())
+        self.trainer_defaults["callbacks"] = [RunGuard(), *shown]
+
+    def after_instantiate_classes(self) -> None:
+        if self.subcommand is not None:
+            for logger in self.trainer.loggers:
+                if isinstance(logger, RunLogger):
+                    logger.bind(self.trainer.default_root_dir)
+
+    def after_fit(self) -> None:
+        """Fine-tuning data with test sets: test the selected checkpoint (the best ``val/score``
+        where a ModelCheckpoint monitors it, else the last weights) right after ``fit``."""
+        if not provides(self.datamodule, TaskData) or self.trainer.interrupted:
+            return
+        callback = self.trainer.checkpoint_callback
+        best = callback is not None and callback.monitor is not None and callback.best_model_path
+        self.trainer.test(self.model, datamodule=self.datamodule, ckpt_path="best" if best else None)
+
+
+def _recorded_labels(recorded: dict, configured: dict) -> list | None:
+    """The labels a checkpoint's config-defined task recorded, where the config's definition leaves them unset."""
+    theirs, mine = recorded["init_args"].get("task"), configured.get("task")
+    if isinstance(theirs, dict) and isinstance(mine, dict) and mine.get("labels") is None:
+        return theirs.get("labels")
+    return None
+
+
+def _plain(value):
+    return value.as_dict() if isinstance(value, Namespace) else value
+
+
+def _is(cls, base: type) -> bool:
+    return isinstance(cls, type) and issubclass(cls, base)
+
+
+def _logger_configs(trainer_config) -> list:
+    """The trainer's logger configs that name a class (``class_path`` + ``init_args``)."""
+    loggers = trainer_config.get("logger")
+    loggers = loggers if isinstance(loggers, list) else [loggers]
+    return [item for item in loggers if isinstance(item, Namespace) and item.get("init_args") is not None]
+
+
+class ModelOnlyCLI(LitEmbedCLI):
+    """Parses a full config but builds only the model: no data, no trainer, no download."""
+
+    def _parse_ckpt_path(self) -> None:
+        """Nothing: no run is made."""
+
+    def instantiate_classes(self) -> None:
+        self.model = build_from_config(pl.LightningModule, self.config["model"].as_dict(), "model")
+
+    def after_instantiate_classes(self) -> None:
+        """Nothing: there is no trainer."""
+
+
+__all__ = ["LitEmbedCLI", "ModelOnlyCLI"]

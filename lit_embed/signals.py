@@ -1,0 +1,56 @@
+"""How ``lit-embed`` answers SIGTERM and Ctrl-C (SIGINT), without importing Lightning.
+
+During a loop of a trainer that :class:`~lit_embed.callbacks.RunGuard` activated, training stops after
+the step in progress (the guard then saves ``last.ckpt``); anywhere else the signal stops the command.
+Either way :func:`lit_embed.cli.main` exits 128 + the signal's number. A second Ctrl-C stops at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+
+from lit_embed._compat import request_stop
+
+log = logging.getLogger(__name__)
+
+_received: int | None = None  # the signal that stopped this process's run, if one did
+_active = None  # the trainer whose loops check for a stop request
+
+
+class Interrupted(BaseException):
+    """A signal arrived while no training or evaluation loop could stop at a step boundary."""
+
+
+def received_signal() -> int | None:
+    """The signal (SIGTERM or SIGINT) that interrupted this process, if one did."""
+    return _received
+
+
+def install_signal_handlers() -> None:
+    """Handle SIGTERM and SIGINT as described in the module docstring (the CLI calls this once)."""
+    signal.signal(signal.SIGTERM, _on_signal)
+    signal.signal(signal.SIGINT, _on_signal)
+
+
+def activate(trainer) -> None:
+    """Make ``trainer`` (``None``: none) the one whose loops a signal stops at a step boundary."""
+    global _active
+    _active = trainer
+
+
+def _on_signal(signum, frame) -> None:
+    global _received
+    first = _received is None
+    _received = signum
+    trainer = _active
+    if signum == signal.SIGTERM and trainer is not None:
+        return  # Lightning's own SIGTERM handler ran first: its loops stop at the next step
+    if signum == signal.SIGINT and trainer is not None and first:
+        request_stop(trainer)
+        log.warning("Interrupted: stopping after this step and saving a checkpoint (Ctrl-C again stops at once)")
+        return
+    raise KeyboardInterrupt if signum == signal.SIGINT else Interrupted(signum)
+
+
+__all__ = ["Interrupted", "activate", "install_signal_handlers", "received_signal"]

@@ -1,0 +1,38 @@
+"""Quiet, true output: no adverts or deprecation noise, a progress bar and model summary that say what is true."""
+
+from __future__ import annotations
+
+import logging
+from types import SimpleNamespace
+
+from lit_embed.callbacks.console import EpochProgressBar, LayerSummary
+from lit_embed.console import quiet
+
+
+def test_lightning_tips_are_dropped_and_its_other_messages_kept(caplog):
+    quiet()
+    rank_zero = logging.getLogger("pytorch_lightning.utilities.rank_zero")
+    with caplog.at_level(logging.INFO):
+        rank_zero.info("💡 Tip: For seamless cloud logging and experiment tracking, try installing litlogger")
+        rank_zero.info("GPU available: False, used: False")
+    assert [r.getMessage() for r in caplog.records] == ["GPU available: False, used: False"]
+
+
+def bar_of(max_epochs: int | None) -> EpochProgressBar:
+    bar = EpochProgressBar()
+    bar._trainer = SimpleNamespace(max_epochs=max_epochs)  # the attribute Lightning's ``trainer`` property reads
+    return bar
+
+
+def test_the_progress_bar_counts_epochs_only_where_they_bound_training():
+    assert bar_of(-1)._get_train_description(4).strip() == "Epoch 4"  # max_steps bounds it: not "Epoch 4/-2"
+    assert bar_of(5)._get_train_description(4).strip() == "Epoch 4/4"
+
+
+def test_the_model_summary_leaves_out_flops_nobody_counted(caplog):
+    columns = [(" ", ["0"]), ("Name", ["encoder"]), ("Type", ["Encoder"]), ("Params", ["79.6 K"]),
+               ("Mode", ["train"]), ("FLOPs", ["0"])]
+    with caplog.at_level(logging.INFO, logger="pytorch_lightning.callbacks.model_summary"):
+        LayerSummary.summarize(columns, 79_600, 79_600, 0.3, {"train": 1, "eval": 0}, 0)
+    text = caplog.text
+    assert "encoder" in text and "FLOPs" not in text and "Total Flops" not in text.title()

@@ -1,0 +1,155 @@
+"""Your own labelled data: a task defined in a config (files or a hub dataset, columns, labels, metrics)."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+import torch
+import yaml
+
+from lit_embed.cli import main
+from lit_embed.data.finetune import TaskDataModule
+from lit_embed.data.tasks import TASKS, TaskDefinition, get_task
+from lit_embed.errors import ConfigError
+from tests.helpers import CONFIGS
+
+WORDS = {"sport": "the team won the match at the stadium", "food": "the soup and bread were warm and tasty",
+         "music": "the band played a loud song on the guitar"}
+
+
+def write_csv(path, rows: int = 60, labels=tuple(WORDS), seed: int = 0) -> str:
+    lines = ["id,review,topic"]
+    for i in range(rows):
+        label = labels[(i * 7 + seed) % len(labels)]
+        lines.append(f'{i},"{WORDS.get(label, "a text of " + str(label))} (number {i})",{label}')
+    path.write_text("\n".join(lines) + "\n")
+    return str(path)
+
+
+def definition(name: str, files, **kwargs) -> dict:
+    return {"name": name, "files": files, "text_columns": ["review"], "label_column": "topic", **kwargs}
+
+
+def test_labels_are_read_from_the_training_rows_in_a_stable_order(tmp_path):
+    task = get_task(definition("reviews", write_csv(tmp_path / "r.csv", labels=("music", "food", "sport"))))
+    assert task.labels == ("food", "music", "sport") and TASKS["reviews"] is task
+    assert task.held_out == ("validation", "test") and task.metrics == ("accuracy",)
+    numbers = get_task(definition("stars", write_csv(tmp_path / "n.csv", labels=(10, 2, 1))))
+    assert numbers.labels == ("1", "2", "10")  # numerically
+    given = get_task(definition("given", str(tmp_path / "r.csv"), labels=["sport", "food", "music"]))
+    assert given.labels == ("sport", "food", "music")
+
+
+def test_one_file_is_split_into_train_validation_and_test_by_the_seed(tmp_path):
+    files = write_csv(tmp_path / "r.csv", rows=100)
+    data = TaskDataModule(definition("split_one", files), val_fraction=0.2, split_seed=3)
+    splits = {name: data._load(None, name, name) for name in ("train", "validation", "test")}
+    assert [len(rows) for rows in splits.values()] == [64, 20, 16]  # validation held out first, then test
+    ids = [set(rows["id"]) for rows in splits.values()]
+    assert not (ids[0] & ids[1]) and not (ids[0] & ids[2]) and not (ids[1] & ids[2])
+    again = TaskDataModule(definition("split_one", files), val_fraction=0.2, split_seed=3)
+    assert again._load(None, "test", "test")["id"] == splits["test"]["id"]
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"text_columns": ["body"]}, r"no column\(s\) \['body'\]"),
+    ({"label_column": "stars"}, r"no label column 'stars'"),
+    ({"metrics": ["acuracy"]}, r"metric 'acuracy' is not known \(did you mean accuracy"),
+    ({"metrics": ["mean_squared_error"]}, r"does not fit a classification task"),
+    ({"regression": True, "labels": ["a"]}, r"is a regression .*leave labels unset"),
+    ({"hub": "imdb"}, r"one of the two"),
+    ({"name": "SST-2"}, r"is not the form configs find: name it 'sst2'"),
+])
+def test_a_definition_that_cannot_work_is_refused_naming_the_fix(tmp_path, change, message):
+    files = write_csv(tmp_path / "r.csv")
+    with pytest.raises(ConfigError, match=message):
+        TaskDataModule({**definition("bad", files), **change})._load(None, "train", "train")
+
+
+def test_a_name_of_the_table_is_not_taken_by_a_definition(tmp_path):
+    with pytest.raises(ConfigError, match="a task named 'rte' exists already"):
+        get_task(definition("rte", write_csv(tmp_path / "r.csv")))
+    assert isinstance(TaskDefinition(**definition("ok", "f.csv")), TaskDefinition)
+
+
+def finetune_config(tmp_path, task: dict) -> str:
+    """A tiny model from scratch on the config's own task (seconds on a CPU)."""
+    config = {
+        "seed_everything": 0,
+        "model": {"class_path": "lit_embed.models.SequenceClassifier", "init_args": {
+            "task": task, "vocab_size": 30522, "encoder": str(CONFIGS / "backbone" / "tiny.yaml"),
+            "embedding": str(CONFIGS / "embedding" / "subspace_3.yaml"), "optim": {"lr": 1.0e-2, "warmup": 0.0}}},
+        "data": {"class_path": "lit_embed.data.TaskDataModule",
+                 "init_args": {"task": task, "tokenizer": "all-MiniLM-L6-v2", "max_length": 32, "batch_size": 8}},
+        "trainer": {"accelerator": "cpu", "max_epochs": 4, "enable_progress_bar": False, "enable_model_summary": False,
+                    "default_root_dir": str(tmp_path / "runs" / "own"),
+                    "callbacks": [{"class_path": "lit_embed.callbacks.ResultsWriter"},
+                                  {"class_path": "pytorch_lightning.callbacks.ModelCheckpoint",
+                                   "init_args": {"monitor": "val/score", "mode": "max", "save_last": True}}]},
+    }
+    path = tmp_path / "own.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return str(path)
+
+
+def test_a_csv_of_your_own_fine_tunes_through_the_cli_and_its_checkpoint_records_the_labels(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    files = {"train": write_csv(tmp_path / "train.csv", 90), "validation": write_csv(tmp_path / "dev.csv", 15, seed=1),
+             "test": write_csv(tmp_path / "test.csv", 15, seed=2)}
+    task = definition("reviews", files, metrics=["accuracy", "f1_score_macro", "cohen_kappa"])
+    assert main(["fit", "--config", finetune_config(tmp_path, task)]) == 0
+    run = tmp_path / "runs" / "own" / "version_0"
+    results = json.loads((run / "results.json").read_text())
+    assert results["task"] == "reviews" and results["status"] == "complete"
+    assert {"test/accuracy", "test/f1_score_macro", "test/cohen_kappa", "val/score"} <= set(results["metrics"])
+    assert results["metrics"]["test/accuracy"] > 0.5  # three topics with distinct words: chance is 1/3
+    recorded = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["hyper_parameters"]["task"]
+    assert recorded["labels"] == ["food", "music", "sport"] and recorded["name"] == "reviews"
+
+    # predict: new texts (one a line), then the test split as JSONL, each into its own run folder
+    (tmp_path / "new.txt").write_text("the band played a song\nthe soup was warm\n")
+    for file in ("train.csv", "dev.csv"):
+        (tmp_path / file).unlink()  # the checkpoint's labels, not the training file, name the outputs
+    predict = ["predict", "--config", finetune_config(tmp_path, task), "--ckpt_path", str(run / "checkpoints" / "last.ckpt")]
+    assert main([*predict, "--data.init_args.predict_input", "new.txt"]) == 0
+    lines = (tmp_path / "runs" / "own" / "version_1" / "predictions.csv").read_text().splitlines()
+    assert lines[0] == "review,predicted,p_food,p_music,p_sport" and len(lines) == 3
+    assert lines[1].startswith("the band played a song,") and lines[1].split(",")[1] in ("food", "music", "sport")
+    assert sum(map(float, lines[1].split(",")[2:])) == pytest.approx(1.0, abs=1e-5)
+    writer = {"class_path": "lit_embed.callbacks.PredictionWriter", "init_args": {"format": "jsonl"}}
+    assert main([*predict, "--trainer.callbacks+", json.dumps(writer)]) == 0
+    rows = [json.loads(line) for line in (tmp_path / "runs/own/version_2/predictions.jsonl").read_text().splitlines()]
+    assert len(rows) == 15 and {"review", "topic", "predicted", "p_food"} <= set(rows[0])
+    accuracy = sum(row["predicted"] == row["topic"] for row in rows) / len(rows)
+    assert accuracy == pytest.approx(results["metrics"]["test/accuracy"])  # the best checkpoint was tested
+
+
+def test_a_label_unseen_in_training_and_an_empty_split_fail_with_exit_2(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    files = {"train": write_csv(tmp_path / "train.csv", 30), "validation": write_csv(tmp_path / "dev.csv", 6,
+                                                                                        labels=("sport", "travel"))}
+    assert main(["fit", "--config", finetune_config(tmp_path, definition("unseen", files))]) == 2
+    assert re.search(r"label 'travel', outside the label set \['food', 'music', 'sport'\].*unseen in training",
+                     capsys.readouterr().err)
+    (tmp_path / "empty.csv").write_text("id,review,topic\n")
+    files["validation"] = str(tmp_path / "empty.csv")
+    assert main(["fit", "--config", finetune_config(tmp_path, definition("empty", files))]) == 2
+    assert "the validation split of task 'empty' has no rows" in capsys.readouterr().err
+    assert not list(tmp_path.rglob("*.ckpt"))
+
+
+def test_predict_input_is_texts_a_text_file_a_table_or_a_split_and_wrong_shapes_are_refused(tmp_path):
+    files = write_csv(tmp_path / "r.csv", rows=20)
+    pair = definition("pairs", files, text_columns=["review", "topic"], labels=["a"])
+    (tmp_path / "pairs.txt").write_text("first\tsecond\nonly one part\n")
+    with pytest.raises(ConfigError, match=r"text 2 has 1 part\(s\); task 'pairs' reads 2 \(review, topic\): a tab"):
+        TaskDataModule(pair, predict_input=str(tmp_path / "pairs.txt"))._predict_rows()
+    (tmp_path / "other.csv").write_text("body\nhello\n")
+    with pytest.raises(ConfigError, match=r"has no column\(s\) \['review'\]"):
+        TaskDataModule(definition("one", files), predict_input=str(tmp_path / "other.csv"))._predict_rows()
+    assert TaskDataModule(definition("one", files), predict_input=["a text", "another"])._predict_rows()["review"] == [
+        "a text", "another"]
+    assert len(TaskDataModule(definition("one", files), predict_input=files)._predict_rows()) == 20
+    assert len(TaskDataModule("topics")._predict_rows()) == 300  # a table task: its test split by default
