@@ -139,6 +139,11 @@ class LitEmbedCLI(LightningCLI):
             update = {"class_path": configured["class_path"], "init_args": filled}
         self.config = self.parser.parse_object({subcommand: {"model": update}}, self.config)
 
+    def before_instantiate_classes(self) -> None:
+        subcommand = self.config.get("subcommand")
+        if subcommand in (None, "fit"):
+            apply_evaluation_schedule(self.config[subcommand] if subcommand else self.config)
+
     @staticmethod
     def _run_root(config) -> Path | None:
         """The folder holding this experiment's ``version_N`` run folders."""
@@ -166,6 +171,20 @@ class LitEmbedCLI(LightningCLI):
         callback = self.trainer.checkpoint_callback
         best = callback is not None and callback.monitor is not None and callback.best_model_path
         self.trainer.test(self.model, datamodule=self.datamodule, ckpt_path="best" if best else None)
+
+
+def apply_evaluation_schedule(config) -> None:
+    """Validate as the run's paper did: every ``eval_every`` steps of the task table (HashFormers' Table 5),
+    where the config leaves ``trainer.val_check_interval`` unset; the steps count across epochs."""
+    from lit_embed.data.tasks import get_task
+
+    data = (config.get("data") or {}).get("init_args") or {}
+    if config.trainer.get("val_check_interval") is not None or not data.get("task") or not data.get("paper"):
+        return
+    steps = get_task(data["task"]).eval_every.get(data["paper"])
+    if steps is not None:
+        config.trainer.val_check_interval = steps
+        config.trainer.check_val_every_n_epoch = None
 
 
 def _logger_configs(trainer_config) -> list:

@@ -64,6 +64,9 @@ class Task:
             (HashFormers: MRPC accuracy; the sparse-coding paper: CoLA accuracy).
         per_set_columns: the tables give each evaluation set a column (XNLI's languages); otherwise the
             first set stands for the task (MNLI matched).
+        eval_every: training steps between validations in a paper's protocol where it does not validate once
+            per epoch (HashFormers, its Table 5); ``lit-embed fit`` applies it where the config leaves
+            ``trainer.val_check_interval`` unset, and the ModelCheckpoint on ``val/score`` keeps the best.
     """
 
     name: str
@@ -85,6 +88,7 @@ class Task:
     per_set_columns: bool = False
     revision: str | None = None
     files: str | None = None
+    eval_every: dict[str, int] = field(default_factory=dict)
 
     @property
     def regression(self) -> bool:
@@ -121,8 +125,15 @@ class Task:
         return [(self.header or self.name.upper(), sets[0])]
 
 
+#: HashFormers' evaluation schedule (its Table 5): training steps between validations of each GLUE task.
+HASHFORMERS_EVAL_STEPS = {"mnli": 2455, "qnli": 655, "qqp": 2275, "rte": 48, "sst2": 421, "mrpc": 69, "cola": 162,
+                          "stsb": 108}
+
+
 def _glue(name, columns, labels, metrics=("accuracy",), **kwargs) -> Task:
     kwargs.setdefault("header", name.upper())
+    if name in HASHFORMERS_EVAL_STEPS:
+        kwargs.setdefault("eval_every", {"hashformers": HASHFORMERS_EVAL_STEPS[name]})
     return Task(name, "glue", "nyu-mll/glue", name, columns, labels, metrics, source="GLUE", revision=GLUE_REVISION,
                 **kwargs)
 
