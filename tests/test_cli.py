@@ -9,7 +9,7 @@ import pytest
 
 from lit_embed.accounting import parameter_report
 from lit_embed.cli import LitEmbedCLI, main
-from tests.helpers import CONFIGS
+from tests.helpers import CONFIGS, TINY_CANINE
 from tests.helpers.cli import params_json, run_params
 
 ON_CPU = ["--trainer.accelerator", "cpu", "--trainer.devices", "1", "--trainer.strategy", "auto",
@@ -44,6 +44,8 @@ def offline_overrides(path: Path, minilm_path: str) -> list[str]:
     config = yaml.safe_load(path.read_text())
     overrides = []
     encoder = config["model"]["init_args"].get("encoder")
+    if encoder == "../../backbone/canine_c.yaml":  # google/canine-c: a tiny CANINE in its place
+        overrides += ["--model.init_args.encoder", TINY_CANINE, "--model.init_args.embedding.init_args.num_buckets", "97"]
     if isinstance(encoder, dict) and encoder.get("init_args", {}).get("pretrained"):
         overrides += ["--model.init_args.encoder.init_args.pretrained", minilm_path, "--model.init_args.vocab_size", "30522"]
     data = config.get("data")
