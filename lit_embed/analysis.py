@@ -9,6 +9,9 @@
   ``S_inter(l)`` the mean cosine between occurrences of two different types, averaged over pairs of
   types (Cai et al. 2021 draw one occurrence per type; this is that draw's expectation, without
   sampling noise). Special tokens and padding are left out; layer 0 is the embedding layer's output.
+* Per-layer PCA of hidden states (its Figures 4-10): each layer's hidden states of the sample text's
+  tokens, projected on that layer's first three principal components, with the occurrences of
+  ``the``, ``to``, ``and``, ``of`` and ``a`` highlighted.
 
 ``lit-embed analyze --ckpt FILE`` runs it on a checkpoint; :class:`lit_embed.callbacks.EmbeddingAnalysis`
 at the end of training. Both save PNGs and ``analysis.json`` and send the figures to TensorBoard.
@@ -35,6 +38,10 @@ from lit_embed.models.base import EmbeddingModule
 from lit_embed.runs import start_checkpoint
 
 ANALYSIS_DIR = "analysis"
+#: The tokens the k-sub-embedding paper's Figures 4-10 highlight in each layer's hidden states.
+HIGHLIGHTED = ("the", "to", "and", "of", "a")
+#: At most this many tokens in each layer's scatter (every layer's states of them are kept in memory).
+LAYER_POINTS = 3000
 
 
 # -- geometry --------------------------------------------------------------------------------------
@@ -126,21 +133,42 @@ def text_batches(model, texts: list[str], tokenizer: str, batch_size: int = 16) 
     return [collate(items[i : i + batch_size]) for i in range(0, len(items), batch_size)]
 
 
+def highlighted_codes(encoder, words: tuple[str, ...] = HIGHLIGHTED) -> list[list[np.ndarray]]:
+    """The codes each of ``words`` takes where it is one token: alone, after a space, and after another word
+    (a byte-level BPE codes `` the`` apart from ``the``)."""
+    forms = []
+    for word in words:
+        alone, spaced, running = encoder.encode([word, f" {word}", f"x {word}"])
+        codes = [c[0] for c in (alone, spaced) if len(c) == 1]
+        if len(running) == 2:
+            codes.append(running[1])
+        forms.append(codes)
+    return forms
+
+
 @torch.no_grad()
-def hidden_state_similarity(model, batches: list[dict[str, Tensor]]) -> dict:
-    """``S_inter`` and ``S_intra`` of every layer's hidden states over the non-special tokens of ``batches``."""
+def hidden_state_similarity(model, batches: list[dict[str, Tensor]], points: int = 3000,
+                            highlight: list[list[np.ndarray]] | None = None) -> dict:
+    """``S_inter`` and ``S_intra`` of every layer's hidden states over the non-special tokens of ``batches``,
+    and each layer's PCA of up to ``points`` of those tokens (drawn with a fixed seed) with the occurrences of
+    the ``highlight`` codes (one list of codes per word) marked."""
     kept = [b["attention_mask"].bool() & ~b["special_mask"] for b in batches]
     codes = torch.cat([b["codes"][k] for b, k in zip(batches, kept)])
     if not len(codes):
         raise ConfigError("the sample text has no tokens besides specials: pass a file with text (--text)")
     unique, inverse = torch.unique(codes.reshape(len(codes), -1), dim=0, return_inverse=True)
     device = model.device
+    drawn = torch.zeros(len(codes), dtype=torch.bool)
+    drawn[torch.randperm(len(codes), generator=torch.Generator().manual_seed(0))[:points]] = True
     sums = counts = None
+    kept_states: list[list[Tensor]] = []
     start = 0
     for batch, keep in zip(batches, kept):
         inputs = {k: v.to(device) for k, v in batch.items()}
         states = model.encode(inputs, output_hidden_states=True).hidden_states
         types = inverse[start : start + int(keep.sum())].to(device)
+        chosen = drawn[start : start + len(types)].to(device)
+        kept_states.append([layer[keep.to(device)][chosen].float().cpu() for layer in states])
         start += len(types)
         parts = [type_sums(layer[keep.to(device)], types, len(unique)) for layer in states]
         if sums is None:
@@ -152,16 +180,38 @@ def hidden_state_similarity(model, batches: list[dict[str, Tensor]]) -> dict:
     for index, layer_sums in enumerate(sums):
         inter, intra = similarity_from_sums(layer_sums, counts)
         layers.append({"layer": index, "inter": inter, "intra": intra})
-    return {"tokens": len(codes), "types": len(unique), "layers": layers, "unique_codes": unique}
+    word = torch.full((len(codes),), -1, dtype=torch.long)  # which highlighted word each token is, else -1
+    flat = codes.reshape(len(codes), -1)
+    for index, forms in enumerate(highlight or []):
+        for form in forms:
+            word[(flat == torch.as_tensor(form).reshape(1, -1)).all(1)] = index
+    by_layer = [torch.cat(parts) for parts in zip(*kept_states)]
+    return {"tokens": len(codes), "types": len(unique), "layers": layers, "unique_codes": unique,
+            "layer_pca": [layer_pca(states) for states in by_layer], "highlighted": word[drawn]}
+
+
+def layer_pca(states: Tensor) -> dict:
+    """The ``(n, 3)`` coordinates of ``states`` on their first three principal components, and the share of
+    variance each explains."""
+    centred = states.double() - states.double().mean(0)
+    _, singular, axes = torch.linalg.svd(centred, full_matrices=False)
+    variance = singular**2
+    ratios = variance / variance.sum() if variance.sum() > 0 else variance
+    projected = torch.zeros(len(states), 3, dtype=torch.float64)
+    width = min(3, axes.shape[0])
+    projected[:, :width] = centred @ axes[:width].T
+    return {"projected": projected.float(), "explained_variance_ratio": ratios[:3].float()}
 
 
 def analyse(model, texts: list[str], tokenizer: str, points: int = 10_000, batch_size: int = 16) -> dict:
-    """Both analyses of ``model`` (an EmbeddingModule) on ``texts``; the model is left as it was."""
+    """The analyses of ``model`` (an EmbeddingModule) on ``texts``; the model is left as it was."""
     was_training = model.training
     model.eval()
     try:
         model.embedding.prepare()
-        similarity = hidden_state_similarity(model, text_batches(model, texts, tokenizer, batch_size))
+        highlight = highlighted_codes(model.text_encoder(tokenizer))
+        batches = text_batches(model, texts, tokenizer, batch_size)
+        similarity = hidden_state_similarity(model, batches, min(points, LAYER_POINTS), highlight)
         strategy = model.embedding
         codes = None if strategy.vocab_size is not None else similarity["unique_codes"].reshape(-1, *strategy.code_shape)
         pca = embedding_pca(strategy, codes, points=points)
@@ -218,15 +268,42 @@ def similarity_figure(result: dict):
     return figure
 
 
+def layer_pca_figure(result: dict):
+    """One 3-d scatter per layer, the highlighted tokens in colour over the others in grey (Figures 4-10)."""
+    from matplotlib.figure import Figure
+
+    similarity = result["similarity"]
+    layers, word = similarity["layer_pca"], similarity["highlighted"].numpy()
+    columns = min(4, len(layers))
+    rows = -(-len(layers) // columns)
+    figure = Figure(figsize=(3.6 * columns, 3.4 * rows), layout="constrained")
+    for index, layer in enumerate(layers):
+        axes = figure.add_subplot(rows, columns, index + 1, projection="3d")
+        xyz = layer["projected"].numpy()
+        rest = word < 0
+        axes.scatter(xyz[rest, 0], xyz[rest, 1], xyz[rest, 2], color="lightgrey", s=2, alpha=0.5)
+        for w, name in enumerate(HIGHLIGHTED):
+            mine = word == w
+            if mine.any():
+                axes.scatter(xyz[mine, 0], xyz[mine, 1], xyz[mine, 2], s=6, label=name)
+        axes.set_title("embedding" if index == 0 else f"layer {index}", fontsize=9)
+        axes.tick_params(labelsize=6)
+        if index == 0 and (word >= 0).any():
+            axes.legend(fontsize=7, loc="upper left")
+    figure.suptitle(f"{result['strategy']}: PCA of each layer's hidden states, {len(word)} tokens")
+    return figure
+
+
 def save_analysis(result: dict, out_dir: str | os.PathLike, writer=None, step: int = 0) -> list[Path]:
-    """Write ``embedding_pca.png``, ``similarity.png`` and ``analysis.json``; send the figures to ``writer``.
+    """Write ``embedding_pca.png``, ``similarity.png``, ``layer_pca.png`` and ``analysis.json``; send the
+    figures to ``writer``.
 
     ``writer`` is a TensorBoard ``SummaryWriter`` (a TensorBoardLogger's ``experiment``) or ``None``.
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = []
-    for name, build in (("embedding_pca", pca_figure), ("similarity", similarity_figure)):
+    for name, build in (("embedding_pca", pca_figure), ("similarity", similarity_figure), ("layer_pca", layer_pca_figure)):
         figure = build(result)
         paths.append(_save_png(figure, out / f"{name}.png"))
         if writer is not None:
@@ -243,10 +320,25 @@ def save_analysis(result: dict, out_dir: str | os.PathLike, writer=None, step: i
             "explained_variance_ratio": ratios[:10].tolist(),
             "r_3": float(ratios[:3].sum()),
         },
-        "similarity": result["similarity"],
+        "similarity": {k: v for k, v in result["similarity"].items() if k not in ("layer_pca", "highlighted")},
+        "layer_pca": layer_pca_summary(result["similarity"]),
     }
     paths.append(write_json_atomic(out / "analysis.json", summary))
     return paths
+
+
+def layer_pca_summary(similarity: dict) -> dict:
+    """The figure's data: per layer, the variance its three components explain and each highlighted word's
+    centroid on them; how many drawn tokens each word has."""
+    word = similarity["highlighted"]
+    layers = []
+    for index, layer in enumerate(similarity["layer_pca"]):
+        centroids = {name: layer["projected"][word == w].mean(0).tolist()
+                     for w, name in enumerate(HIGHLIGHTED) if (word == w).any()}
+        layers.append({"layer": index, "explained_variance_ratio": layer["explained_variance_ratio"].tolist(),
+                       "centroids": centroids})
+    return {"tokens": len(word), "highlighted": {name: int((word == w).sum()) for w, name in enumerate(HIGHLIGHTED)},
+            "layers": layers}
 
 
 def _save_png(figure, path: Path) -> Path:
@@ -272,8 +364,8 @@ def read_texts(name: str, limit: int) -> list[str]:
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="lit-embed analyze",
-        description="PCA of the embedding vectors and layer-wise hidden-state similarity of a checkpoint "
-        "(k-sub-embedding Figures 2 and 3): PNGs, analysis.json, and TensorBoard figures in the run folder.",
+        description="PCA of the embedding vectors, layer-wise hidden-state similarity and per-layer PCA of hidden states "
+        "of a checkpoint (k-sub-embedding Figures 2, 3 and 4-10): PNGs, analysis.json, and TensorBoard figures in the run folder.",
     )
     parser.add_argument("--ckpt", required=True, help="a checkpoint written by lit-embed fit, its run folder, or its experiment folder (the newest finished run)")
     parser.add_argument("--text", default="sample-corpus", help="text file for the hidden states (default: the shipped sample corpus)")

@@ -55,6 +55,8 @@ def params_main(argv: list[str]) -> int:
     rest = [a for a in argv if a != "--json"]
     with shapes_only():
         cli = ModelOnlyCLI(args=rest, run=False)
+    if cli.model.embedding.shaped_by_prepare:
+        cli.model.embedding.prepare()  # e.g. naive k-means: computes (or reads the cached) codes from the matrix
     report = parameter_report(cli.model)
     print(json.dumps(report, indent=2) if as_json else format_parameters(report))
     return 0

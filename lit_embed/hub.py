@@ -36,6 +36,11 @@ KNOWN_ARCHITECTURES = {
         model_type="distilbert", vocab_size=30522, dim=768, n_layers=6, n_heads=12, hidden_dim=3072,
         max_position_embeddings=512,
     ),
+    "google/canine-c": dict(  # its config.json
+        model_type="canine", hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072,
+        max_position_embeddings=16384, type_vocab_size=16, num_hash_functions=8, num_hash_buckets=16384,
+        downsampling_rate=4, upsampling_kernel_size=4, local_transformer_stride=128,
+    ),
     "line-corporation/line-distilbert-base-japanese": dict(
         model_type="distilbert", vocab_size=32768, dim=768, n_layers=6, n_heads=12, hidden_dim=3072,
         max_position_embeddings=512,

@@ -69,6 +69,9 @@ class TaskData(Protocol):
     def train_texts(self) -> Iterator[str]:
         """Every training text as the model sees it (token frequencies for post-hoc compression)."""
 
+    def test_examples(self) -> Iterator[list[str]]:
+        """The texts of each test example (coverage of the test data by a compressed vocabulary's common tokens)."""
+
 
 def members(protocol: type) -> list[str]:
     """The names a protocol declares (methods, properties and annotated attributes)."""

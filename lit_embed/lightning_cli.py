@@ -160,9 +160,12 @@ class LitEmbedCLI(LightningCLI):
 
     def before_instantiate_classes(self) -> None:
         """Give the run lit-embed's progress bar and model summary, unless the config names its own or turns them off,
-        and ``predict`` a :class:`~lit_embed.callbacks.predictions.PredictionWriter` unless it names one."""
+        and ``predict`` a :class:`~lit_embed.callbacks.predictions.PredictionWriter` unless it names one; ``fit``
+        validates on its paper's schedule unless the config says when."""
         if self.subcommand is None:
             return
+        if self.subcommand == "fit":
+            apply_evaluation_schedule(self.config.fit)
         trainer = self.config[self.subcommand].trainer
         configured = trainer.get("callbacks") or []
         configured = configured if isinstance(configured, list) else [configured]
@@ -206,6 +209,20 @@ def _plain(value):
 
 def _is(cls, base: type) -> bool:
     return isinstance(cls, type) and issubclass(cls, base)
+
+
+def apply_evaluation_schedule(config) -> None:
+    """Validate as the run's paper did: every ``eval_every`` steps of the task table (HashFormers' Table 5),
+    where the config leaves ``trainer.val_check_interval`` unset; the steps count across epochs."""
+    from lit_embed.data.tasks import get_task
+
+    data = (config.get("data") or {}).get("init_args") or {}
+    if config.trainer.get("val_check_interval") is not None or not data.get("task") or not data.get("paper"):
+        return
+    steps = get_task(data["task"]).eval_every.get(data["paper"])
+    if steps is not None:
+        config.trainer.val_check_interval = steps
+        config.trainer.check_val_every_n_epoch = None
 
 
 def _logger_configs(trainer_config) -> list:

@@ -6,7 +6,9 @@
   counts, PCR_All, PCR_Emb, PoEP;
 * the speed table (HashFormers Table 3): time per sample of training and inference steps with the
   speed-up against the baseline, and peak memory;
-* the final metrics of pre-training runs and of tasks outside the benchmarks.
+* the final metrics of pre-training runs and of tasks outside the benchmarks;
+* the coverage of each task's test data by the common tokens V_C per retention (sparse-coding Tables 5
+  and 6), from the ``report.json`` of ``lit-embed compress`` outputs under the folders given.
 
 A table row is a run's ``label``: give the runs of one model the same label across tasks and seeds.
 A cell holds one run per seed, in every table (pre-training runs too): two runs of one label, task and
@@ -20,6 +22,7 @@ on validation, labelled with the row's name, with tables of the grid search and 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 from collections import defaultdict
@@ -430,9 +433,32 @@ def main(argv: list[str]) -> int:
         else:
             runs.append(baseline)
     tables = Report(runs, baseline, args.digits).tables() if runs or not sweep_tables else []
-    text = render(tables + sweep_tables, args.format)
+    text = render(tables + sweep_tables + coverage_tables(args.run_dirs), args.format)
     if args.output:
         write_atomic(args.output, text)
     else:
         print(text, end="")
     return 0
+
+
+def coverage_tables(paths: list[str]) -> list[Table]:
+    """Sparse-coding Tables 5 and 6: token and sentence coverage of each task's test data by V_C, one row per
+    retention, from the ``lit-embed compress`` outputs (``report.json``) under ``paths``; means over outputs."""
+    cells: dict[tuple[float, str], list[dict]] = defaultdict(list)
+    for path in paths:
+        for file in sorted(Path(path).rglob("report.json")):
+            report = json.loads(file.read_text())
+            if isinstance(report, dict) and report.get("coverage") and report.get("task"):
+                cells[(report["retention"], report["task"])].append(report["coverage"])
+    if not cells:
+        return []
+    tasks = list(dict.fromkeys(task for _, task in sorted(cells, key=lambda key: key[1])))
+    headers = [TASKS[t].header or t.upper() if t in TASKS else t for t in tasks]
+    tables = []
+    for kind, title in (("tokens", "Token coverage of the test data by V_C (%)"),
+                        ("sentences", "Sentence coverage of the test data only by V_C (%)")):
+        rows = [[f"{retention:g}", *(f"{100 * statistics.mean(c[kind] for c in cells[(retention, t)]):.2f}"
+                                     if (retention, t) in cells else MISSING for t in tasks)]
+                for retention in sorted({r for r, _ in cells})]
+        tables.append(Table(title, ["r(V_C)", *headers], rows, ["from lit-embed compress outputs; a sentence is an example"]))
+    return tables

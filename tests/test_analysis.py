@@ -73,14 +73,20 @@ def test_the_analysis_callback_saves_plots_and_sends_them_to_tensorboard(demo_ru
         folder = run / "analysis"
         assert_png(folder / "embedding_pca.png")
         assert_png(folder / "similarity.png")
+        assert_png(folder / "layer_pca.png")
         summary = json.loads((folder / "analysis.json").read_text())
+        layer_pca = summary["layer_pca"]  # Figures 4-10: per layer, with the/to/and/of/a highlighted
+        assert [layer["layer"] for layer in layer_pca["layers"]] == [0, 1, 2]
+        seen = {word for word, count in layer_pca["highlighted"].items() if count}
+        assert {"the", "and", "a"} <= seen and layer_pca["tokens"] <= 3000  # the sample corpus has no "to" or "of"
+        assert all(set(layer["centroids"]) == seen for layer in layer_pca["layers"])
         layers = summary["similarity"]["layers"]
         assert [layer["layer"] for layer in layers] == [0, 1, 2]  # the embedding output, then 2 layers
         assert all(-1 <= layer["inter"] <= 1 and -1 <= layer["intra"] <= 1 for layer in layers)
         assert 0 < summary["pca"]["r_3"] < 1 and summary["pca"]["vectors"] == 30522
         events = EventAccumulator(str(run))
         events.Reload()
-        assert {"analysis/embedding_pca", "analysis/similarity"} <= set(events.Tags()["images"])
+        assert {"analysis/embedding_pca", "analysis/similarity", "analysis/layer_pca"} <= set(events.Tags()["images"])
     coloured = json.loads((demo_runs["subspace"] / "analysis" / "analysis.json").read_text())["pca"]
     assert coloured["coloured_by_last_sub_embedding"] and coloured["plotted"] == 2000
     dense = json.loads((demo_runs["dense"] / "analysis" / "analysis.json").read_text())["pca"]
@@ -94,6 +100,7 @@ def test_analyze_a_checkpoint_from_the_command_line(demo_runs, tmp_path, capsys)
                  "--no-tensorboard"]) == 0
     assert_png(out / "embedding_pca.png")
     assert_png(out / "similarity.png")
+    assert_png(out / "layer_pca.png")
     printed = capsys.readouterr().out
     assert '"strategy": "SubspaceEmbedding"' in printed and "wrote" in printed
     assert json.loads((out / "analysis.json").read_text())["texts"] == 20
@@ -128,3 +135,23 @@ def test_hidden_states_of_a_strategy_without_vocabulary_ids(monkeypatch):
     result = analyse(model, ["the cat sat on the mat", "the dog sat"], "all-MiniLM-L6-v2", points=50)
     assert result["pca"]["vectors"] == result["similarity"]["types"] == 6  # the, cat, sat, on, mat, dog
     assert result["pca"]["colour"] is None
+
+
+def test_layer_pca_projects_each_layer_on_its_top_components_and_marks_the_highlighted_tokens():
+    from lit_embed.analysis import analyse, layer_pca
+    from lit_embed.models import Encoder, MaskedLM
+
+    states = torch.randn(60, 8, generator=torch.Generator().manual_seed(0)) * torch.arange(1.0, 9.0)
+    result = layer_pca(states)
+    centred = states.double().numpy() - states.double().numpy().mean(0)
+    _, singular, axes = np.linalg.svd(centred, full_matrices=False)
+    np.testing.assert_allclose(np.abs(result["projected"].numpy()), np.abs(centred @ axes[:3].T), atol=1e-4)
+    np.testing.assert_allclose(result["explained_variance_ratio"].numpy(), (singular**2 / (singular**2).sum())[:3], atol=1e-6)
+
+    model = MaskedLM(Encoder(hidden_size=16, num_layers=2, num_heads=2, intermediate_size=32), vocab_size=30522,
+                     embedding=functools.partial(DenseEmbedding))
+    texts = ["The cat sat on the mat and a dog ran to the end of it", "the end"]
+    similarity = analyse(model, texts, "all-MiniLM-L6-v2", points=50)["similarity"]
+    assert len(similarity["layer_pca"]) == 3 and similarity["layer_pca"][0]["projected"].shape == (17, 3)
+    counts = np.bincount(similarity["highlighted"].numpy() + 1, minlength=6)  # -1 (others), the, to, and, of, a
+    assert counts.tolist() == [17 - 8, 4, 1, 1, 1, 1]

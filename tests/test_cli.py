@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from lit_embed.accounting import parameter_report
 from lit_embed.cli import main
 from lit_embed.lightning_cli import LitEmbedCLI
-from tests.helpers import CONFIGS
-from tests.helpers.cli import run_params
+from tests.helpers import CONFIGS, TINY_CANINE
+from tests.helpers.cli import params_json, run_params
 
 ON_CPU = ["--trainer.accelerator", "cpu", "--trainer.devices", "1", "--trainer.strategy", "auto",
           "--trainer.precision", "32-true", "--trainer.logger", "false"]
@@ -24,9 +25,7 @@ PAPER_EMBEDDING_PARAMS = {
     "roberta_s_6se": 3_584,
     "roberta_s_8se": 2_048,    # 2k
     "roberta_s_3se_equal_q50": 25_600,   # 25.6k (Table 3)
-    "roberta_s_3se_equal_q100": 51_200,  # 51.2k (Table 3)
-    "roberta_s_3se_kmeans_q100": 51_200,
-    "roberta_s_3se_kmeans_q200": 102_400,
+    "roberta_s_3se_equal_q100": 51_200,  # 51.2k (Table 3); naive k-means sizes its tables by the matrix (below)
     "xlmr_s": 128_001_024,     # 128M
     "xlmr_s_3se": 32_256,      # 32k
     "xlmr_s_3se_clustered": 65_536,
@@ -46,6 +45,8 @@ def offline_overrides(path: Path, minilm_path: str) -> list[str]:
     config = yaml.safe_load(path.read_text())
     overrides = []
     encoder = config["model"]["init_args"].get("encoder")
+    if encoder == "../../backbone/canine_c.yaml":  # google/canine-c: a tiny CANINE in its place
+        overrides += ["--model.init_args.encoder", TINY_CANINE, "--model.init_args.embedding.init_args.num_buckets", "97"]
     if isinstance(encoder, dict) and encoder.get("init_args", {}).get("pretrained"):
         overrides += ["--model.init_args.encoder.init_args.pretrained", minilm_path, "--model.init_args.vocab_size", "30522"]
     data = config.get("data")
@@ -77,6 +78,24 @@ def test_params_reproduce_table_1(name):
     base = "xlmr_s" if name.startswith("xlmr") else "roberta_s"
     assert report["baseline_embedding_params"] == PAPER_EMBEDDING_PARAMS[base]
     assert report["pcr_emb"] == pytest.approx(1 - report["embedding_params"] / report["baseline_embedding_params"])
+
+
+def test_params_sizes_naive_kmeans_tables_by_the_clustering_of_the_given_matrix(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("LIT_EMBED_CACHE", str(tmp_path))
+    config = str(CONFIGS / "experiments" / "subspace" / "roberta_s_3se_kmeans_q100.yaml")
+    assert main(["params", "--config", config]) == 2  # roberta-base's matrix is on the hub, which is off here
+    assert "could not load pretrained model 'roberta-base'" in capsys.readouterr().err
+    given = ["--model.init_args.vocab_size", "30522", "--model.init_args.embedding.init_args.table_size", "20",
+             "--model.init_args.embedding.init_args.assignment.init_args.source", "all-MiniLM-L6-v2",
+             "--model.init_args.embedding.init_args.assignment.init_args.max_iter", "2"]
+    report = params_json(["params", "--config", config, "--json", *given])
+    cached = list((tmp_path / "assignments").glob("*.npy"))
+    assert len(cached) == 1
+    rows = np.load(cached[0]).max(0) + 1  # each table holds the largest index it must
+    assert rows[0] <= 20 < rows[2]
+    assert report["embedding_params"] == int(rows @ [170, 170, 172]) > 20 * 512
+    assert params_json(["params", "--config", config, "--json", *given]) == report  # from the cache
+    assert list((tmp_path / "assignments").glob("*.npy")) == cached
 
 
 def test_params_prints_a_readable_table(capsys):

@@ -8,6 +8,7 @@ import json
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 import pytorch_lightning as pl
 import torch
@@ -22,8 +23,9 @@ from lit_embed.compress.command import parser
 from lit_embed.compress.methods import additive_quantize, pca_code, sparse_code, unk_backoff
 from lit_embed.compress.model_io import load_source
 from lit_embed.compress.summary import tensor_bytes
-from lit_embed.compress.vocabulary import split_vocabulary
+from lit_embed.compress.vocabulary import coverage, split_vocabulary
 from lit_embed.embeddings import AdditiveQuantizedEmbedding, PCAEmbedding, SparseCodedEmbedding, UnkEmbedding
+from lit_embed.report import coverage_tables
 from tests.helpers import CONFIGS, REPO
 from tests.helpers.cli import params_json
 
@@ -128,6 +130,19 @@ def test_vocabulary_split_keeps_the_most_frequent_and_the_specials():
     assert split_vocabulary(counts, 1.0, []).common_ids.tolist() == [1, 3, 4, 5, 7]
 
 
+class WordIds:
+    """A text encoder whose ids are the words themselves (``"3 5"`` -> ``[3, 5]``)."""
+
+    def encode(self, texts):
+        return [np.array([int(w) for w in text.split()], dtype=np.int64) for text in texts]
+
+
+def test_coverage_counts_common_tokens_and_examples_made_only_of_them():
+    examples = [["1 3", "3 5"], ["1 1"], ["4 9", ""], [""]]  # pairs and single texts; 9 is past every common id
+    report = coverage(examples, WordIds(), torch.tensor([1, 3, 5]))
+    assert report == {"tokens": 6 / 8, "sentences": 3 / 4, "examples": 4}  # an empty example is covered
+
+
 # -- end to end on the packaged MiniLM ------------------------------------------------------------------
 
 
@@ -180,7 +195,7 @@ def load_compressed(out: Path):
 
 
 @pytest.mark.parametrize("method", ["sparse_coding", "unk", "pca", "aq"])
-def test_each_method_end_to_end(method, compressed, tmp_path, monkeypatch):
+def test_each_method_end_to_end(method, compressed, tmp_path, monkeypatch, capsys):
     out = compressed(method)
     assert sorted(p.name for p in out.iterdir()) == ["config.yaml", "model.ckpt", "report.json", "report.md"]
     report = read_report(out)
@@ -198,12 +213,16 @@ def test_each_method_end_to_end(method, compressed, tmp_path, monkeypatch):
     assert report["cosine"]["common"] == pytest.approx(1.0) or method == "aq"
     assert -1.0 <= report["cosine"]["rare"] <= 1.0
     assert "Table 9" in (out / "report.md").read_text()
+    assert "(Table 5), sentences" in (out / "report.md").read_text() and report["coverage"]["examples"] > 0
     assert params_json(["params", "--config", str(out / "config.yaml"), "--json"])["embedding_params"] == expected
     monkeypatch.chdir(tmp_path)
     assert main(["validate", "--config", str(out / "config.yaml"), "--ckpt_path", str(out / "model.ckpt"),
                  "--trainer.limit_val_batches", "2", *QUIET]) == 0
     results = json.loads((out / "version_0" / "results.json").read_text())  # runs of the compressed model log beside it
     assert results["parameters"]["embedding_params"] == expected
+    capsys.readouterr()
+    assert main(["report", str(out)]) == 0
+    assert "Sentence coverage of the test data only by V_C (%)" in capsys.readouterr().out
 
 
 def test_outputs_equal_the_original_on_sentences_of_common_tokens(finetuned, compressed):
@@ -219,6 +238,26 @@ def test_outputs_equal_the_original_on_sentences_of_common_tokens(finetuned, com
         assert torch.equal(model.encode(batch).last_hidden_state, original.encode(batch).last_hidden_state)
         batch["codes"][0, 3] = int(strategy.rare_ids()[500])
         assert not torch.equal(model(batch)[0], original(batch)[0])  # a rare token is approximated
+
+
+def test_coverage_of_the_test_data_is_that_of_the_common_tokens_kept(finetuned, compressed, minilm_path):
+    """Tables 5 and 6 of the sparse-coding paper, on the demo task's test set under its protocol (the validation split)."""
+    from lit_embed.data import TaskDataModule
+    from lit_embed.embeddings import VocabTextEncoder
+
+    report = read_report(compressed("sparse_coding"))["coverage"]
+    common = set(load_compressed(compressed("sparse_coding")).embedding.common_ids().tolist())
+    encoder = VocabTextEncoder(minilm_path)
+    examples = list(TaskDataModule(task="topics", tokenizer=minilm_path, protocol="split_train").test_examples())
+    ids = [[i for text in example for i in encoder.encode([text])[0].tolist()] for example in examples]
+    assert report["examples"] == len(examples) > 0
+    assert report["tokens"] == pytest.approx(sum(i in common for x in ids for i in x) / sum(map(len, ids)))
+    assert report["sentences"] == pytest.approx(sum(all(i in common for i in x) for x in ids) / len(ids))
+    assert 0 < report["sentences"] < report["tokens"] < 1  # retention 0.5 leaves some test tokens rare
+    tokens, sentences = coverage_tables([str(compressed("sparse_coding").parent)])  # lit-embed report's tables
+    assert tokens.header == sentences.header == ["r(V_C)", "TOPICS"]
+    assert tokens.rows == [["0.5", f"{100 * report['tokens']:.2f}"]]
+    assert sentences.rows == [["0.5", f"{100 * report['sentences']:.2f}"]]
 
 
 def test_huggingface_input_writes_a_huggingface_folder(minilm_path, minilm_matrix, tmp_path):

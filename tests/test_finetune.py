@@ -353,10 +353,20 @@ def test_protocols_compose_with_every_experiment(protocol, tmp_path, monkeypatch
         args = ["--config", str(CONFIGS / "experiments/finetune" / experiment), "--config", str(protocol)]
         cli = LitEmbedCLI(args=[*args, *ON_CPU, "--model.init_args.embedding", str(CONFIGS / "embedding/subspace_3.yaml")], run=False)
         assert cli.trainer.max_epochs in (3, 5) and type(cli.model.embedding).__name__ == "SubspaceEmbedding"
+        if experiment == "glue/stsb.yaml":  # HashFormers validates STS-B every 108 steps (Table 5), across epochs
+            every = (108, None) if protocol.stem == "hashformers" else (1.0, 1)
+            assert (cli.trainer.val_check_interval, cli.trainer.check_val_every_n_epoch) == every
     if protocol.stem == "hashformers":
         assert cli.model.optim.schedule == "cosine_restarts" and cli.model.optim.betas == (0.9, 0.999)
     else:
         assert cli.datamodule.protocol == "split_train" and cli.datamodule.split_seed == 42
+
+
+def test_a_given_validation_interval_overrides_the_papers_schedule(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    args = ["--config", str(CONFIGS / "experiments/finetune/glue/rte.yaml"), "--config", str(CONFIGS / "protocol/hashformers.yaml")]
+    cli = LitEmbedCLI(args=[*args, *ON_CPU, "--trainer.val_check_interval", "0.5"], run=False)
+    assert (cli.trainer.val_check_interval, cli.trainer.check_val_every_n_epoch) == (0.5, 1)
 
 
 def test_glue_configs_cover_the_nine_tasks():

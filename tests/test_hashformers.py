@@ -15,6 +15,7 @@ from lit_embed.accounting import human
 from lit_embed.cli import main
 from lit_embed.data.collate import ShuffleRandomCollator
 from lit_embed.embeddings import (
+    CanineHashEmbedding,
     DenseEmbedding,
     HashAdd,
     HashEmbedding,
@@ -25,10 +26,11 @@ from lit_embed.embeddings import (
     VocabTextEncoder,
 )
 from lit_embed.embeddings.hash_text import unpack_bits
+from lit_embed.errors import ConfigError
 from lit_embed.models import ShuffleRandom
-from tests.helpers import CONFIGS, tiny_encoder
+from tests.helpers import CONFIGS, TINY_CANINE, tiny_encoder
 from tests.helpers.cli import run_params
-from tests.helpers.papers import TABLE_2
+from tests.helpers.papers import CANINE_C_COUNTED, TABLE_2
 
 DEMO = CONFIGS / "demo_hashformer.yaml"
 
@@ -84,7 +86,7 @@ def test_every_hashformers_experiment_is_in_table_2():
     assert {p.stem for p in (CONFIGS / "experiments" / "hashformers").glob("*.yaml")} == set(TABLE_2)
 
 
-@pytest.mark.parametrize("name", sorted(TABLE_2))
+@pytest.mark.parametrize("name", sorted(set(TABLE_2) - {"canine_c"}))
 def test_params_reproduce_table_2(name):
     total, embedding, pcr_all, pcr_emb, poep = TABLE_2[name]
     report = run_params(CONFIGS / "experiments" / "hashformers" / f"{name}.yaml")
@@ -96,6 +98,66 @@ def test_params_reproduce_table_2(name):
     assert 100 * report["pcr_all"] == pytest.approx(pcr_all, abs=0.1)
     # The paper prints Pool's and Emb (1K)'s PoEP, 797.2K / 86.8M = 0.92%, as 1.0.
     assert 100 * report["poep"] == pytest.approx(poep, abs=0.1)
+
+
+def test_params_count_canine_c_from_its_architecture_offline():
+    """CANINE-C's counts are google/canine-c's shapes (transformers' CanineModel from its config), its hash tables
+    counted as the embedding; they differ from Table 2's 121.0M / 12.3M (the README says why)."""
+    import transformers
+
+    from lit_embed.hub import KNOWN_ARCHITECTURES
+
+    report = run_params(CONFIGS / "experiments" / "hashformers" / "canine_c.yaml")
+    shape = {k: v for k, v in KNOWN_ARCHITECTURES["google/canine-c"].items() if k != "model_type"}
+    with torch.device("meta"):
+        model = transformers.CanineModel(transformers.CanineConfig(**shape))
+    assert report["total_params"] == sum(p.numel() for p in model.parameters())
+    assert report["embedding_params"] == 8 * 16384 * 96 == sum(
+        p.numel() for name, p in model.named_parameters() if "HashBucketCodepointEmbedder" in name)
+    assert (human(report["total_params"]), human(report["embedding_params"])) == CANINE_C_COUNTED
+    assert human(report["baseline_total_params"]) == "124.6M" and human(report["baseline_embedding_params"]) == "38.6M"
+
+
+def test_canine_takes_the_pretrained_hash_tables_and_embeds_as_transformers_does(tmp_path):
+    import transformers
+
+    from lit_embed.models import Encoder
+
+    config = transformers.CanineConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
+                                       max_position_embeddings=256, num_hash_buckets=101)
+    torch.manual_seed(0)
+    transformers.CanineModel(config).save_pretrained(tmp_path)
+    reference = transformers.CanineModel.from_pretrained(tmp_path).char_embeddings
+    encoder = Encoder(pretrained=str(tmp_path))
+    assert not any("HashBucket" in name for name, _ in encoder.named_parameters())  # the strategy owns them
+    strategy = CanineHashEmbedding(None, 32, num_buckets=101)
+    assert strategy.load_pretrained(encoder.take_pretrained_word_embeddings())
+    codes = [torch.from_numpy(c) for c in strategy.text_encoder(None).encode(["Héllo, 世界 🙂"])][0]
+    assert codes.tolist()[:2] == [ord("H"), ord("é")] and len(codes) == 11
+    expected = reference._embed_hash_buckets(codes, 32, config.num_hash_functions, 101)
+    assert torch.equal(strategy(codes), expected)
+    with pytest.raises(ConfigError, match="set num_buckets to the model's num_hash_buckets"):
+        CanineHashEmbedding(None, 32).load_pretrained(expected)
+
+
+def test_canine_c_fine_tunes_on_characters_through_the_cli_and_reports(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    args = ["fit", "--config", str(CONFIGS / "experiments" / "hashformers" / "canine_c.yaml"),
+            "--model.init_args.encoder", TINY_CANINE, "--model.init_args.embedding.init_args.num_buckets", "97",
+            "--model.init_args.baseline_encoder", "null", "--model.init_args.task", "topics",
+            "--data.init_args.task", "topics", "--data.init_args.max_length", "96", "--data.init_args.batch_size", "4",
+            "--trainer.accelerator", "cpu", "--trainer.precision", "32-true", "--trainer.max_steps", "2",
+            "--trainer.limit_val_batches", "1", "--trainer.limit_test_batches", "1", "--trainer.enable_progress_bar", "false"]
+    with one_thread():
+        assert main(args) == 0
+    results = json.loads(next((tmp_path / "runs").rglob("results.json")).read_text())
+    assert results["status"] == "complete" and results["paper"] == "hashformers" and results["label"] == "canine_c"
+    assert results["parameters"]["embedding_params"] == 8 * 97 * 4
+    capsys.readouterr()
+    assert main(["report", str(tmp_path / "runs")]) == 0
+    out = capsys.readouterr().out
+    assert "| canine_c |" in out.split("Memory efficiency")[1], out
+    assert "| canine_c (topics) |" in out.split("Training and inference speed")[1]
 
 
 # -- what the strategies compute ----------------------------------------------------------------------

@@ -38,10 +38,23 @@ def test_every_experiment_has_a_row():
     assert listed == {(p.parent.name, p.stem) for p in (CONFIGS / "experiments").glob("*/*.yaml")}
 
 
-@pytest.mark.parametrize("paper,row", experiment_rows(), ids=lambda x: x if isinstance(x, str) else x[0].strip("`"))
+#: Naive k-means sizes its tables by the clustering of roberta-base's matrix, which is on the hub: the README counts
+#: these rows with the packaged MiniLM's matrix given (its note says so), which clusters for about a minute.
+MATRIX_GIVEN = ("--model.init_args.vocab_size", "30522",
+                "--model.init_args.embedding.init_args.assignment.init_args.source", "all-MiniLM-L6-v2")
+
+
+def experiment_cases():
+    for paper, row in experiment_rows():
+        naive = "naive k-means" in row[1]
+        yield pytest.param(paper, row, marks=[pytest.mark.slow] if naive else [], id=row[0].strip("`"))
+
+
+@pytest.mark.parametrize("paper,row", experiment_cases())
 def test_experiment_table_is_what_params_prints(paper, row):
-    name, _, total, embedding, pcr_all, pcr_emb, poep, *published = row
-    report = run_params(CONFIGS / "experiments" / paper / f"{name.strip('`')}.yaml")
+    name, strategy, total, embedding, pcr_all, pcr_emb, poep, *published = row
+    given = MATRIX_GIVEN if "naive k-means" in strategy else ()
+    report = run_params(CONFIGS / "experiments" / paper / f"{name.strip('`')}.yaml", *given)
     assert (total, embedding) == (human(report["total_params"]), human(report["embedding_params"]))
     assert pcr_all == f"{100 * report['pcr_all']:.1f}%"
     assert pcr_emb == f"{100 * report['pcr_emb']:.2f}%"

@@ -13,6 +13,7 @@ from torch import Tensor, nn
 import lit_embed.embeddings as embeddings
 from lit_embed.compress.methods import AQOptions, additive_quantize, pca_code, sparse_code, unk_backoff
 from lit_embed.embeddings import (
+    CanineHashEmbedding,
     ClusterAssignment,
     DenseEmbedding,
     EmbeddingStrategy,
@@ -64,6 +65,7 @@ CASES = {
     "additive_quantized": (compressed("aq"), MINILM_VOCAB),
     "proformer_lsh": (functools.partial(ProFormerEmbedding, num_bits=70, hasher=SMALL_LSH), None),
     "md5_add_subword": (functools.partial(HashAdd, num_bits=32, tokenization="subword"), None),
+    "canine": (functools.partial(CanineHashEmbedding, num_hashes=4, num_buckets=97), None),
 }
 for _name, _hasher in (("md5", MD5Hasher), ("lsh", SMALL_LSH)):
     CASES |= {

@@ -132,7 +132,23 @@ def test_cluster_codes_are_unique_on_synthetic_data():
     for method in ("equal", "kmeans"):
         codes = cluster_codes(x, 3, 13, method, max_iter=5)
         assert len(np.unique(codes, axis=0)) == 2000
-        assert codes.min() >= 0 and codes.max() < 13
+        assert codes.min() >= 0
+    assert codes[:, :2].max() < 13  # naive k-means: at most Q clusters per split; the last digit may run past Q
+
+
+def test_naive_kmeans_is_uncapped_and_gives_small_groups_fewer_clusters():
+    # 3 tight blobs of 50, 30 and 4 points, 6 clusters per split: Lloyd's clusters are as large as the data
+    # makes them, and a group of 4 points cannot fill 6 clusters.
+    centres = torch.tensor([[20.0, 0.0], [-20.0, 0.0], [0.0, 20.0]])
+    sizes = torch.tensor([50, 30, 4])
+    x = centres.repeat_interleave(sizes, 0) + 0.01 * torch.randn(84, 2, generator=torch.Generator().manual_seed(2))
+    codes = cluster_codes(x, 2, 6, "kmeans", max_iter=20)
+    assert len(np.unique(codes, axis=0)) == 84
+    groups = np.bincount(codes[:, 0])
+    assert groups.max() > 6  # uncapped: 6 clusters of 84 points cannot all stay within Q
+    assert codes[:, 1].max() + 1 == groups.max()  # the last table holds as many rows as the largest group needs
+    small = np.flatnonzero(np.arange(84) >= 80)
+    assert len(set(codes[small, 0])) <= 4  # the 4-point blob fills no more clusters than it has points
 
 
 def test_kmeans_first_digit_groups_nearby_points():
@@ -144,20 +160,42 @@ def test_kmeans_first_digit_groups_nearby_points():
         assert len(set(blob[codes[:, 0] == cluster])) == 1
 
 
-def test_cluster_assignment_on_the_packaged_minilm(minilm_matrix, tmp_path):
-    n = minilm_matrix.shape[0]
-    assignment = ClusterAssignment(source="unused", method="equal", max_iter=4, cache_dir=str(tmp_path))
-    codes = cluster_codes(minilm_matrix, 3, 32, "equal", seed=0, max_iter=4)
-    assert codes.shape == (n, 3)
-    assert len(np.unique(codes, axis=0)) == n
+def test_equal_size_clusters_of_the_packaged_minilm_keep_q_rows(minilm_path, tmp_path):
+    assignment = ClusterAssignment(source=minilm_path, method="equal", max_iter=4, cache_dir=str(tmp_path))
+    emb = SubspaceEmbedding(30522, 384, num_tables=3, table_size=32, assignment=assignment)
+    assert not emb.shaped_by_prepare
+    emb.prepare()
+    codes = emb.codes.numpy()
+    assert len(np.unique(codes, axis=0)) == 30522
     first = np.bincount(codes[:, 0], minlength=32)
     assert first.max() - first.min() <= 1  # equal-size groups, within 1
     groups = codes[:, 0] * 32 + codes[:, 1]
     for g in np.unique(codes[:, 0])[:5]:  # second split is equal-size inside each group too
         sizes = np.bincount(codes[codes[:, 0] == g, 1], minlength=32)
         assert sizes.max() - sizes.min() <= 1
-    assert np.bincount(groups).max() <= 32  # room for a distinct last digit
+    assert np.bincount(groups).max() <= 32 and codes.max() < 32  # room for a distinct last digit
+    assert [t.shape[0] for t in emb.tables] == [32, 32, 32]
+    assert emb.num_embedding_parameters() == 32 * 384 and emb.table_rows is None
     assert repr(assignment).startswith("ClusterAssignment(")
+
+
+def test_naive_kmeans_tables_of_the_packaged_minilm_grow_beyond_q(minilm_path, tmp_path):
+    assignment = ClusterAssignment(source=minilm_path, method="kmeans", max_iter=4, cache_dir=str(tmp_path))
+    emb = SubspaceEmbedding(30522, 384, num_tables=3, table_size=32, assignment=assignment)
+    assert emb.shaped_by_prepare and emb.num_embedding_parameters() == 32 * 384  # Q rows until the codes exist
+    emb.prepare()
+    codes = emb.codes.numpy()
+    assert len(np.unique(codes, axis=0)) == 30522
+    rows = [t.shape[0] for t in emb.tables]
+    assert rows == emb.table_rows == (codes.max(0) + 1).tolist()  # each table holds its largest index
+    assert rows[0] <= 32 and rows[1] <= 32 and rows[2] > 32  # the largest final group needs more than Q
+    groups = np.unique(codes[:, :2], axis=0, return_counts=True)[1]
+    assert rows[2] == groups.max()
+    assert emb.num_embedding_parameters() == sum(r * w for r, w in zip(rows, emb.widths)) > 32 * 384
+    rebuilt = SubspaceEmbedding(30522, 384, **{k: v for k, v in emb.init_args().items() if k != "assignment"},
+                                assignment=assignment)
+    rebuilt.load_state_dict(emb.state_dict())  # its config records the rows: a checkpoint loads strictly
+    assert torch.equal(rebuilt(torch.arange(30522)), emb(torch.arange(30522)))
 
 
 def test_cluster_assignment_is_cached_and_deterministic(minilm_path, tmp_path):

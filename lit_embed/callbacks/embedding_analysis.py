@@ -14,7 +14,8 @@ from lit_embed.models.base import EmbeddingModule
 
 
 class EmbeddingAnalysis(pl.Callback):
-    """PCA of the embedding vectors and layer-wise hidden-state similarity when training ends.
+    """PCA of the embedding vectors, layer-wise hidden-state similarity and each layer's PCA of hidden states
+    (the/to/and/of/a highlighted) when training ends.
 
     PNGs and ``analysis.json`` go to ``RUN_DIR/analysis/``; the figures also go to TensorBoard. Rank 0
     runs the model on its own (no collective), so it works under DDP.

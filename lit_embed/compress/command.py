@@ -31,7 +31,7 @@ from lit_embed.compress.model_io import (
     write_huggingface,
 )
 from lit_embed.compress.summary import counts, format_summary, rebuilt_cosines
-from lit_embed.compress.vocabulary import check_retention, count_tokens, split_vocabulary
+from lit_embed.compress.vocabulary import check_retention, count_tokens, coverage, split_vocabulary
 from lit_embed.data.sources import load_files, resolve_file
 from lit_embed.embeddings.text import VocabTextEncoder
 from lit_embed.errors import ConfigError, MissingFileError, OutputExistsError
@@ -135,6 +135,7 @@ def compress(
         "source": source.name,
         "method": method,
         "data": chosen.label,
+        "task": task.name if task is not None else None,
         "retention": retention,
         "k": best,
         "vocabulary": {"size": vocab, "hidden": hidden, "seen": split.seen, "kept": split.kept,
@@ -142,6 +143,7 @@ def compress(
                        "special_ids": list(split.special_ids)},
         **counts(source.weight, strategy, source.module if source.module is not None else source.hf_model),
         "cosine": rebuilt_cosines(source.weight, strategy, split.common_ids),
+        "coverage": None if chosen.module is None else coverage(chosen.module.test_examples(), encoder, split.common_ids),
         "validation": validation,
     }
 

@@ -84,6 +84,10 @@ def format_summary(report: dict) -> str:
     rare = "n/a" if c["rare"] is None else f"{c['rare']:.4f}"
     lines += ["", f"Cosine similarity of rebuilt to original rows (Table 9): rare {rare}, common {c['common']:.4f}, "
               f"all {c['all']:.4f}; common rows bit-identical: {'yes' if c['common_rows_identical'] else 'no'}."]
+    covered = report.get("coverage")
+    if covered:
+        lines += ["", f"Coverage of the test data ({covered['examples']:,} examples) by V_C: tokens {100 * covered['tokens']:.2f}% "
+                  f"(Table 5), sentences {100 * covered['sentences']:.2f}% (Table 6)."]
     validation = report.get("validation")
     if validation:
         scores = ", ".join(f"k={k}: {s:.4f}" for k, s in validation["scores"].items())

@@ -60,6 +60,30 @@ def split_vocabulary(counts: np.ndarray, retention: float, special_ids: Iterable
     return VocabularySplit(torch.as_tensor(common, dtype=torch.long), seen, kept, specials)
 
 
+def coverage(examples: Iterable[list[str]], encoder: VocabTextEncoder, common_ids: torch.Tensor) -> dict:
+    """The sparse-coding paper's coverage of test data by V_C: the share of its tokens that are common (Table 5)
+    and of its examples whose every token is (Table 6: there the compressed model computes exactly as the original).
+
+    An example is what the model reads (both sides of a pair); no special tokens are counted.
+    """
+    common = np.zeros(int(common_ids.max()) + 1 if len(common_ids) else 0, dtype=bool)
+    common[common_ids.numpy()] = True
+    tokens = covered_tokens = examples_seen = covered_examples = 0
+    for batch in _batches(examples, 1000):
+        flat = encoder.encode([text for example in batch for text in example])
+        start = 0
+        for example in batch:
+            ids = np.concatenate([np.asarray(a, dtype=np.int64) for a in flat[start:start + len(example)]] or [np.zeros(0, np.int64)])
+            start += len(example)
+            hits = int(common[ids[ids < len(common)]].sum())
+            tokens, covered_tokens = tokens + len(ids), covered_tokens + hits
+            examples_seen, covered_examples = examples_seen + 1, covered_examples + (hits == len(ids))
+    if examples_seen == 0:
+        raise ConfigError("the task's test sets hold no example: coverage needs the test data")
+    return {"tokens": covered_tokens / tokens if tokens else 1.0, "sentences": covered_examples / examples_seen,
+            "examples": examples_seen}
+
+
 def check_retention(retention: float) -> None:
     if not 0.0 < retention <= 1.0:
         raise ConfigError(

@@ -174,6 +174,15 @@ class TaskDataModule(TextDataModule):
             for column in self.task.text_columns:
                 yield from split([_text(t) for t in batch[column]])
 
+    def test_examples(self) -> Iterator[list[str]]:
+        """The texts of each example of the test sets (one per side of a pair, after any ``pretokenize``), for the
+        sparse-coding paper's coverage of the test data by the common tokens (its Tables 5 and 6). Needs no model."""
+        split = _Pretokenizer(self.pretokenize)
+        for rows in self._load_all(self.test_sources()).values():
+            for batch in rows.select_columns(list(self.task.text_columns)).iter(batch_size=1000):
+                sides = [split([_text(t) for t in batch[column]]) for column in self.task.text_columns]
+                yield from (list(texts) for texts in zip(*sides))
+
     # -- Lightning hooks -------------------------------------------------------------------------
     def prepare_data(self) -> None:
         # Once per node, before any rank's setup: download and encode what this run needs, so that

@@ -70,6 +70,9 @@ class Task:
         data_files: a config-defined task's local files of each split (``train``, ``validation``, ``test``).
         held_out: the splits a config-defined task takes from its training rows (those it was given no data for).
         definition: the :class:`TaskDefinition` a config gave, as plain data (with the labels it resolved).
+        eval_every: training steps between validations in a paper's protocol where it does not validate once
+            per epoch (HashFormers, its Table 5); ``lit-embed fit`` applies it where the config leaves
+            ``trainer.val_check_interval`` unset, and the ModelCheckpoint on ``val/score`` keeps the best.
     """
 
     name: str
@@ -95,6 +98,7 @@ class Task:
     data_files: dict[str, tuple[str, ...]] | None = None
     held_out: tuple[str, ...] = ()
     definition: dict | None = None
+    eval_every: dict[str, int] = field(default_factory=dict)
 
     @property
     def regression(self) -> bool:
@@ -131,8 +135,15 @@ class Task:
         return [(self.header or self.name.upper(), sets[0])]
 
 
+#: HashFormers' evaluation schedule (its Table 5): training steps between validations of each GLUE task.
+HASHFORMERS_EVAL_STEPS = {"mnli": 2455, "qnli": 655, "qqp": 2275, "rte": 48, "sst2": 421, "mrpc": 69, "cola": 162,
+                          "stsb": 108}
+
+
 def _glue(name, columns, labels, metrics=("accuracy",), **kwargs) -> Task:
     kwargs.setdefault("header", name.upper())
+    if name in HASHFORMERS_EVAL_STEPS:
+        kwargs.setdefault("eval_every", {"hashformers": HASHFORMERS_EVAL_STEPS[name]})
     return Task(name, "glue", "nyu-mll/glue", name, columns, labels, metrics, source="GLUE", revision=GLUE_REVISION,
                 **kwargs)
 

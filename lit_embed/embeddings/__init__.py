@@ -2,6 +2,7 @@
 
 from lit_embed.embeddings.assignment import Assignment, ClusterAssignment, RadixAssignment
 from lit_embed.embeddings.base import EmbeddingStrategy
+from lit_embed.embeddings.canine import CanineHashEmbedding, CharacterTextEncoder
 from lit_embed.embeddings.dense import DenseEmbedding
 from lit_embed.embeddings.hash_text import HashTextEncoder
 from lit_embed.embeddings.hashers import Hasher, LSHHasher, MD5Hasher
@@ -26,6 +27,8 @@ from lit_embed.embeddings.text import FittableTextEncoder, TextEncoder, VocabTex
 __all__ = [
     "AdditiveQuantizedEmbedding",
     "Assignment",
+    "CanineHashEmbedding",
+    "CharacterTextEncoder",
     "ClusterAssignment",
     "DenseEmbedding",
     "EmbeddingStrategy",

@@ -1,8 +1,10 @@
 """Which sub-embedding each token uses: the papers' Algorithm 1 (radix) and Algorithm 2 (clusters).
 
-An assignment returns an ``(N, f)`` integer array of codes in ``[0, Q)`` whose rows are distinct, so
-that every token gets its own combination of sub-embeddings. Codes define the model: the subspace
-strategy stores them in a persistent buffer, so a checkpoint restores them exactly.
+An assignment returns an ``(N, f)`` integer array of codes whose rows are distinct, so that every token
+gets its own combination of sub-embeddings: codes in ``[0, Q)`` for radix and equal-size clusters; for
+naive k-means, whose groups have any size, code ``k`` of a token lies below the rows table ``k`` needs
+(:attr:`Assignment.tables_fit_codes`). Codes define the model: the subspace strategy stores them in a
+persistent buffer, so a checkpoint restores them exactly.
 """
 
 from __future__ import annotations
@@ -59,10 +61,12 @@ class Assignment(ABC):
 
     #: Whether the codes are cheap enough to compute when the strategy is built.
     eager: bool = True
+    #: Whether each table holds as many rows as its largest code needs (naive k-means) instead of ``table_size``.
+    tables_fit_codes: bool = False
 
     @abstractmethod
     def codes(self, num_tokens: int, num_tables: int, table_size: int) -> np.ndarray:
-        """Distinct ``(num_tokens, num_tables)`` codes in ``[0, table_size)``."""
+        """Distinct ``(num_tokens, num_tables)`` codes, in ``[0, table_size)`` unless ``tables_fit_codes``."""
 
 
 class RadixAssignment(Assignment):
@@ -82,8 +86,11 @@ class ClusterAssignment(Assignment):
     Digit 1 clusters all pretrained vectors into Q groups; digit 2 clusters each group separately
     into Q sub-groups; and so on. The last digit is a distinct index inside each group (drawn at
     random with ``seed``), so every token's code is unique. ``method="equal"`` makes the clusters of
-    each split equal in size (within 1); ``method="kmeans"`` is Lloyd's k-means, with group sizes
-    capped at ``Q^(digits left)`` only where a group would otherwise be too large for unique codes.
+    each split equal in size (within 1), so every table keeps Q rows. ``method="kmeans"`` is the papers'
+    naive k-means (Lloyd's, uncapped): clusters take any size, a group of fewer than Q points gets fewer
+    clusters, and the last digit of a group larger than Q runs past Q, so each table holds as many rows
+    as the largest index it must hold (``tables_fit_codes``; the k-sub-embedding paper's Table 3 counts
+    104k and 154k parameters for Q=100 and 200 against 51.2k and 102.4k for equal sizes).
 
     Computed once and cached on disk, keyed by a digest of the matrix and every argument.
 
@@ -120,8 +127,13 @@ class ClusterAssignment(Assignment):
     def __repr__(self) -> str:
         return f"ClusterAssignment(source={self.source!r}, method={self.method!r}, seed={self.seed})"
 
+    @property
+    def tables_fit_codes(self) -> bool:
+        return self.method == "kmeans"
+
     def codes(self, num_tokens: int, num_tables: int, table_size: int) -> np.ndarray:
-        check_capacity(num_tokens, num_tables, table_size)
+        if self.method == "equal":
+            check_capacity(num_tokens, num_tables, table_size)
         from lit_embed.embeddings.pretrained import load_embedding_matrix
 
         matrix = load_embedding_matrix(self.source)
@@ -142,12 +154,15 @@ class ClusterAssignment(Assignment):
     def _cache_key(self, matrix: torch.Tensor, num_tables: int, table_size: int) -> str:
         digest = hashlib.sha256()
         digest.update(np.ascontiguousarray(matrix.numpy()).tobytes())
-        args = (ALGORITHM_VERSION, tuple(matrix.shape), num_tables, table_size, self.method, self.seed, self.max_iter)
+        version = ALGORITHM_VERSIONS[self.method]
+        args = (version, tuple(matrix.shape), num_tables, table_size, self.method, self.seed, self.max_iter)
         digest.update(repr(args).encode())
         return digest.hexdigest()[:24]
 
 
-ALGORITHM_VERSION = 2
+#: Bumped when a method's codes change, so that cached codes of the old algorithm are not reused
+#: (kmeans 3: uncapped, as the papers ran it).
+ALGORITHM_VERSIONS = {"equal": 2, "kmeans": 3}
 
 
 def save_atomically(path: Path, array: np.ndarray) -> None:
@@ -170,13 +185,13 @@ def cluster_codes(
     """Algorithm 2 on an ``(N, dim)`` matrix; see :class:`ClusterAssignment`."""
     x = matrix.detach().to(torch.float32).cpu()
     n = x.shape[0]
-    check_capacity(n, num_tables, table_size)
+    if method == "equal":
+        check_capacity(n, num_tables, table_size)
     generator = torch.Generator().manual_seed(seed)
     codes = np.zeros((n, num_tables), dtype=np.int64)
     groups = torch.zeros(n, dtype=torch.long)  # tokens with equal digits so far share a group
     for digit in range(num_tables - 1):
-        capacity = table_size ** (num_tables - digit - 1)
-        labels, _ = grouped_kmeans(x, groups, table_size, method, capacity, generator, max_iter)
+        labels, _ = grouped_kmeans(x, groups, table_size, method, generator, max_iter)
         codes[:, digit] = labels.numpy()
         groups = groups * table_size + labels
         groups = torch.unique(groups, return_inverse=True)[1]
@@ -185,14 +200,21 @@ def cluster_codes(
 
 
 def distinct_random_digits(groups: torch.Tensor, table_size: int, generator: torch.Generator) -> torch.Tensor:
-    """A distinct digit in ``[0, Q)`` for every member of each group, drawn at random."""
+    """A distinct digit for every member of each group, drawn at random among ``max(Q, group size)``.
+
+    Equal-size groups never exceed Q; a naive k-means group larger than Q needs a digit per member.
+    """
     num_groups = int(groups.max()) + 1
     order = torch.argsort(groups, stable=True)
     sizes = torch.bincount(groups, minlength=num_groups)
     starts = torch.cumsum(sizes, 0) - sizes
     rank = torch.empty_like(groups)
     rank[order] = torch.arange(len(groups)) - starts[groups[order]]
-    permutations = torch.argsort(torch.rand(num_groups, table_size, generator=generator), dim=1)
+    width = max(table_size, int(sizes.max()))
+    scores = torch.rand(num_groups, width, generator=generator)
+    if width > table_size:  # a group draws among max(Q, its size) digits: the others sort last
+        scores[torch.arange(width)[None, :] >= sizes.clamp_min(table_size)[:, None]] = 2.0
+    permutations = torch.argsort(scores, dim=1)
     return permutations[groups, rank]
 
 
@@ -201,14 +223,14 @@ def grouped_kmeans(
     groups: torch.Tensor,
     k: int,
     method: str,
-    capacity: int,
     generator: torch.Generator,
     max_iter: int,
 ) -> tuple[torch.Tensor, float]:
     """Cluster the points of every group separately into ``k`` clusters (all groups at once).
 
     Returns local labels in ``[0, k)`` and the total inertia. ``method="equal"`` gives each
-    group's clusters sizes that differ by at most 1; ``"kmeans"`` caps sizes at ``capacity``.
+    group's clusters sizes that differ by at most 1; ``"kmeans"`` is plain Lloyd (nearest centroid,
+    any size), its labels renumbered so that each group's non-empty clusters are ``0, 1, ...``.
     """
     num_groups = int(groups.max()) + 1
     # Sort points by group once, so every group is a contiguous slice in all that follows.
@@ -222,8 +244,10 @@ def grouped_kmeans(
     labels = torch.full((len(x),), -1, dtype=torch.long)
     for _ in range(max_iter):
         distances = group_distances(x, sq, slices, centroids)  # (n, k): point i against its group's clusters
-        caps = cluster_caps(distances, groups, sizes, k, method, capacity)
-        new_labels = capacitated_assignment(distances, groups, caps, k)
+        if method == "equal":
+            new_labels = capacitated_assignment(distances, groups, equal_caps(distances, groups, sizes, k), k)
+        else:
+            new_labels = distances.argmin(1)
         converged = torch.equal(new_labels, labels)
         labels = new_labels
         centroids = update_centroids(x, groups, labels, centroids, k)
@@ -231,6 +255,8 @@ def grouped_kmeans(
             break
     distances = group_distances(x, sq, slices, centroids)
     inertia = float(distances.gather(1, labels[:, None]).sum())
+    if method != "equal":
+        labels = renumber_non_empty(groups, labels, num_groups, k)
     unsorted = torch.empty_like(labels)
     unsorted[order] = labels
     return unsorted, inertia
@@ -275,13 +301,17 @@ def group_distances(x: torch.Tensor, sq: torch.Tensor, slices: list[slice], cent
     return out.clamp_min_(0.0)
 
 
-def cluster_caps(
-    distances: torch.Tensor, groups: torch.Tensor, sizes: torch.Tensor, k: int, method: str, capacity: int
-) -> torch.Tensor:
-    """Room of every (group, cluster): equal sizes for ``"equal"``, else the uniqueness cap."""
+def renumber_non_empty(groups: torch.Tensor, labels: torch.Tensor, num_groups: int, k: int) -> torch.Tensor:
+    """Labels renumbered within each group so that its non-empty clusters are ``0, 1, ...`` in label order
+    (k-means leaves clusters empty, and a group of fewer than k points fills fewer than k)."""
+    flat = groups * k + labels
+    used = torch.bincount(flat, minlength=num_groups * k).view(num_groups, k) > 0
+    return (used.long().cumsum(1) - 1).flatten()[flat]
+
+
+def equal_caps(distances: torch.Tensor, groups: torch.Tensor, sizes: torch.Tensor, k: int) -> torch.Tensor:
+    """Room of every (group, cluster) for equal sizes: each group's size split into k parts within 1."""
     num_groups = len(sizes)
-    if method == "kmeans":
-        return torch.full((num_groups * k,), capacity, dtype=torch.long)
     floor, extra = sizes // k, sizes % k
     # The clusters most in demand (most points nearest to them) take the extra members.
     nearest = groups * k + distances.argmin(1)

@@ -85,6 +85,12 @@ class EmbeddingStrategy(CheckpointSized, ABC):
         A no-op where the state is built with the module or already restored from a checkpoint.
         """
 
+    @property
+    def shaped_by_prepare(self) -> bool:
+        """Whether parameter shapes wait for :meth:`prepare` (naive k-means tables are sized by their codes):
+        ``lit-embed params`` then prepares the strategy before counting."""
+        return False
+
     def load_pretrained(self, weight: Tensor) -> bool:
         """Start from a pretrained ``V x d`` word-embedding matrix (a HuggingFace encoder's).
 

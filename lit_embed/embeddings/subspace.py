@@ -6,7 +6,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from lit_embed.embeddings.assignment import Assignment, RadixAssignment, radix_codes, smallest_table_size
+from lit_embed.embeddings.assignment import Assignment, RadixAssignment, smallest_table_size
 from lit_embed.embeddings.base import EmbeddingStrategy
 from lit_embed.errors import ConfigError
 
@@ -14,9 +14,11 @@ from lit_embed.errors import ConfigError
 class SubspaceEmbedding(EmbeddingStrategy):
     """f tables of Q rows; token n is ``concat_k table_k[c_k(n)]`` (the papers' k-sub-embedding).
 
-    Table k has ``hidden_size // f`` columns and the last takes the remainder, so the tables hold
+    Table k has ``hidden_size // f`` columns and the last takes the remainder, so Q-row tables hold
     ``Q * hidden_size`` parameters in all. The codes ``c(n)`` come from the ``assignment`` and live in
-    the persistent buffer ``codes``, so a checkpoint restores them exactly on every rank.
+    the persistent buffer ``codes``, so a checkpoint restores them exactly on every rank. Where the
+    assignment sizes the tables from its codes (naive k-means), each table gets as many rows as its
+    largest code needs when the codes are computed or loaded, and ``table_rows`` records them.
 
     Args:
         vocab_size: number of vocabulary ids N.
@@ -26,8 +28,11 @@ class SubspaceEmbedding(EmbeddingStrategy):
             ``ceil(N^(1/f))``, which the released code writes ``floor(N^(1/f)) + 1``).
         assignment: :class:`RadixAssignment` (Algorithm 1, default) or :class:`ClusterAssignment`
             (Algorithm 2).
-        padding_idx: if given, that id gets a dedicated all-zero row (``Q+1`` rows per table).
+        padding_idx: if given, that id gets a dedicated all-zero row (one more row per table).
         init_range: tables start uniform in ``[-init_range, init_range]`` as in the released code.
+        table_rows: the rows of each table (padding row excluded) where the assignment sizes them from
+            its codes; left unset, the codes set it (and the strategy's config records it, so that a
+            checkpoint's model is rebuilt with its shapes).
     """
 
     sized_by_checkpoint = ("codes",)  # a grown vocabulary has more rows
@@ -41,6 +46,7 @@ class SubspaceEmbedding(EmbeddingStrategy):
         assignment: Assignment | None = None,
         padding_idx: int | None = None,
         init_range: float = 0.1,
+        table_rows: list[int] | None = None,
     ) -> None:
         super().__init__(vocab_size, hidden_size)
         if num_tables < 1:
@@ -62,27 +68,69 @@ class SubspaceEmbedding(EmbeddingStrategy):
         self.assignment = assignment or RadixAssignment()
         self.padding_idx = padding_idx
         self.init_range = init_range
+        if table_rows is not None:
+            if not self.assignment.tables_fit_codes:
+                raise ConfigError(
+                    f"table_rows={table_rows}: {self.assignment!r} gives every table Q={self.table_size} rows; "
+                    f"table_rows is for assignments that size the tables by their codes (ClusterAssignment, method kmeans)"
+                )
+            if len(table_rows) != num_tables or min(table_rows) < 1:
+                raise ConfigError(f"table_rows={table_rows} must give {num_tables} positive row counts, one per table")
+        self.table_rows = None if table_rows is None else [int(r) for r in table_rows]
         widths = [hidden_size // num_tables] * num_tables
         widths[-1] += hidden_size - sum(widths)
         self.widths = widths
-        rows = self.table_size + (padding_idx is not None)
-        self.tables = nn.ParameterList(
-            nn.Parameter(torch.empty(rows, w).uniform_(-init_range, init_range)) for w in widths
-        )
-        if padding_idx is not None:
-            for table in self.tables:
-                table.data[self.table_size].zero_()
+        self.tables = nn.ParameterList(self._new_table(rows, w) for rows, w in zip(self.rows, widths))
         codes = torch.full((vocab_size, num_tables), -1, dtype=torch.long)
         self.register_buffer("codes", codes, persistent=True)
         self._codes_ready = False
         if self.assignment.eager:
             self.assign()
 
+    # -- tables ----------------------------------------------------------------------------------
+    @property
+    def rows(self) -> list[int]:
+        """Rows of each table, the padding row excluded: Q, or what the codes need (``table_rows``)."""
+        return self.table_rows or [self.table_size] * self.num_tables
+
+    @property
+    def shaped_by_prepare(self) -> bool:
+        return self.assignment.tables_fit_codes and not self._codes_ready
+
+    def _new_table(self, rows: int, width: int, generator: torch.Generator | None = None) -> nn.Parameter:
+        table = torch.empty(rows + (self.padding_idx is not None), width)
+        table.uniform_(-self.init_range, self.init_range, generator=generator)
+        if self.padding_idx is not None:
+            table[rows].zero_()
+        return nn.Parameter(table)
+
+    def _fit_tables(self, codes: Tensor) -> None:
+        """Size each table by the largest of ``codes`` it holds (assignments with ``tables_fit_codes``).
+
+        A table whose size changes starts afresh (before training: the codes are computed or loaded first),
+        drawn from the run's seed (``torch.initial_seed()``, which ``seed_everything`` sets), not from the
+        global generator's position: one process and every DDP rank draw the same tables.
+        """
+        real = codes if self.padding_idx is None else codes[torch.arange(len(codes)) != self.padding_idx]
+        needed = (real.amax(0) + 1).tolist()
+        if self.table_rows is not None and needed != self.table_rows:
+            raise ConfigError(
+                f"the assignment's codes need tables of {needed} rows but table_rows={self.table_rows}: leave "
+                f"table_rows unset to size the tables by the codes"
+            )
+        self.table_rows = needed
+        generator = torch.Generator().manual_seed(torch.initial_seed())
+        for k, (rows, width) in enumerate(zip(needed, self.widths)):
+            if self.tables[k].shape[0] != rows + (self.padding_idx is not None):
+                self.tables[k] = self._new_table(rows, width, generator).to(self.tables[k].device)
+
     # -- codes -----------------------------------------------------------------------------------
     def assign(self) -> None:
         """Compute the codes from the assignment (done at build time for radix, in ``prepare`` else)."""
-        codes = self.assignment.codes(self.vocab_size, self.num_tables, self.table_size)
-        self._set_codes(torch.as_tensor(np.asarray(codes), dtype=torch.long))
+        codes = torch.as_tensor(np.asarray(self.assignment.codes(self.vocab_size, self.num_tables, self.table_size)))
+        if self.assignment.tables_fit_codes:
+            self._fit_tables(codes)
+        self._set_codes(codes.long())
 
     def prepare(self) -> None:
         if not self._codes_ready:
@@ -91,36 +139,47 @@ class SubspaceEmbedding(EmbeddingStrategy):
     def _set_codes(self, codes: Tensor) -> None:
         if self.padding_idx is not None:
             codes = codes.clone()
-            codes[self.padding_idx] = self.table_size
+            codes[self.padding_idx] = torch.as_tensor(self.rows)  # each table's dedicated zero row
         self.codes.copy_(codes.to(self.codes.device))
         self._codes_ready = True
 
     def on_sized_load(self, names: list[str]) -> None:
-        """Codes from a checkpoint are ready, and give the vocabulary size (a grown vocabulary's is larger)."""
+        """Codes from a checkpoint (or rank 0) are ready, and give the vocabulary size (a grown vocabulary's is
+        larger) and, where the assignment sizes the tables, each table's rows (before the tables load)."""
         self.vocab_size = self.codes.shape[0]
+        if self.assignment.tables_fit_codes:
+            self.table_rows = None  # the loaded codes decide
+            self._fit_tables(self.codes)
         self._codes_ready = True
 
     def grow_vocab(self, new_vocab_size: int) -> None:
         """Give tokens added to the tokenizer after training unused codes: no new parameters.
 
         Codes already in use keep their meaning; new ids take the smallest unused code tuples
-        (in radix order). This is the papers' claim that sub-embeddings avoid the OOV problem.
+        (in radix order, each digit below its table's rows). This is the papers' claim that
+        sub-embeddings avoid the OOV problem.
         """
         self.prepare()
         extra = new_vocab_size - self.vocab_size
         if extra < 0:
             raise ConfigError(f"new_vocab_size={new_vocab_size} is below the current {self.vocab_size}")
-        q, f = self.table_size, self.num_tables
-        real = self.codes[(self.codes < q).all(1)].cpu().numpy()  # the pad row's code is not a tuple in [0, Q)^f
-        used = set((real @ q ** np.arange(f, dtype=np.int64)).tolist())  # each tuple as its radix integer
-        if extra > q**f - len(used):
-            raise ConfigError(f"{extra} new tokens but only {q**f - len(used)} unused codes with Q={q}, f={f}: raise Q")
+        rows = np.asarray(self.rows, dtype=np.int64)
+        space = int(np.prod(rows))
+        real = self.codes.cpu().numpy()
+        real = real[(real < rows).all(1)]  # the pad token's code is each table's extra row
+        place = np.concatenate([[1], np.cumprod(rows)[:-1]])  # mixed radix: digit k counts place[k]
+        used = set((real @ place).tolist())  # each tuple as its radix integer
+        if extra > space - len(used):
+            raise ConfigError(
+                f"{extra} new tokens but only {space - len(used)} unused codes with tables of {self.rows} rows, "
+                f"f={self.num_tables}: raise Q"
+            )
         fresh: list[int] = []
         start = 0
         while len(fresh) < extra:
-            fresh.extend(v for v in range(start, min(q**f, start + 4 * extra + 64)) if v not in used)
+            fresh.extend(v for v in range(start, min(space, start + 4 * extra + 64)) if v not in used)
             start += 4 * extra + 64
-        new = torch.as_tensor(radix_codes(np.array(fresh[:extra]), f, q), device=self.codes.device)
+        new = torch.as_tensor((np.array(fresh[:extra])[:, None] // place) % rows, device=self.codes.device)
         self.codes = torch.cat([self.codes, new])
         self.vocab_size = new_vocab_size
 
@@ -139,8 +198,8 @@ class SubspaceEmbedding(EmbeddingStrategy):
     def forward(self, codes: Tensor) -> Tensor:
         self._check_ready()
         sub = self.codes[codes]  # (..., f)
-        pad = self.table_size if self.padding_idx is not None else None
-        parts = [nn.functional.embedding(sub[..., k], t, padding_idx=pad) for k, t in enumerate(self.tables)]
+        pads = self.rows if self.padding_idx is not None else [None] * self.num_tables
+        parts = [nn.functional.embedding(sub[..., k], t, padding_idx=pad) for k, (t, pad) in enumerate(zip(self.tables, pads))]
         return torch.cat(parts, dim=-1)
 
     def decoder_logits(self, hidden: Tensor) -> Tensor:
@@ -152,10 +211,11 @@ class SubspaceEmbedding(EmbeddingStrategy):
         any f (``tools/bench``: a loop of f gathers grows with f; the gathered matrix costs as dense).
         """
         self._check_ready()
-        rows = self.tables[0].shape[0]
+        rows = torch.tensor([table.shape[0] for table in self.tables], device=self.codes.device)
         scores = torch.cat([part @ table.T for part, table in zip(hidden.split(self.widths, dim=-1), self.tables)], 1)
-        offsets = torch.arange(self.num_tables, device=self.codes.device) * rows
+        offsets = torch.cumsum(rows, 0) - rows  # where each table's rows start among the scores
         return nn.functional.embedding_bag(self.codes + offsets, scores.T.contiguous(), mode="sum").T
 
     def extra_repr(self) -> str:
-        return f"vocab_size={self.vocab_size}, hidden_size={self.hidden_size}, f={self.num_tables}, Q={self.table_size}"
+        rows = f", rows={self.table_rows}" if self.table_rows is not None else ""
+        return f"vocab_size={self.vocab_size}, hidden_size={self.hidden_size}, f={self.num_tables}, Q={self.table_size}{rows}"

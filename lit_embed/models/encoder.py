@@ -9,6 +9,7 @@ from __future__ import annotations
 import inspect
 from typing import Literal
 
+import torch
 from torch import Tensor, nn
 
 from lit_embed._compat import auto_model_class
@@ -16,14 +17,17 @@ from lit_embed.embeddings.state import public_class_path
 from lit_embed.errors import ConfigError
 from lit_embed.hub import explain_unreachable, known_architecture, resolve_pretrained
 
-ARCHITECTURES = {"roberta": "RobertaConfig", "xlm-roberta": "XLMRobertaConfig", "bert": "BertConfig"}
+ARCHITECTURES = {"roberta": "RobertaConfig", "xlm-roberta": "XLMRobertaConfig", "bert": "BertConfig", "canine": "CanineConfig"}
 
 
 class Encoder(nn.Module):
-    """A transformer encoder built from a config (RoBERTa, XLM-R or BERT) or a pretrained model.
+    """A transformer encoder built from a config (RoBERTa, XLM-R, BERT or CANINE) or a pretrained model.
+
+    CANINE (``canine``; ``google/canine-c``) reads characters: its hash tables move to the strategy
+    (:class:`lit_embed.embeddings.CanineHashEmbedding`), and it keeps its downsampling and character positions.
 
     Args:
-        arch: ``roberta``, ``xlm-roberta`` or ``bert``.
+        arch: ``roberta``, ``xlm-roberta``, ``bert`` or ``canine``.
         hidden_size, num_layers, num_heads, intermediate_size: the transformer's shape.
         max_position_embeddings: learned positions (RoBERTa/XLM-R use ``max_length + 2``).
         type_vocab_size: token-type embeddings (1 for RoBERTa, 2 for BERT).
@@ -37,7 +41,7 @@ class Encoder(nn.Module):
 
     def __init__(
         self,
-        arch: Literal["roberta", "xlm-roberta", "bert"] = "roberta",
+        arch: Literal["roberta", "xlm-roberta", "bert", "canine"] = "roberta",
         hidden_size: int = 512,
         num_layers: int = 8,
         num_heads: int = 8,
@@ -64,8 +68,6 @@ class Encoder(nn.Module):
             # from_pretrained returns the model in eval mode (dropout off) and Lightning keeps each module's
             # mode: without train() a fine-tuning would run with no dropout (the papers fine-tune with 0.1).
             self.model = _load_pretrained(pretrained, pooler).train()
-            #: The pretrained word-embedding matrix until the module hands it to its strategy.
-            self.pretrained_word_embeddings = self.model.get_input_embeddings().weight.detach().clone()
         else:
             if arch not in ARCHITECTURES:
                 raise ConfigError(f"arch={arch!r} is not supported: use one of {sorted(ARCHITECTURES)}")
@@ -83,12 +85,12 @@ class Encoder(nn.Module):
                 type_vocab_size=type_vocab_size,
                 hidden_dropout_prob=dropout,
                 attention_probs_dropout_prob=attention_dropout,
-                pad_token_id=0 if arch == "bert" else 1,
+                pad_token_id=0 if arch in ("bert", "canine") else 1,
             )
             self.model = transformers.AutoModel.from_config(config, add_pooling_layer=pooler)
-            self.pretrained_word_embeddings = None
-        del self.model.embeddings.word_embeddings
-        self.model.embeddings.word_embeddings = None
+        weight = _remove_word_embeddings(self.model)
+        #: The pretrained word-embedding matrix until the module hands it to its strategy.
+        self.pretrained_word_embeddings = weight if pretrained is not None else None
         config = self.model.config
         self.hidden_size = config.hidden_size
         # RoBERTa-style position ids start after the padding index.
@@ -171,6 +173,24 @@ def _load_pretrained(name: str, pooler: bool) -> nn.Module:
         raise explain_unreachable(name, "pretrained encoder", error) from error
     except KeyError as error:
         raise ConfigError(f"{name!r} is not an encoder AutoModel can load: use a BERT-like encoder") from error
+
+
+def _remove_word_embeddings(model: nn.Module) -> Tensor:
+    """Take the input embedding table out of ``model`` (the strategy owns it); returns its weight.
+
+    CANINE's are its hash tables (``HashBucketCodepointEmbedder_k``), returned side by side.
+    """
+    if model.config.model_type == "canine":
+        embeddings = model.char_embeddings
+        names = [f"HashBucketCodepointEmbedder_{k}" for k in range(model.config.num_hash_functions)]
+        weight = torch.cat([getattr(embeddings, name).weight.detach() for name in names], dim=1)
+        for name in names:
+            delattr(embeddings, name)
+        return weight
+    weight = model.get_input_embeddings().weight.detach().clone()
+    del model.embeddings.word_embeddings
+    model.embeddings.word_embeddings = None
+    return weight
 
 
 def count_parameters(module: nn.Module) -> int:

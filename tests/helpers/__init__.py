@@ -26,4 +26,9 @@ def tiny_encoder(hidden: int = 32, **kwargs):
     return Encoder(hidden_size=hidden, num_layers=1, num_heads=2, intermediate_size=64, max_position_embeddings=66, **kwargs)
 
 
-__all__ = ["CONFIGS", "REPO", "go_offline", "tiny_encoder"]
+#: A one-layer CANINE from its config (google/canine-c is on the hub), as a ``--model.init_args.encoder`` value.
+TINY_CANINE = ('{"class_path": "lit_embed.models.Encoder", "init_args": {"arch": "canine", "hidden_size": 32, '
+               '"num_layers": 1, "num_heads": 2, "intermediate_size": 64, "max_position_embeddings": 256, "pretrained": null}}')
+
+
+__all__ = ["CONFIGS", "REPO", "TINY_CANINE", "go_offline", "tiny_encoder"]

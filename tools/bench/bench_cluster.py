@@ -53,7 +53,7 @@ def one_split(name: str, method: str, x: torch.Tensor, q: int) -> tuple[float, n
     start = time.perf_counter()
     if method in ("equal", "kmeans"):
         groups = torch.zeros(len(x), dtype=torch.long)
-        labels, _ = grouped_kmeans(x, groups, q, method, len(x), torch.Generator().manual_seed(0), max_iter=20)
+        labels, _ = grouped_kmeans(x, groups, q, method, torch.Generator().manual_seed(0), max_iter=20)
         labels = labels.numpy()
     elif method == "sklearn":
         from sklearn.cluster import KMeans
