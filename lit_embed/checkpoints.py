@@ -179,6 +179,7 @@ def load_model(name: str | os.PathLike, what: str = "checkpoint"):
     """
     import pytorch_lightning as pl
 
+    from lit_embed.embeddings.state import fixed_shapes
     from lit_embed.runs import start_checkpoint
 
     path = start_checkpoint(name, what)
@@ -187,7 +188,7 @@ def load_model(name: str | os.PathLike, what: str = "checkpoint"):
     if config is None:
         raise CheckpointError(f"{what} {str(path)!r} does not record its model's config: it was not written by `lit-embed fit`")
     module = build_from_config(pl.LightningModule, config, "model")
-    details = state_differences(module.state_dict(), checkpoint["state_dict"], sized={n for n, _ in module.named_parameters()})
+    details = state_differences(module.state_dict(), checkpoint["state_dict"], sized={n for n, _ in module.named_parameters()} & fixed_shapes(module))
     if details:
         raise CheckpointError(f"{what} {str(path)!r} does not fit the model it records ({details})")
     module.load_state_dict(checkpoint["state_dict"])
@@ -198,8 +199,9 @@ def state_differences(expected: dict[str, torch.Tensor], found: dict[str, torch.
                       sized: set[str] | None = None) -> str:
     """How a state dict ``found`` fails to fit a model's ``expected`` one (``""`` when it fits).
 
-    Shapes are compared for the keys in ``sized`` (default all): buffers that take their size from
-    the checkpoint (a fitted LSH vocabulary, a grown vocabulary's codes) are left out by the caller.
+    Shapes are compared for the keys in ``sized`` (default all): what takes its size from the checkpoint
+    (a fitted LSH vocabulary, a grown vocabulary's codes, tables sized by codes) is left out by the caller
+    (:func:`~lit_embed.embeddings.state.fixed_shapes`).
     """
     wrong = [f"{k} {tuple(found[k].shape)} vs {tuple(v.shape)}" for k, v in expected.items()
              if k in found and (sized is None or k in sized) and found[k].shape != v.shape]

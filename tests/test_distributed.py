@@ -172,7 +172,7 @@ def test_a_killed_ddp_run_resumes_at_its_last_step_and_data_position(mlm_runs):
 def run_ddp_and_one_process(args: list[str], root: Path, monkeypatch) -> tuple[list[dict], dict]:
     """The probes of ``args`` run under 2-process DDP and in one process; the ranks checked to agree."""
     output = run_ddp([*args, *callbacks(probe(root / "ddp"))], root)
-    assert not output.startswith("exit"), output[-4000:]
+    assert not output.startswith("exit"), output[:3000] + "\n...\n" + output[-1500:]  # rank 0's error comes first
     monkeypatch.chdir(root)
     assert main([*args, *callbacks(probe(root / "one"))]) == 0
     ranks, (single,) = load(root / "ddp"), load(root / "one")

@@ -6,8 +6,10 @@ import numpy as np
 import pytest
 import torch
 
+from lit_embed.checkpoints import state_differences
 from lit_embed.embeddings import ClusterAssignment, DenseEmbedding, RadixAssignment, SubspaceEmbedding
 from lit_embed.embeddings.assignment import cluster_codes, radix_codes, smallest_table_size
+from lit_embed.embeddings.state import fixed_shapes
 
 
 @pytest.mark.parametrize(
@@ -196,6 +198,15 @@ def test_naive_kmeans_tables_of_the_packaged_minilm_grow_beyond_q(minilm_path, t
                                 assignment=assignment)
     rebuilt.load_state_dict(emb.state_dict())  # its config records the rows: a checkpoint loads strictly
     assert torch.equal(rebuilt(torch.arange(30522)), emb(torch.arange(30522)))
+    # A config that does not record the rows (a fine-tuning YAML naming the strategy) takes the checkpoint's:
+    # the tables' shapes are the checkpoint's to decide, not a difference to refuse.
+    unsized = SubspaceEmbedding(30522, 384, num_tables=3, table_size=32, assignment=assignment)
+    assert {f"tables.{k}" for k in range(3)} | {"codes"} == set(unsized.state_dict()) - fixed_shapes(unsized)
+    assert state_differences(unsized.state_dict(), emb.state_dict(), sized=fixed_shapes(unsized)) == ""
+    unsized.load_state_dict(emb.state_dict())
+    assert torch.equal(unsized(torch.arange(30522)), emb(torch.arange(30522)))
+    radix = SubspaceEmbedding(30522, 384, num_tables=3, table_size=32)
+    assert set(radix.state_dict()) - fixed_shapes(radix) == {"codes"}  # equal-size tables stay fixed
 
 
 def test_cluster_assignment_is_cached_and_deterministic(minilm_path, tmp_path):

@@ -30,6 +30,7 @@ from lit_embed.checkpoints import (
 )
 from lit_embed.embeddings.base import EmbeddingStrategy
 from lit_embed.embeddings.dense import DenseEmbedding
+from lit_embed.embeddings.state import fixed_shapes
 from lit_embed.errors import CheckpointError, ConfigError, MissingFileError, OutputExistsError
 from lit_embed.files import process_alive
 from lit_embed.hub import explain_unreachable, remote_code_trusted, resolve_pretrained
@@ -90,7 +91,7 @@ def _load_checkpoint(path: Path, model_config: str | None, untie: bool) -> Sourc
     raw = read_checkpoint(path)
     config = _model_config(raw, path, model_config)
     module = build_from_config(pl.LightningModule, config, "model")
-    details = state_differences(module.state_dict(), raw["state_dict"])
+    details = state_differences(module.state_dict(), raw["state_dict"], sized=fixed_shapes(module))
     if details:
         raise CheckpointError(f"checkpoint {str(path)!r} does not fit its model config ({details}): pass "
                               f"--model_config FILE, the config it was trained with")

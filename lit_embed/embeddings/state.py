@@ -47,6 +47,19 @@ class CheckpointSized(nn.Module):
     def on_sized_load(self, names: list[str]) -> None:
         """Called after loading a state dict that held the buffers ``names`` (of ``sized_by_checkpoint``)."""
 
+    def shaped_by_checkpoint(self) -> set[str]:
+        """Names (in this module's state dict) whose shape a loaded checkpoint decides: the buffers of
+        ``sized_by_checkpoint`` and what :meth:`on_sized_load` resizes after them."""
+        return set(self.sized_by_checkpoint)
+
+
+def fixed_shapes(module: nn.Module) -> set[str]:
+    """The keys of ``module``'s state dict whose shapes its config fixes (a checkpoint must match them): all
+    but those a :class:`CheckpointSized` submodule takes from the checkpoint."""
+    free = {f"{prefix}.{name}" if prefix else name for prefix, sub in module.named_modules()
+            if isinstance(sub, CheckpointSized) for name in sub.shaped_by_checkpoint()}
+    return set(module.state_dict()) - free
+
 
 def public_class_path(cls: type) -> str:
     """The stable name of a class: ``lit_embed.<package>.<Name>`` where that package exports it
@@ -114,4 +127,4 @@ def as_plain(value: Any, where: str) -> Any:
     return value.config() if hasattr(value, "config") else config_of(value)
 
 
-__all__ = ["CheckpointSized", "as_plain", "config_of", "init_args_of", "public_class_path"]
+__all__ = ["CheckpointSized", "as_plain", "config_of", "fixed_shapes", "init_args_of", "public_class_path"]

@@ -152,6 +152,11 @@ class SubspaceEmbedding(EmbeddingStrategy):
             self._fit_tables(self.codes)
         self._codes_ready = True
 
+    def shaped_by_checkpoint(self) -> set[str]:
+        """The codes, and the tables where the codes size them (naive k-means): ``on_sized_load`` refits them."""
+        tables = {f"tables.{k}" for k in range(self.num_tables)} if self.assignment.tables_fit_codes else set()
+        return super().shaped_by_checkpoint() | tables
+
     def grow_vocab(self, new_vocab_size: int) -> None:
         """Give tokens added to the tokenizer after training unused codes: no new parameters.
 

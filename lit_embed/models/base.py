@@ -16,7 +16,7 @@ from lit_embed.data.base import TextDataModule
 from lit_embed.distributed import is_distributed, share_buffers
 from lit_embed.embeddings.base import EmbeddingStrategy
 from lit_embed.embeddings.dense import DenseEmbedding
-from lit_embed.embeddings.state import public_class_path
+from lit_embed.embeddings.state import fixed_shapes, public_class_path
 from lit_embed.embeddings.text import TextEncoder
 from lit_embed.errors import CheckpointError, ConfigError
 from lit_embed.interfaces import Collate
@@ -177,7 +177,7 @@ class EmbeddingModule(pl.LightningModule):
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Refuse, naming the difference, a checkpoint whose weights do not fit this model (resume, test)."""
-        parameters = {name for name, _ in self.named_parameters()}
+        parameters = {name for name, _ in self.named_parameters()} & fixed_shapes(self)
         details = state_differences(self.state_dict(), checkpoint["state_dict"], sized=parameters)
         if details and self.strict_loading:
             raise CheckpointError(

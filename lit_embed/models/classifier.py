@@ -31,6 +31,7 @@ from lit_embed.checkpoints import (
 )
 from lit_embed.data.collate import TaskCollator
 from lit_embed.data.tasks import Task, TaskDefinition, get_task
+from lit_embed.embeddings.state import fixed_shapes
 from lit_embed.embeddings.text import TextEncoder
 from lit_embed.errors import CheckpointError, ConfigError
 from lit_embed.interfaces import TaskData, provides
@@ -158,7 +159,7 @@ class SequenceClassifier(EmbeddingModule):
             )
         state = {k: v for k, v in raw["state_dict"].items() if k.startswith(("encoder.", "embedding."))}
         mine = {k: v for k, v in self.state_dict().items() if k.startswith(("encoder.", "embedding."))}
-        details = state_differences(mine, state)
+        details = state_differences(mine, state, sized=fixed_shapes(self))
         if details:
             raise CheckpointError(
                 f"checkpoint {name!r} does not fit the configured backbone and strategy ({details}): use the "
