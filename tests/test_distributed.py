@@ -25,6 +25,7 @@ import pytest
 import torch
 
 from lit_embed.cli import main
+from lit_embed.embeddings import Assignment
 from tests.helpers import CONFIGS, REPO
 from tests.helpers.ddp_probe import load
 
@@ -217,7 +218,7 @@ def test_finetuning_agrees_across_ranks_and_with_one_process(mlm_runs, clustered
 # -- in one process: what makes the runs above agree -----------------------------------------------------
 
 
-class CountingAssignment:
+class CountingAssignment(Assignment):
     """Radix codes, counting how often they are computed (an expensive assignment stands in for clustering)."""
 
     eager = False
