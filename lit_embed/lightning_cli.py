@@ -162,10 +162,10 @@ class LitEmbedCLI(LightningCLI):
         """Give the run lit-embed's progress bar and model summary, unless the config names its own or turns them off,
         and ``predict`` a :class:`~lit_embed.callbacks.predictions.PredictionWriter` unless it names one; ``fit``
         validates on its paper's schedule unless the config says when."""
+        if self.subcommand in (None, "fit"):  # None: run=False, the config is not nested under a subcommand
+            apply_evaluation_schedule(self.config[self.subcommand] if self.subcommand else self.config)
         if self.subcommand is None:
             return
-        if self.subcommand == "fit":
-            apply_evaluation_schedule(self.config.fit)
         trainer = self.config[self.subcommand].trainer
         configured = trainer.get("callbacks") or []
         configured = configured if isinstance(configured, list) else [configured]

@@ -94,7 +94,7 @@ def run_here(sweep: Sweep, run: Run, launch: Launch) -> int:
     Global rank 0 holds the run's lock and records its status; the other ranks of a multi-GPU run (which
     Lightning or ``srun`` start with the same command) only run it.
     """
-    from lit_embed.callbacks.guard import received_signal
+    from lit_embed.signals import received_signal
 
     if finished_results(run) is not None:
         print(f"{run.id}: complete, nothing to do")
@@ -293,7 +293,7 @@ def _wait_any(running: dict[subprocess.Popen, tuple]) -> subprocess.Popen:
 def _stop(running: dict[subprocess.Popen, tuple]) -> None:
     """This launch was stopped by a signal: pass it on once to every run (each saves a resumable checkpoint)
     and wait for them."""
-    from lit_embed.callbacks.guard import received_signal
+    from lit_embed.signals import received_signal
 
     signum = received_signal() or signal.SIGTERM
     for process in running:
