@@ -24,7 +24,7 @@ LIGHTNING_COMMANDS = {
     "fit": "train a model from a config (--config FILE): pre-training, fine-tuning; --ckpt_path last resumes",
     "validate": "evaluate a checkpoint (--ckpt_path) on the validation data of a config",
     "test": "evaluate a checkpoint (--ckpt_path) on the test data of a config",
-    "predict": "write a checkpoint's predictions (labels and probabilities, or scores) to the run folder",
+    "predict": "write a checkpoint's predictions to the run folder: labels and probabilities, scores, or a MaskedLM's <mask> fills",
 }
 
 
