@@ -71,7 +71,8 @@ def _fill(folder: Path, module, checkpoint: dict, path: Path, tokenizer: str | N
     extra: dict = {}
     if classifier:
         task = module.task
-        extra["classifier"] = {"pre_classifier": module.pre_classifier is not None, "regression": task.regression}
+        extra["classifier"] = {"pre_classifier": module.pre_classifier is not None, "regression": task.regression,
+                               "dropout": module.classifier[0].p}
         extra["num_labels"] = task.num_outputs
         if not task.regression:
             extra["id2label"] = dict(enumerate(task.labels))

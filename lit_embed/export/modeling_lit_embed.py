@@ -104,9 +104,10 @@ class LitEmbedForSequenceClassification(LitEmbedPreTrainedModel):
         self.lit_embed = LitEmbedModel(config)
         hidden = config.backbone["hidden_size"]
         head = config.classifier or {}
-        self.pre_classifier = (nn.Sequential(nn.Dropout(0.0), nn.Linear(hidden, hidden), nn.Tanh())
+        dropout = head.get("dropout", 0.1)  # lit-embed's, for fine-tuning further
+        self.pre_classifier = (nn.Sequential(nn.Dropout(dropout), nn.Linear(hidden, hidden), nn.Tanh())
                                if head.get("pre_classifier") else None)
-        self.classifier = nn.Sequential(nn.Dropout(0.0), nn.Linear(hidden, config.num_labels))
+        self.classifier = nn.Sequential(nn.Dropout(dropout), nn.Linear(hidden, config.num_labels))
         self.post_init()
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
