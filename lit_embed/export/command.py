@@ -206,7 +206,9 @@ def check_replaceable(out: Path) -> None:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="lit-embed export", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="lit-embed export", description=(
+        "Write a checkpoint as a folder that transformers loads without lit-embed: "
+        "AutoModel (or AutoModelForSequenceClassification).from_pretrained(OUT, trust_remote_code=True)."))
     parser.add_argument("--ckpt", required=True, help="a lit-embed checkpoint (.ckpt), a run folder or an experiment folder")
     parser.add_argument("--out", required=True, help="the folder to write (must not exist, unless --overwrite)")
     parser.add_argument("--overwrite", action="store_true", help="replace --out if it is an earlier export")
