@@ -13,7 +13,7 @@ import torch
 
 from lit_embed.checkpoints import FACTS, describe, load_model
 from lit_embed.cli import main
-from lit_embed.embeddings import DenseEmbedding, HashPool, HashProj, SparseCodedEmbedding
+from lit_embed.embeddings import DenseEmbedding, HashPool, HashProj, SparseCodedEmbedding, VocabTextEncoder
 from lit_embed.export.command import MARKER, export
 from lit_embed.models import MaskedLM, SequenceClassifier, ShuffleRandom
 from tests.helpers import REPO, tiny_encoder
@@ -81,7 +81,7 @@ def exported(tmp_path_factory):
         else:
             export(str(checkpoints[name]), str(folder))
         job = {"folder": str(folder), "auto": auto, "out": str(tmp / f"{name}.pt")}
-        if name.startswith("hash"):
+        if name.startswith("hash") or name == "subspace-classifier":
             job["texts"] = TEXTS
         else:
             ids = torch.randint(0, 30522, (2, 7), generator=torch.Generator().manual_seed(0))
@@ -112,6 +112,10 @@ def test_export_computes_what_lit_embed_computes(exported, name):
     if name.startswith("hash"):  # the folder's own hashing gives lit-embed's codes
         codes = module.text_encoder(None).encode(TEXTS)
         assert torch.equal(inputs["input_ids"][0, 1:-1], torch.as_tensor(codes[0]))
+    elif name == "subspace-classifier":  # the folder's tokenizer gives lit-embed's codes
+        encoder = VocabTextEncoder(TOKENIZER)
+        expected_ids = [int(encoder.special_code("cls")), *encoder.encode(TEXTS[:1])[0], int(encoder.special_code("sep"))]
+        assert inputs["input_ids"][0, : len(expected_ids)].tolist() == expected_ids
     else:
         assert (folder / "tokenizer.json").is_file()
     card = (folder / "README.md").read_text()

@@ -143,7 +143,7 @@ def model_card(module, provenance: dict, classifier: bool) -> str:
         inputs = ("inputs = model.encode_texts([\"a short text\"])  # words hashed to the strategy's codes "
                   "(lit-embed's word tokenization)")
     else:
-        inputs = "inputs = AutoTokenizer.from_pretrained(DIR)([\"a short text\"], return_tensors=\"pt\")"
+        inputs = "inputs = AutoTokenizer.from_pretrained(DIR, trust_remote_code=True)([\"a short text\"], return_tensors=\"pt\")"
     try:
         parameters = format_parameters(parameter_report(module))
     except ConfigError:  # an unlimited vocabulary without a dense baseline to compare against

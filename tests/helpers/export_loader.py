@@ -3,7 +3,8 @@
     python export_loader.py JOBS.json
 
 Each job ``{"folder", "auto", "inputs" | "texts", "out"}`` loads ``folder`` with ``transformers.<auto>``
-(``trust_remote_code=True``), runs it on ``inputs`` (tensors as lists) or on ``model.encode_texts(texts)``
+(``trust_remote_code=True``), runs it on ``inputs`` (tensors as lists) or on ``texts`` (hash strategies'
+``model.encode_texts``, else the folder's tokenizer)
 and saves the inputs and the hidden states (``AutoModel``) or logits to ``out`` (``torch.save``).
 """
 
@@ -25,8 +26,11 @@ import transformers  # noqa: E402
 
 for job in json.loads(open(sys.argv[1]).read()):
     model = getattr(transformers, job["auto"]).from_pretrained(job["folder"], trust_remote_code=True).eval()
-    if "texts" in job:
+    if "texts" in job and job["auto"] == "AutoModel":  # a hash strategy: the folder hashes words itself
         inputs = model.encode_texts(job["texts"])
+    elif "texts" in job:  # the folder's tokenizer
+        tokenizer = transformers.AutoTokenizer.from_pretrained(job["folder"], trust_remote_code=True)
+        inputs = dict(tokenizer(job["texts"], return_tensors="pt", padding=True, return_token_type_ids=False))
     else:
         inputs = {key: torch.tensor(value) for key, value in job["inputs"].items()}
     with torch.no_grad():
