@@ -187,3 +187,20 @@ def test_predict_on_a_corpus_refuses_texts_without_a_mask(demo_runs, tmp_path, c
     assert _predict_fills(demo_runs["subspace"], tmp_path) == 2
     assert "needs the texts to fill in: --data.init_args.predict_input FILE" in capsys.readouterr().err
     assert not list(tmp_path.rglob("predictions.*"))
+
+
+def test_predict_on_a_corpus_refuses_a_model_that_does_not_predict_tokens():
+    """Shuffle+Random scores no vocabulary: refused before its hasher is fitted on the corpus."""
+    from types import SimpleNamespace
+
+    from lit_embed.embeddings import HashProj
+    from lit_embed.errors import ConfigError
+    from lit_embed.models import ShuffleRandom
+    from tests.helpers import tiny_encoder
+
+    model = ShuffleRandom(tiny_encoder(16), embedding=HashProj)
+    data = CorpusDataModule(files=["sample-corpus"], predict_input=["a <mask>"])
+    data.trainer = SimpleNamespace(lightning_module=model, state=SimpleNamespace(fn="predict"))
+    with pytest.raises(ConfigError, match="fills in <mask> with a MaskedLM; ShuffleRandom does not predict tokens"):
+        data.prepare_data()
+    assert data.text_encoder is None

@@ -129,21 +129,23 @@ class CorpusDataModule(TextDataModule):
         self.top_k = top_k
         self.predict_rows: datasets.Dataset | None = None
         self.predict_set: list[dict] | None = None
+        self.predict_collate: FillMaskCollator | None = None
 
     # -- Lightning hooks -------------------------------------------------------------------------
     def prepare_data(self) -> None:
+        if self._predicting():
+            self._check_fills_masks()  # before a text encoder is fitted on the corpus for nothing
         encoder = self.text_encoder_for()  # fitted here first where it depends on the corpus
         if not self.streaming and not self._predicting():
             self._blocks(encoder)  # downloads and builds the cache once per node
 
     def setup(self, stage: str | None = None) -> None:
         self.check_length(self.max_length)
+        if stage == "predict":
+            self._check_fills_masks()
         encoder = self.text_encoder_for(shared=True)
         model = self.model()
         if stage == "predict":
-            if not hasattr(model, "fill_mask"):
-                raise ConfigError(f"lit-embed predict on a corpus fills in <mask> with a MaskedLM; {type(model).__name__} "
-                                  f"does not predict tokens: fine-tune the checkpoint on a task to predict labels")
             self.predict_rows, self.predict_set = self._fill_mask_items(encoder)
             self.predict_collate = FillMaskCollator(encoder)
             return
@@ -181,6 +183,12 @@ class CorpusDataModule(TextDataModule):
 
     def _predicting(self) -> bool:
         return self.trainer is not None and self.trainer.state.fn == "predict"
+
+    def _check_fills_masks(self) -> None:
+        model = self.model()
+        if not hasattr(model, "fill_mask"):
+            raise ConfigError(f"lit-embed predict on a corpus fills in <mask> with a MaskedLM; {type(model).__name__} "
+                              f"does not predict tokens: fine-tune the checkpoint on a task to predict labels")
 
     def _fill_mask_items(self, encoder: TextEncoder) -> tuple[datasets.Dataset, list[dict]]:
         """The texts of ``predict_input`` and their codes: ``cls``, the pieces between the masks with a mask
