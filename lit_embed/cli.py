@@ -24,7 +24,7 @@ LIGHTNING_COMMANDS = {
     "fit": "train a model from a config (--config FILE): pre-training, fine-tuning; --ckpt_path last resumes",
     "validate": "evaluate a checkpoint (--ckpt_path) on the validation data of a config",
     "test": "evaluate a checkpoint (--ckpt_path) on the test data of a config",
-    "predict": "write a checkpoint's predictions (labels and probabilities, or scores) to the run folder",
+    "predict": "write a checkpoint's predictions to the run folder: labels and probabilities, scores, or a MaskedLM's <mask> fills",
 }
 
 
@@ -69,6 +69,7 @@ COMMANDS = {
     "analyze": "lit_embed.analysis:main",
     "compress": "lit_embed.compress.command:main",
     "data": "lit_embed.data.check:main",  # data check --config FILE: the config's hub names, before a long job
+    "export": "lit_embed.export.command:main",
     "sweep": "lit_embed.sweeps.command:main",  # sweep --config SWEEP.yaml: grids, seeds and stages of runs
 }
 #: One line of help for each of :data:`COMMANDS` (``lit-embed --help``; a test keeps them in step).
@@ -78,6 +79,7 @@ SUMMARIES = {
     "analyze": "the k-sub-embedding paper's figures (PCA of the embedding, layer-wise similarity) of a checkpoint",
     "compress": "shrink a fine-tuned model's embedding by frequency-aware partial sparse coding (or a baseline)",
     "data": "data check --config FILE: whether every hub name a config uses loads, before a long job",
+    "export": "a checkpoint as a folder transformers loads alone (trust_remote_code=True), to share on the hub",
     "sweep": "a sweep file's grids, seeds and stages as runs of their own, resumable, locally, on GPUs or SLURM",
 }
 

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 from lit_embed.cli import main
 from lit_embed.data.corpus import CorpusDataModule
+from lit_embed.hub import resolve_pretrained
 from tests.helpers import CONFIGS
 
 TEXTS = [f"the {animal} number {i} crosses the river at night ." for i in range(60) for animal in ("fox", "owl")]
@@ -140,9 +142,65 @@ def test_the_shipped_corpus_is_what_the_generator_writes():
     assert done.returncode == 0, done.stdout + done.stderr
 
 
-def test_predict_on_a_pretraining_corpus_says_what_predict_runs(tmp_path):
-    from lit_embed.errors import ConfigError
+def _checkpoint(run: Path) -> Path:
+    return next((run / "checkpoints").glob("*.ckpt"))
 
-    data = CorpusDataModule("all-MiniLM-L6-v2", files=["sample-corpus"])
-    with pytest.raises(ConfigError, match="runs a fine-tuned model .*fill-mask is not available yet"):
-        data.predict_dataloader()
+
+def _predict_fills(run: Path, out: Path, *extra: str) -> int:
+    return main(["predict", "--config", str(CONFIGS / "demo.yaml"), "--ckpt_path", str(_checkpoint(run)),
+                 "--trainer.default_root_dir", str(out), "--trainer.logger.init_args.save_dir", str(out),
+                 "--trainer.logger.init_args.name", "fill", "--trainer.enable_progress_bar", "false", *extra])
+
+
+def test_predict_fills_in_masks_with_a_masked_lm(demo_runs, tmp_path):
+    """lit-embed predict on a MaskedLM checkpoint: the top-k tokens of every mask, as the model scores them."""
+    import torch
+    from transformers import AutoTokenizer
+
+    from lit_embed.checkpoints import load_model
+
+    texts = tmp_path / "masks.txt"
+    texts.write_text("The cat sat on the [MASK].\nParis is the capital of <mask>, a <mask> city.\n")
+    assert _predict_fills(demo_runs["subspace"], tmp_path, "--data.init_args.predict_input", str(texts),
+                          "--data.init_args.top_k", "3") == 0
+    rows = [json.loads(line) for line in (tmp_path / "fill" / "version_0" / "predictions.jsonl").read_text().splitlines()]
+    assert [row["text"] for row in rows] == texts.read_text().splitlines()
+    assert [len(row["fills"]) for row in rows] == [1, 2]
+    module, checkpoint = load_model(_checkpoint(demo_runs["subspace"]))
+    tokenizer = AutoTokenizer.from_pretrained(resolve_pretrained("all-MiniLM-L6-v2"))
+    ids = tokenizer(["The cat sat on the [MASK]."], return_tensors="pt")["input_ids"]  # the tokenizer's own specials
+    with torch.no_grad():
+        hidden = module.eval().encode({"codes": ids, "attention_mask": torch.ones_like(ids)}).last_hidden_state
+        probabilities = module.vocabulary_logits(hidden[ids == tokenizer.mask_token_id]).softmax(-1)[0]
+    top = probabilities.topk(3)
+    fills = rows[0]["fills"][0]
+    assert [fill["id"] for fill in fills] == top.indices.tolist()
+    assert [fill["token"] for fill in fills] == tokenizer.convert_ids_to_tokens(top.indices.tolist())
+    assert [fill["p"] for fill in fills] == pytest.approx(top.values.tolist(), abs=1e-5)
+
+
+def test_predict_on_a_corpus_refuses_texts_without_a_mask(demo_runs, tmp_path, capsys):
+    texts = tmp_path / "plain.txt"
+    texts.write_text("A text with a [MASK].\nA text without one.\n")
+    assert _predict_fills(demo_runs["subspace"], tmp_path, "--data.init_args.predict_input", str(texts)) == 2
+    assert "predict_input text 2 ('A text without one.') has no <mask> or [MASK] to fill in" in capsys.readouterr().err
+    assert _predict_fills(demo_runs["subspace"], tmp_path) == 2
+    assert "needs the texts to fill in: --data.init_args.predict_input FILE" in capsys.readouterr().err
+    assert not list(tmp_path.rglob("predictions.*"))
+
+
+def test_predict_on_a_corpus_refuses_a_model_that_does_not_predict_tokens():
+    """Shuffle+Random scores no vocabulary: refused before its hasher is fitted on the corpus."""
+    from types import SimpleNamespace
+
+    from lit_embed.embeddings import HashProj
+    from lit_embed.errors import ConfigError
+    from lit_embed.models import ShuffleRandom
+    from tests.helpers import tiny_encoder
+
+    model = ShuffleRandom(tiny_encoder(16), embedding=HashProj)
+    data = CorpusDataModule(files=["sample-corpus"], predict_input=["a <mask>"])
+    data.trainer = SimpleNamespace(lightning_module=model, state=SimpleNamespace(fn="predict"))
+    with pytest.raises(ConfigError, match="fills in <mask> with a MaskedLM; ShuffleRandom does not predict tokens"):
+        data.prepare_data()
+    assert data.text_encoder is None

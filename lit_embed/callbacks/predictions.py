@@ -24,12 +24,13 @@ class PredictionWriter(pl.Callback):
     """Collects what ``predict_step`` returns (lists of records with the row ``index``) and writes them.
 
     Args:
-        format: ``csv`` (a column per field; probabilities as ``p_<label>``) or ``jsonl`` (one object a line).
+        format: ``csv`` (a column per field; probabilities as ``p_<label>``) or ``jsonl`` (one object a line);
+            unset, ``jsonl`` where the records nest lists (a MaskedLM's fills), else ``csv``.
         filename: the file's name in the run folder, without its suffix.
     """
 
-    def __init__(self, format: Literal["csv", "jsonl"] = "csv", filename: str = "predictions") -> None:
-        if format not in ("csv", "jsonl"):
+    def __init__(self, format: Literal["csv", "jsonl"] | None = None, filename: str = "predictions") -> None:
+        if format not in (None, "csv", "jsonl"):
             raise ConfigError(f"PredictionWriter format={format!r} is not known: use csv or jsonl")
         self.format = format
         self.filename = filename
@@ -46,14 +47,18 @@ class PredictionWriter(pl.Callback):
 
     def on_predict_end(self, trainer, pl_module) -> None:
         rows = getattr(trainer.datamodule, "predict_rows", None)
+        describe = getattr(trainer.datamodule, "describe_prediction", None)  # ids -> tokens, where the data has them
         records = sorted(self.records, key=lambda record: record["index"])
         out = []
         for record in records:
+            record = describe(record) if describe is not None else record
             index = record.pop("index")
             given = {} if rows is None else {k: v for k, v in rows[index].items() if k in _shown_columns(trainer)}
             out.append({**given, **record})
-        path = run_folder(trainer) / f"{self.filename}.{self.format}"
-        write_atomic(path, _jsonl(out) if self.format == "jsonl" else _csv(out))
+        nested = any(isinstance(value, (list, dict)) for row in out for value in row.values())
+        format = self.format or ("jsonl" if nested else "csv")
+        path = run_folder(trainer) / f"{self.filename}.{format}"
+        write_atomic(path, _jsonl(out) if format == "jsonl" else _csv(out))
         self.path = path
         print(f"predictions of {len(out)} text(s): {path}")
 

@@ -233,18 +233,19 @@ def check_replaceable(out: Path) -> None:
         )
 
 
-def write_atomically(out: Path, overwrite: bool, fill: Callable[[Path], None]) -> None:
+def write_atomically(out: Path, overwrite: bool, fill: Callable[[Path], None],
+                     replaceable: Callable[[Path], None] = check_replaceable) -> None:
     """Build ``out`` in a temporary folder beside it with ``fill``, then rename it into place.
 
     On any error the temporary folder is removed and ``out`` is left as it was (absent, or untouched).
-    ``overwrite`` replaces only an earlier compress output (:func:`check_replaceable`). Temporary folders
+    ``overwrite`` replaces only what ``replaceable`` accepts (default an earlier compress output). Temporary folders
     that killed runs left beside ``out`` (``.NAME.building-HOST-PID``) are removed once their process is gone.
     """
     out = out.expanduser().absolute()
     if out.exists():
         if not overwrite:
             raise OutputExistsError(f"output folder {str(out)!r} exists: choose another --out or pass --overwrite")
-        check_replaceable(out)
+        replaceable(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     host = socket.gethostname()
     _remove_stale(out.parent, f".{out.name}.building-{host}-")

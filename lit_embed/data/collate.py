@@ -59,6 +59,19 @@ class TaskCollator(PadCollator):
         return batch
 
 
+class FillMaskCollator(PadCollator):
+    """Pads the texts a MaskedLM fills in and marks their mask positions (``fill``)."""
+
+    def __init__(self, text_encoder: TextEncoder) -> None:
+        super().__init__(text_encoder)
+        self.mask_code = torch.as_tensor(text_encoder.special_code("mask"))
+
+    def __call__(self, items: list[dict]) -> dict[str, Tensor]:
+        batch = super().__call__(items)
+        batch["fill"] = (batch["codes"] == self.mask_code) & batch["attention_mask"].bool()
+        return batch
+
+
 #: Padding value of each batch key when rows of different lengths are stacked (``codes``: the pad code).
 _FILLS = {"attention_mask": 0, "special_mask": True, "labels": -100, "token_type_ids": 0}
 

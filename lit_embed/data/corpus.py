@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import re
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import datasets
@@ -13,8 +15,9 @@ from torch.utils.data import DataLoader
 
 from lit_embed._compat import dataset_fingerprint
 from lit_embed.data.base import TextDataModule, check_batching
+from lit_embed.data.collate import FillMaskCollator
 from lit_embed.data.loading import EndlessStream, IndexedRows, ResumableLoader
-from lit_embed.data.sources import check_files, load_files, load_hub, refuse_script_datasets
+from lit_embed.data.sources import check_files, load_files, load_hub, refuse_script_datasets, resolve_file
 from lit_embed.embeddings.text import TextEncoder
 from lit_embed.errors import ConfigError
 
@@ -66,6 +69,10 @@ class CorpusDataModule(TextDataModule):
         num_workers: DataLoader worker processes (streaming: at most one per shard of the rank).
         seed: seeds the train/validation split, the order of each epoch, the streaming shuffle and
             the validation masking.
+        predict_input: the texts ``lit-embed predict`` fills in (a MaskedLM): a ``.txt`` file (one text a line),
+            a csv/tsv/jsonl/parquet file with ``text_column``, or a list of texts; each holds ``<mask>`` (or the
+            tokenizer's own mask token) once or more. The corpus is not read when predicting.
+        top_k: fills written per mask, the most probable first.
     """
 
     def __init__(
@@ -83,9 +90,13 @@ class CorpusDataModule(TextDataModule):
         max_texts: int | None = None,
         num_workers: int = 0,
         seed: int = 0,
+        predict_input: str | list[str] | None = None,
+        top_k: int = 5,
     ) -> None:
         super().__init__()
         check_batching(batch_size, num_workers, global_batch_size=global_batch_size)
+        if top_k < 1:
+            raise ConfigError(f"top_k={top_k} must be at least 1 (fills written per <mask>)")
         if not datasets and not files:
             raise ConfigError("the corpus is empty: give hub `datasets` or local `files` (e.g. files: [sample-corpus])")
         if max_length < 3:
@@ -114,17 +125,30 @@ class CorpusDataModule(TextDataModule):
         self.collate = self.eval_collate = None
         self.train_set = self.val_set = None
         self.train_batch_size = batch_size
+        self.predict_input = predict_input
+        self.top_k = top_k
+        self.predict_rows: datasets.Dataset | None = None
+        self.predict_set: list[dict] | None = None
+        self.predict_collate: FillMaskCollator | None = None
 
     # -- Lightning hooks -------------------------------------------------------------------------
     def prepare_data(self) -> None:
+        if self._predicting():
+            self._check_fills_masks()  # before a text encoder is fitted on the corpus for nothing
         encoder = self.text_encoder_for()  # fitted here first where it depends on the corpus
-        if not self.streaming:
+        if not self.streaming and not self._predicting():
             self._blocks(encoder)  # downloads and builds the cache once per node
 
     def setup(self, stage: str | None = None) -> None:
         self.check_length(self.max_length)
+        if stage == "predict":
+            self._check_fills_masks()
         encoder = self.text_encoder_for(shared=True)
         model = self.model()
+        if stage == "predict":
+            self.predict_rows, self.predict_set = self._fill_mask_items(encoder)
+            self.predict_collate = FillMaskCollator(encoder)
+            return
         self.collate = model.collator(encoder)
         self.eval_collate = model.collator(encoder, seed=self.seed)
         self.train_batch_size = self.per_device_batch_size(stage)
@@ -148,11 +172,64 @@ class CorpusDataModule(TextDataModule):
         return self.resumable_loader(IndexedRows(self.train_set), self.train_batch_size, self.collate, seed=self.seed)
 
     def predict_dataloader(self) -> DataLoader:
-        raise ConfigError(
-            "lit-embed predict runs a fine-tuned model (SequenceClassifier with a TaskDataModule: a label and "
-            "probabilities per text); a pre-training corpus has nothing to predict (fill-mask is not available yet): "
-            "fine-tune the checkpoint on a task first (see configs/demo_finetune.yaml)"
-        )
+        return DataLoader(self.predict_set, batch_size=self.batch_size, shuffle=False, collate_fn=self.predict_collate)
+
+    def describe_prediction(self, record: dict) -> dict:
+        """A MaskedLM's fills with their tokens: ``{"fills": [[{"token", "id", "p"}, ...] per mask]}``."""
+        tokens = self.text_encoder.tokenizer.convert_ids_to_tokens
+        record["fills"] = [[{"token": token, **fill} for token, fill in zip(tokens([f["id"] for f in fills]), fills)]
+                           for fills in record["fills"]]
+        return record
+
+    def _predicting(self) -> bool:
+        return self.trainer is not None and self.trainer.state.fn == "predict"
+
+    def _check_fills_masks(self) -> None:
+        model = self.model()
+        if not hasattr(model, "fill_mask"):
+            raise ConfigError(f"lit-embed predict on a corpus fills in <mask> with a MaskedLM; {type(model).__name__} "
+                              f"does not predict tokens: fine-tune the checkpoint on a task to predict labels")
+
+    def _fill_mask_items(self, encoder: TextEncoder) -> tuple[datasets.Dataset, list[dict]]:
+        """The texts of ``predict_input`` and their codes: ``cls``, the pieces between the masks with a mask
+        code between each two, ``sep``."""
+        texts = self._predict_texts()
+        marks = {"<mask>", getattr(getattr(encoder, "tokenizer", None), "mask_token", None) or "<mask>"}
+        splitter = re.compile("|".join(re.escape(mark) for mark in sorted(marks)))
+        cls, sep, mask = (int(encoder.special_code(name)) for name in ("cls", "sep", "mask"))
+        items = []
+        for number, text in enumerate(texts, 1):
+            pieces = splitter.split(text)
+            if len(pieces) < 2:
+                raise ConfigError(f"predict_input text {number} ({text[:60]!r}) has no {' or '.join(sorted(marks))} to fill in")
+            codes = [cls]
+            for place, piece in enumerate(encoder.encode(pieces)):
+                codes += ([mask] if place else []) + piece.tolist()
+            codes.append(sep)
+            if len(codes) > self.max_length:
+                raise ConfigError(f"predict_input text {number} has {len(codes)} tokens, more than max_length="
+                                  f"{self.max_length}: shorten it or raise data.init_args.max_length")
+            items.append({"codes": np.asarray(codes, dtype=np.int64), "index": number - 1})
+        return datasets.Dataset.from_dict({"text": texts}), items
+
+    def _predict_texts(self) -> list[str]:
+        given = self.predict_input
+        if given is None:
+            raise ConfigError("lit-embed predict on a corpus needs the texts to fill in: --data.init_args.predict_input "
+                              "FILE (one text a line, each with <mask>)")
+        if isinstance(given, list):
+            texts = [str(text) for text in given]
+        elif str(given).endswith(".txt"):
+            texts = [line for line in Path(resolve_file(given)).read_text(encoding="utf-8").splitlines() if line.strip()]
+        else:
+            rows = load_files([given], split="predict")
+            if self.text_column not in rows.column_names:
+                raise ConfigError(f"predict_input {given!r} has no column {self.text_column!r} (columns: "
+                                  f"{rows.column_names}): set data.init_args.text_column")
+            texts = list(rows[self.text_column])
+        if not texts:
+            raise ConfigError(f"predict_input {given!r} has no texts: give one text per line")
+        return texts
 
     def val_dataloader(self) -> DataLoader:
         return DataLoader(

@@ -64,13 +64,32 @@ class MaskedLM(EmbeddingModule):
         hidden = self.encode(batch).last_hidden_state
         labels = batch["labels"]
         predicted = labels != -100
-        states = self.head(hidden[predicted])
-        logits = self.embedding.decoder_logits(states) if self.decoder is None else self.decoder(states)
-        logits = logits + self.decoder_bias
+        logits = self.vocabulary_logits(hidden[predicted])
         targets = labels[predicted]
         # Without targets the loss still reaches every trainable parameter (zero gradients), as DDP requires.
         loss = nn.functional.cross_entropy(logits.float(), targets) if len(targets) else logits.sum() * 0.0
         return loss, logits, targets
+
+    def vocabulary_logits(self, hidden: Tensor) -> Tensor:
+        """Scores of every vocabulary id for the encoder's ``hidden`` states ``(M, d)``."""
+        states = self.head(hidden)
+        logits = self.embedding.decoder_logits(states) if self.decoder is None else self.decoder(states)
+        return logits + self.decoder_bias
+
+    def fill_mask(self, batch: dict[str, Tensor], top_k: int) -> list[dict]:
+        """The ``top_k`` most probable ids, with their probabilities, at each ``fill`` position: one record per text
+        (its row ``index`` and ``fills``, a list per mask in text order)."""
+        where = batch["fill"]
+        probabilities = self.vocabulary_logits(self.encode(batch).last_hidden_state[where]).float().softmax(-1)
+        top = probabilities.topk(min(top_k, probabilities.shape[-1]), dim=-1)
+        records = [{"index": int(i), "fills": []} for i in batch["index"].tolist()]
+        for row, ids, values in zip(where.nonzero()[:, 0].tolist(), top.indices.tolist(), top.values.tolist()):
+            records[row]["fills"].append([{"id": i, "p": round(v, 6)} for i, v in zip(ids, values)])
+        return records
+
+    def predict_step(self, batch: dict[str, Tensor], batch_idx: int, dataloader_idx: int = 0) -> list[dict]:
+        """``lit-embed predict``: the data's ``top_k`` fills of every ``<mask>`` (``CorpusDataModule.predict_input``)."""
+        return self.fill_mask(batch, getattr(self.trainer.datamodule, "top_k", 5))
 
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
         loss, logits, targets = self(batch)

@@ -1,0 +1,108 @@
+"""The strategy's own source, as one module an exported folder carries (``modeling_lit_embed.py``).
+
+An export must load where lit-embed is not installed, so it carries the code that defines its strategy:
+the lit-embed modules the strategy's module imports (transitively), concatenated in dependency order,
+with their ``lit_embed`` imports taken out (the names live in the one module). What an export never runs
+(the hub, downloading a matrix) is not carried: its names become functions saying lit-embed is needed.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import inspect
+from pathlib import Path
+
+import lit_embed
+
+#: Modules an export carries where the strategy needs them: the strategies and what they import.
+CARRIED = ("lit_embed.errors", "lit_embed.files")
+CARRIED_PACKAGE = "lit_embed.embeddings."
+NEEDS_LIT_EMBED = "raise ImportError('this needs lit-embed installed: pip install lit-embed')"
+
+
+def module_source(strategy_class: type, tail: str) -> str:
+    """One module: the modules that define ``strategy_class`` (dependencies first), then ``tail``."""
+    order = _dependency_order(strategy_class.__module__)
+    defined: dict[str, str] = {}
+    parts = ["from __future__ import annotations", ""]
+    for name in order:
+        source, names = _carried_source(name, set(order))
+        for defined_name in names:
+            if defined_name in defined:
+                raise RuntimeError(f"{name} and {defined[defined_name]} both define {defined_name}: the export would mix them")
+            defined[defined_name] = name
+        parts += [f"# ---- {name} (lit-embed {lit_embed.__version__}) ----", source, ""]
+    parts += ["# ---- the transformers model ----", _without_future(tail)]
+    return "\n".join(parts)
+
+
+def _is_carried(module: str) -> bool:
+    return module in CARRIED or module.startswith(CARRIED_PACKAGE) and module != "lit_embed.embeddings.pretrained"
+
+
+def _tree(module: str) -> tuple[str, ast.Module]:
+    source = Path(inspect.getfile(importlib.import_module(module))).read_text()
+    return source, ast.parse(source)
+
+
+def _dependency_order(root: str) -> list[str]:
+    """``root`` and the carried modules it imports at module level, each after what it imports."""
+    order: list[str] = []
+
+    def visit(module: str) -> None:
+        if module in order:
+            return
+        for node in _tree(module)[1].body:
+            if isinstance(node, ast.ImportFrom) and node.module and _is_carried(node.module):
+                visit(node.module)
+        order.append(module)
+
+    visit(root)
+    return order
+
+
+def _carried_source(module: str, carried: set[str]) -> tuple[str, list[str]]:
+    """``module``'s source without its lit_embed imports, and the names it defines at top level.
+
+    A top-level import from a module not carried defines its names as functions that say lit-embed is
+    needed; an import inside a function becomes that raise (the branch needs lit-embed).
+    """
+    source, tree = _tree(module)
+    lines = source.splitlines()
+    replaced: dict[int, tuple[int, list[str]]] = {}  # first line -> (last line, new lines)
+    for node in ast.walk(tree):
+        lit = isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "lit_embed"
+        future = isinstance(node, ast.ImportFrom) and node.module == "__future__"
+        if not (lit or future):
+            continue
+        indent = " " * node.col_offset
+        if future or node in tree.body and node.module in carried:
+            new: list[str] = []
+        elif node in tree.body:
+            new = [f"def {alias.asname or alias.name}(*args, **kwargs):  # from {node.module}\n    {NEEDS_LIT_EMBED}"
+                   for alias in node.names]
+        else:
+            new = [indent + NEEDS_LIT_EMBED]
+        replaced[node.lineno] = (node.end_lineno, new)
+    out, number = [], 1
+    while number <= len(lines):
+        if number in replaced:
+            last, new = replaced[number]
+            out += new
+            number = last + 1
+        else:
+            out.append(lines[number - 1])
+            number += 1
+    names = []
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            names.append(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names += [t.id for t in targets if isinstance(t, ast.Name) and t.id not in ("__all__", "log", "logger")]
+    return "\n".join(out), names
+
+
+def _without_future(source: str) -> str:
+    return "\n".join(line for line in source.splitlines() if line.strip() != "from __future__ import annotations")

@@ -1,0 +1,142 @@
+"""`lit-embed export`: every strategy's export loads with transformers alone and computes what lit-embed does."""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from lit_embed.checkpoints import FACTS, describe, load_model
+from lit_embed.cli import main
+from lit_embed.embeddings import DenseEmbedding, HashPool, HashProj, SparseCodedEmbedding, VocabTextEncoder
+from lit_embed.export.command import MARKER, export
+from lit_embed.models import MaskedLM, SequenceClassifier, ShuffleRandom
+from tests.helpers import REPO, tiny_encoder
+
+OLD = REPO / "tests" / "data" / "main-1efeeea"
+TOKENIZER = "all-MiniLM-L6-v2"
+TEXTS = ["The cat sat on the mat.", "Hashing words needs no vocabulary"]
+
+
+def _save(module, path):
+    """A checkpoint as lit-embed writes it: weights and the facts that rebuild the model."""
+    torch.save({"state_dict": module.state_dict(), FACTS: describe(module, TOKENIZER, None)}, path)
+    return path
+
+
+def _perturbed(module, seed: int):
+    """Non-default weights, so that a weight the export drops or misplaces shows in the outputs."""
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for parameter in module.parameters():
+            parameter.add_(0.05 * torch.randn(parameter.shape, generator=generator))
+    return module.eval()
+
+
+def _sparse_coded_classifier():
+    embedding = functools.partial(SparseCodedEmbedding, num_common=200, k=3)
+    module = SequenceClassifier("topics", encoder=tiny_encoder(16), embedding=embedding, vocab_size=30522)
+    strategy, generator = module.embedding, torch.Generator().manual_seed(3)
+    strategy.split(torch.randperm(30522, generator=generator)[:200])
+    strategy.neighbours.copy_(torch.randint(0, 200, strategy.neighbours.shape, generator=generator))
+    strategy.weights.copy_(torch.rand(strategy.weights.shape, generator=generator).softmax(-1))
+    strategy.norms.copy_(torch.rand(strategy.norms.shape, generator=generator) + 0.5)
+    return module
+
+
+#: name -> (how to get the checkpoint, the transformers class that loads its export)
+CASES = {
+    "dense": (lambda tmp: _save(_perturbed(MaskedLM(tiny_encoder(16), vocab_size=30522, embedding=DenseEmbedding), 1),
+                                tmp / "dense.ckpt"), "AutoModel"),
+    "subspace": (lambda tmp: OLD / "pretrain.ckpt", "AutoModel"),  # a trained 3-sub-embedding MaskedLM
+    "subspace-classifier": (lambda tmp: OLD / "finetune.ckpt", "AutoModelForSequenceClassification"),
+    "hash-proj": (lambda tmp: _save(_perturbed(ShuffleRandom(tiny_encoder(16), embedding=HashProj, baseline_vocab_size=30522), 2),
+                                    tmp / "proj.ckpt"), "AutoModel"),
+    "hash-pool": (lambda tmp: _save(_perturbed(ShuffleRandom(tiny_encoder(16), embedding=functools.partial(
+        HashPool, chunk_bits=6)), 4), tmp / "pool.ckpt"), "AutoModel"),
+    "unk-compressed": (lambda tmp: OLD / "compressed" / "model.ckpt", "AutoModelForSequenceClassification"),
+    "sparse-coded": (lambda tmp: _save(_sparse_coded_classifier(), tmp / "sparse.ckpt"), "AutoModelForSequenceClassification"),
+}
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    """Every case exported (the subspace classifier through the real CLI, in a subprocess) and loaded by
+    transformers in one subprocess where lit_embed cannot be imported, cwd outside the repo."""
+    tmp = tmp_path_factory.mktemp("export")
+    jobs, checkpoints = [], {}
+    for name, (make, auto) in CASES.items():
+        checkpoints[name] = make(tmp)
+        folder = tmp / name
+        if name == "subspace-classifier":
+            done = subprocess.run([sys.executable, "-m", "lit_embed.cli", "export", "--ckpt", str(checkpoints[name]),
+                                   "--out", str(folder)], capture_output=True, text=True, cwd=REPO)
+            assert done.returncode == 0, done.stderr
+            assert "trust_remote_code=True" in done.stdout
+        else:
+            export(str(checkpoints[name]), str(folder))
+        job = {"folder": str(folder), "auto": auto, "out": str(tmp / f"{name}.pt")}
+        if name.startswith("hash") or name == "subspace-classifier":
+            job["texts"] = TEXTS
+        else:
+            ids = torch.randint(0, 30522, (2, 7), generator=torch.Generator().manual_seed(0))
+            job["inputs"] = {"input_ids": ids.tolist(), "attention_mask": [[1] * 7, [1] * 5 + [0] * 2]}
+        jobs.append(job)
+    (tmp / "jobs.json").write_text(json.dumps(jobs))
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["HF_MODULES_CACHE"] = str(tmp / "hf_modules")
+    outside = tmp / "elsewhere"
+    outside.mkdir()
+    done = subprocess.run([sys.executable, str(REPO / "tests" / "helpers" / "export_loader.py"), str(tmp / "jobs.json")],
+                          capture_output=True, text=True, cwd=outside, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "lit_embed imported: False" in done.stdout
+    return {name: (checkpoints[name], tmp / name, torch.load(tmp / f"{name}.pt")) for name in CASES}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_export_computes_what_lit_embed_computes(exported, name):
+    checkpoint, folder, loaded = exported[name]
+    module, _ = load_model(checkpoint)
+    module.eval()
+    inputs = loaded["inputs"]
+    batch = {"codes": inputs["input_ids"], "attention_mask": inputs["attention_mask"]}
+    with torch.no_grad():
+        expected = module(batch) if isinstance(module, SequenceClassifier) else module.encode(batch).last_hidden_state
+    assert torch.allclose(loaded["output"], expected, atol=1e-5), (loaded["output"] - expected).abs().max()
+    if name.startswith("hash"):  # the folder's own hashing gives lit-embed's codes
+        codes = module.text_encoder(None).encode(TEXTS)
+        assert torch.equal(inputs["input_ids"][0, 1:-1], torch.as_tensor(codes[0]))
+    elif name == "subspace-classifier":  # the folder's tokenizer gives lit-embed's codes
+        encoder = VocabTextEncoder(TOKENIZER)
+        expected_ids = [int(encoder.special_code("cls")), *encoder.encode(TEXTS[:1])[0], int(encoder.special_code("sep"))]
+        assert inputs["input_ids"][0, : len(expected_ids)].tolist() == expected_ids
+    else:
+        assert (folder / "tokenizer.json").is_file()
+    card = (folder / "README.md").read_text()
+    assert "embedding params" in card and str(checkpoint) in card and "trust_remote_code=True" in card
+
+
+def test_export_refuses_what_it_must_not_replace(exported, tmp_path, capsys):
+    checkpoint, folder, _ = exported["dense"]
+    assert main(["export", "--ckpt", str(checkpoint), "--out", str(folder)]) == 2
+    assert "exists" in capsys.readouterr().err
+    foreign = tmp_path / "mine"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("keep")
+    assert main(["export", "--ckpt", str(checkpoint), "--out", str(foreign), "--overwrite"]) == 2
+    assert f"not a lit-embed export (no {MARKER})" in capsys.readouterr().err
+    assert (foreign / "notes.txt").read_text() == "keep"
+    assert main(["export", "--ckpt", str(tmp_path / "missing.ckpt"), "--out", str(tmp_path / "x")]) == 2
+    assert "missing.ckpt" in capsys.readouterr().err and not (tmp_path / "x").exists()
+    again = tmp_path / "again"
+    export(str(checkpoint), str(again))
+    before = (again / "model.safetensors").stat().st_mtime_ns
+    assert main(["export", "--ckpt", str(checkpoint), "--out", str(again), "--overwrite"]) == 0
+    assert (again / "model.safetensors").stat().st_mtime_ns != before
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []  # no temporary folder left
