@@ -73,6 +73,25 @@ class TaskData(Protocol):
         """The texts of each test example (coverage of the test data by a compressed vocabulary's common tokens)."""
 
 
+class FillMaskModel(TextModel, Protocol):
+    """A model that predicts tokens (``MaskedLM``): what ``lit-embed predict`` on a corpus needs."""
+
+    def fill_mask(self, batch: dict[str, Any], top_k: int) -> list[dict]:
+        """The ``top_k`` most probable ids and their probabilities at each masked position, one record per text."""
+
+
+class PredictData(Protocol):
+    """What ``lit-embed predict`` needs from its data (every lit-embed data module)."""
+
+    #: The task of the task table, for task data (its columns are repeated beside each prediction); else None.
+    task: Task | None
+    #: The rows predicted, in order (set up for the ``predict`` stage; None before).
+    predict_rows: Any
+
+    def describe_prediction(self, record: dict) -> dict:
+        """A model's prediction record as written (ids turned into tokens where the data has them)."""
+
+
 def members(protocol: type) -> list[str]:
     """The names a protocol declares (methods, properties and annotated attributes)."""
     names: set[str] = set()
@@ -103,4 +122,5 @@ def require(obj: object, protocol: type, role: str) -> None:
         )
 
 
-__all__ = ["Collate", "TaskData", "TaskModel", "TextModel", "members", "missing", "provides", "require"]
+__all__ = ["Collate", "FillMaskModel", "PredictData", "TaskData", "TaskModel", "TextModel", "members", "missing",
+           "provides", "require"]

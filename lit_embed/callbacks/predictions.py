@@ -17,6 +17,7 @@ import pytorch_lightning as pl
 
 from lit_embed.errors import ConfigError
 from lit_embed.files import write_atomic
+from lit_embed.interfaces import PredictData, require
 from lit_embed.runs import run_folder
 
 
@@ -40,20 +41,20 @@ class PredictionWriter(pl.Callback):
         if trainer.world_size > 1:
             raise ConfigError(f"lit-embed predict runs on one device (this run has {trainer.world_size}): "
                               f"pass --trainer.devices 1")
+        require(trainer.datamodule, PredictData, "the data of lit-embed predict")
         self.records = []
 
     def on_predict_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0) -> None:
         self.records.extend(outputs)
 
     def on_predict_end(self, trainer, pl_module) -> None:
-        rows = getattr(trainer.datamodule, "predict_rows", None)
-        describe = getattr(trainer.datamodule, "describe_prediction", None)  # ids -> tokens, where the data has them
-        records = sorted(self.records, key=lambda record: record["index"])
+        data = trainer.datamodule
+        shown = {"text"} if data.task is None else {*data.task.text_columns, data.task.label_column}
         out = []
-        for record in records:
-            record = describe(record) if describe is not None else record
+        for record in sorted(self.records, key=lambda record: record["index"]):
+            record = data.describe_prediction(record)
             index = record.pop("index")
-            given = {} if rows is None else {k: v for k, v in rows[index].items() if k in _shown_columns(trainer)}
+            given = {} if data.predict_rows is None else {k: v for k, v in data.predict_rows[index].items() if k in shown}
             out.append({**given, **record})
         nested = any(isinstance(value, (list, dict)) for row in out for value in row.values())
         format = self.format or ("jsonl" if nested else "csv")
@@ -61,14 +62,6 @@ class PredictionWriter(pl.Callback):
         write_atomic(path, _jsonl(out) if format == "jsonl" else _csv(out))
         self.path = path
         print(f"predictions of {len(out)} text(s): {path}")
-
-
-def _shown_columns(trainer) -> set[str]:
-    """The input's columns a prediction row repeats: the task's texts and its gold label."""
-    task = getattr(trainer.datamodule, "task", None)
-    if task is None:
-        return {"text"}
-    return {*task.text_columns, task.label_column}
 
 
 def _jsonl(rows: list[dict]) -> str:

@@ -60,6 +60,7 @@ class TextDataModule(pl.LightningDataModule):
     batch_size: int = 32
     num_workers: int = 0
     text_encoder: TextEncoder | None = None
+    predict_rows: Any = None  # the rows `lit-embed predict` reads (interfaces.PredictData)
     _train_loader: ResumableLoader | None = None
     _positions: list[dict] | None = None
     _unsaved_fit = False  # a text encoder was fitted on this data and its state is not beside the run yet
@@ -177,6 +178,10 @@ class TextDataModule(pl.LightningDataModule):
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self._positions = state_dict.get("train_positions")
+
+    def describe_prediction(self, record: dict) -> dict:
+        """A prediction record as the model gave it (a data module with ids to spell out overrides this)."""
+        return record
 
 
 

@@ -20,6 +20,7 @@ from lit_embed.data.loading import EndlessStream, IndexedRows, ResumableLoader
 from lit_embed.data.sources import check_files, load_files, load_hub, refuse_script_datasets, resolve_file
 from lit_embed.embeddings.text import TextEncoder
 from lit_embed.errors import ConfigError
+from lit_embed.interfaces import FillMaskModel, provides
 
 log = logging.getLogger(__name__)
 
@@ -186,7 +187,7 @@ class CorpusDataModule(TextDataModule):
 
     def _check_fills_masks(self) -> None:
         model = self.model()
-        if not hasattr(model, "fill_mask"):
+        if not provides(model, FillMaskModel):
             raise ConfigError(f"lit-embed predict on a corpus fills in <mask> with a MaskedLM; {type(model).__name__} "
                               f"does not predict tokens: fine-tune the checkpoint on a task to predict labels")
 

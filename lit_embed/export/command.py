@@ -62,10 +62,11 @@ def _fill(folder: Path, module, checkpoint: dict, path: Path, tokenizer: str | N
     from lit_embed.export.configuration_lit_embed import LitEmbedConfig
     from lit_embed.export.vendor import module_source
     from lit_embed.files import write_atomic, write_json_atomic
+    from lit_embed.interfaces import TaskModel, provides
     from lit_embed.results import versions
 
     strategy = module.embedding
-    classifier = getattr(module, "task", None) is not None
+    classifier = provides(module, TaskModel)
     backbone = {k: v for k, v in module.encoder.config.to_dict().items()
                 if k not in ("architectures", "_name_or_path", "transformers_version", "auto_map")}
     extra: dict = {}
