@@ -8,9 +8,9 @@ generated: six runs' `results.json` (a dense RoBERTa_S baseline and a 3-sub-embe
 three seeds), laid out as the ResultsWriter callback writes them; RUN is the first dense run. The
 commands take turns round by round (a warm-up round, then 5 rounds, medians), so the file cache is
 warm for all and a busy machine slows them alike; "vs import torch" divides by the baseline's median
-of the same rounds. What bounds the result: every subcommand, also `params` and `report`, which
-train nothing, starts in `lit_embed.cli`, whose module imports PyTorch Lightning (LightningCLI)
-before it dispatches; `params` then parses the config with jsonargparse and builds the model.
+of the same rounds. What bounds the result: `lit_embed.cli` dispatches before it imports anything heavy, so
+`--help` and `report` import neither PyTorch nor Lightning; `params` imports both, parses the config
+with jsonargparse and builds the model (without training it), which is most of its time.
 """
 
 from __future__ import annotations
