@@ -317,6 +317,22 @@ def test_starts_from_the_packaged_minilm_with_its_word_embeddings(minilm_path, m
         SequenceClassifier("topics", Encoder(pretrained="all-MiniLM-L6-v2"), vocab_size=1000)
 
 
+@pytest.mark.parametrize("stored", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+def test_an_encoder_stored_in_half_precision_trains_in_float32(stored, tmp_path):
+    """Hub models are often stored in fp16 or bf16, and transformers loads them as stored: the encoder must
+    hold float32 weights like the strategy beside it (mixed precision is the trainer's to apply)."""
+    from transformers import BertConfig, BertModel
+
+    config = BertConfig(vocab_size=300, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                        intermediate_size=64, max_position_embeddings=64)
+    BertModel(config).to(stored).save_pretrained(tmp_path / "half")
+    model = SequenceClassifier("rte", Encoder(pretrained=str(tmp_path / "half")), vocab_size=300)
+    assert {p.dtype for p in model.parameters()} == {torch.float32}
+    batch = batch_of(torch.randint(0, 300, (2, 9)), torch.tensor([0, 1]))
+    model.training_step(batch, 0).backward()
+    assert all(p.grad is None or p.grad.dtype == torch.float32 for p in model.parameters())
+
+
 def test_distilbert_loads_through_pretrained(tmp_path):
     """DistilBERT (no pooler, no token types) from a local folder, as distilbert-base-uncased would be."""
     from transformers import DistilBertConfig, DistilBertModel

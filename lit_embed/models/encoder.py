@@ -168,7 +168,11 @@ def _load_pretrained(name: str, pooler: bool) -> nn.Module:
         config = transformers.AutoConfig.from_pretrained(where)
         model_class = auto_model_class(config)
         accepts_pooler = "add_pooling_layer" in inspect.signature(model_class.__init__).parameters
-        return model_class.from_pretrained(where, config=config, **({"add_pooling_layer": pooler} if accepts_pooler else {}))
+        # float32 master weights whatever the hub stored (transformers loads fp16/bf16 files as they are, and
+        # a half-precision encoder beside a float32 strategy fails or trains in half precision); mixed
+        # precision is the trainer's `precision`, which casts inside autocast and keeps these in float32.
+        return model_class.from_pretrained(where, config=config, dtype=torch.float32,
+                                           **({"add_pooling_layer": pooler} if accepts_pooler else {}))
     except OSError as error:
         raise explain_unreachable(name, "pretrained encoder", error) from error
     except KeyError as error:
