@@ -129,6 +129,38 @@ def test_an_old_compressed_model_tests_and_fine_tunes(tmp_path, monkeypatch):
     check_dropout(tmp_path / "modes.json")
 
 
+def test_a_fine_tuned_model_rebuilt_from_its_checkpoint_keeps_its_own_weights(tmp_path, monkeypatch):
+    """analyze, export and compress rebuild a fine-tuned model outside a trainer: the pre-training checkpoint it
+    started from (recorded as runs/demo/checkpoints/last.ckpt, here another model's weights) is not loaded over its
+    fine-tuned backbone and strategy when its text encoder is made."""
+    from lit_embed.checkpoints import load_model
+
+    monkeypatch.chdir(tmp_path)
+    start = tmp_path / "runs/demo/checkpoints/last.ckpt"
+    start.parent.mkdir(parents=True)
+    shutil.copy(LEGACY / "pretrain.ckpt", start)
+    model, checkpoint = load_model(LEGACY / "finetune.ckpt")
+    assert model.checkpoint == "runs/demo/checkpoints/last.ckpt"
+    model.text_encoder(model.expected_tokenizer)
+    state = model.state_dict()
+    assert all(torch.equal(state[k], v) for k, v in checkpoint["state_dict"].items())
+    start.unlink()  # and without the starting point at all
+    assert main(["analyze", "--ckpt", str(LEGACY / "finetune.ckpt"), "--max-texts", "10", "--points", "200"]) == 0
+
+
+def test_fine_tuning_from_a_checkpoint_of_another_backbone_is_refused_naming_it(tmp_path, monkeypatch, capsys):
+    """A config that sets the backbone or strategy otherwise than the pre-training did (here 4 heads where it
+    had 2: the shapes agree) would record a model its weights are not."""
+    monkeypatch.chdir(tmp_path)
+    args = ["fit", "--config", str(CONFIGS / "demo_finetune.yaml"), *small("--model.init_args.encoder.init_args.num_heads", "4"),
+            "--model.init_args.checkpoint", str(LEGACY / "pretrain.ckpt"), "--trainer.max_epochs", "1",
+            "--trainer.limit_train_batches", "1", "--trainer.limit_val_batches", "1"]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "pre-trained as another model" in err and "model.encoder.num_heads: checkpoint 2, config 4" in err, err
+    assert not list(tmp_path.rglob("*.ckpt"))
+
+
 def test_analyze_reads_an_old_checkpoint_and_writes_no_stray_run(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     shutil.copy(LEGACY / "pretrain.ckpt", tmp_path / "pretrain.ckpt")

@@ -22,6 +22,7 @@ from torch import Tensor, nn
 from lit_embed.checkpoints import (
     FACTS,
     build_from_config,
+    model_differences,
     read_checkpoint,
     recorded_model,
     recorded_tokenizer,
@@ -130,8 +131,8 @@ class SequenceClassifier(EmbeddingModule):
             return self.encoder.pretrained
         if self.trained_tokenizer is not None:  # recorded by an earlier fit (restored from its hyper-parameters)
             return self.trained_tokenizer
-        if self.checkpoint is None or self._restored or not self._starting():
-            return None
+        if self.checkpoint is None or self._restored or (self._trainer is not None and not self._starting()):
+            return None  # evaluating: the fine-tuned weights' tokenizer is recorded (trained_tokenizer)
         return recorded_tokenizer(self._read_checkpoint())
 
     def _read_checkpoint(self) -> dict[str, Any]:
@@ -157,6 +158,17 @@ class SequenceClassifier(EmbeddingModule):
                 f"checkpoint {name!r} has vocab_size={facts['vocab_size']} but the config sets "
                 f"{self.embedding.vocab_size}: set model.init_args.vocab_size {facts['vocab_size']}"
             )
+        recorded = recorded_model(raw)
+        if recorded is not None:  # what the file records of backbone and strategy must be what the config builds
+            theirs = {k: recorded["init_args"].get(k) for k in ("encoder", "embedding")}
+            mine = {"encoder": self.encoder.as_config(), "embedding": self.embedding.config()}
+            differences = model_differences({"init_args": theirs}, {"init_args": mine})
+            if differences:
+                raise ConfigError(
+                    f"checkpoint {name!r} was pre-trained as another model than the config builds "
+                    f"({'; '.join(differences[:6])}): leave model.init_args.encoder and embedding unset to take the "
+                    f"checkpoint's, or set them as the pre-training did"
+                )
         state = {k: v for k, v in raw["state_dict"].items() if k.startswith(("encoder.", "embedding."))}
         mine = {k: v for k, v in self.state_dict().items() if k.startswith(("encoder.", "embedding."))}
         details = state_differences(mine, state, sized=fixed_shapes(self))
@@ -176,8 +188,9 @@ class SequenceClassifier(EmbeddingModule):
             self.load_pretraining_checkpoint()
 
     def _starting(self) -> bool:
-        """Whether a fit is starting (not testing or validating, which use the fine-tuned weights)."""
-        return self._trainer is None or self.trainer.state.fn == TrainerFn.FITTING
+        """Whether a fit is starting: not testing, validating or predicting, and not a model rebuilt from its own
+        checkpoint outside a trainer (analyze, export, compress), which all use the fine-tuned weights."""
+        return self._trainer is not None and self.trainer.state.fn == TrainerFn.FITTING
 
     def text_encoder(self, tokenizer: str | None) -> TextEncoder:
         self.restore_pretraining()
