@@ -171,11 +171,14 @@ def strategy_factory(config: dict):
     return build
 
 
-def load_model(name: str | os.PathLike, what: str = "checkpoint"):
+def load_model(name: str | os.PathLike, what: str = "checkpoint", config: dict | None = None,
+               fix: str = "give the config it was trained with"):
     """The LightningModule a ``lit-embed fit`` checkpoint records, with its weights, and the checkpoint.
 
     ``name`` is a file, a run folder or an experiment folder (:func:`~lit_embed.runs.start_checkpoint`).
-    The module is built from the model config the checkpoint records (class path and init args).
+    The module is built from ``config`` where given (``{"class_path", "init_args"}``), else from the model config
+    the checkpoint records; a checkpoint that records none (saved from Python) is refused with ``fix``. Every
+    consumer that rebuilds a model from its checkpoint (analyze, export, compress) comes here.
     """
     import pytorch_lightning as pl
 
@@ -184,15 +187,45 @@ def load_model(name: str | os.PathLike, what: str = "checkpoint"):
 
     path = start_checkpoint(name, what)
     checkpoint = read_checkpoint(path, what)
-    config = recorded_model(checkpoint)
+    config = config or recorded_model(checkpoint)
     if config is None:
-        raise CheckpointError(f"{what} {str(path)!r} does not record its model's config: it was not written by `lit-embed fit`")
+        raise CheckpointError(f"{what} {str(path)!r} does not record its model config (it was not written by "
+                              f"`lit-embed fit`): {fix}")
     module = build_from_config(pl.LightningModule, config, "model")
-    details = state_differences(module.state_dict(), checkpoint["state_dict"], sized={n for n, _ in module.named_parameters()} & fixed_shapes(module))
+    details = state_differences(module.state_dict(), checkpoint["state_dict"], sized=fixed_shapes(module))
     if details:
-        raise CheckpointError(f"{what} {str(path)!r} does not fit the model it records ({details})")
+        raise CheckpointError(f"{what} {str(path)!r} does not fit the model it records or is given ({details}): {fix}")
     module.load_state_dict(checkpoint["state_dict"])
     return module, checkpoint
+
+
+def write_checkpoint(path: str | os.PathLike, module, model: dict, tokenizer: str | None, data: dict | None = None) -> None:
+    """Write ``module`` as a checkpoint that ``--ckpt_path``, ``checkpoint:`` and :func:`load_model` read like one
+    ``lit-embed fit`` wrote (Lightning's layout, its hyper-parameters and lit-embed's facts), atomically.
+
+    ``model`` is the config that rebuilds it, ``data`` that of its data (``{"class_path", "init_args"}``, or None).
+    For models made outside a fit: ``lit-embed compress``'s output.
+    """
+    import pytorch_lightning as pl
+
+    from lit_embed.files import atomic_writer
+
+    instantiator = "pytorch_lightning.cli.instantiate_module"
+    checkpoint = {
+        "pytorch-lightning_version": pl.__version__,
+        "epoch": 0,
+        "global_step": 0,
+        "state_dict": {k: v.detach().cpu().contiguous() for k, v in module.state_dict().items()},
+        "hparams_name": "kwargs",
+        "hyper_parameters": {"_class_path": model["class_path"], "_instantiator": instantiator, **model["init_args"]},
+        FACTS: {**describe(module, tokenizer, run_dir=None), "model": model},
+    }
+    if data is not None:
+        checkpoint["datamodule_hparams_name"] = "kwargs"
+        checkpoint["datamodule_hyper_parameters"] = {"_class_path": data["class_path"], "_instantiator": instantiator,
+                                                     **data["init_args"]}
+    with atomic_writer(path) as handle:
+        torch.save(checkpoint, handle)
 
 
 def state_differences(expected: dict[str, torch.Tensor], found: dict[str, torch.Tensor],

@@ -1,7 +1,8 @@
 """Writing files so that a reader sees the old file or the new one, never half of one.
 
 Every file lit-embed writes that another process (or a later command) reads goes through
-:func:`atomic_writer`: checkpoints, results.json, reports, cluster codes, LSH n-grams, plots.
+:func:`atomic_writer`: checkpoints, results.json, reports, cluster codes, LSH n-grams, plots; every output
+folder (``compress``, ``export``) through :func:`atomic_folder`.
 """
 
 from __future__ import annotations
@@ -11,13 +12,14 @@ import errno
 import glob
 import json
 import os
+import shutil
 import socket
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from lit_embed.errors import DiskFullError
+from lit_embed.errors import DiskFullError, OutputExistsError
 
 
 @contextlib.contextmanager
@@ -55,6 +57,53 @@ def atomic_writer(path: str | os.PathLike, mode: str = "wb") -> Iterator[IO]:
         if pid.isdigit() and not process_alive(int(pid)):
             with contextlib.suppress(FileNotFoundError):
                 stale.unlink()
+
+
+def atomic_folder(out: Path, overwrite: bool, fill: Callable[[Path], None], replaceable: Callable[[Path], None]) -> None:
+    """Build ``out`` in a temporary folder beside it with ``fill``, then rename it into place.
+
+    On any error the temporary folder is removed and ``out`` is left as it was (absent, or untouched).
+    ``overwrite`` replaces only what ``replaceable`` accepts (it raises for anything else: an earlier output of
+    the same command holding nothing foreign, say). Temporary folders that killed runs left beside ``out``
+    (``.NAME.building-HOST-PID``) are removed once their process is gone.
+    """
+    out = Path(out).expanduser().absolute()
+    if out.exists():
+        if not overwrite:
+            raise OutputExistsError(f"output folder {str(out)!r} exists: choose another --out or pass --overwrite")
+        replaceable(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    host = socket.gethostname()
+    _remove_stale(out.parent, f".{out.name}.building-{host}-")
+    _remove_stale(out.parent, f".{out.name}.replaced-{host}-")
+    building = out.parent / f".{out.name}.building-{host}-{os.getpid()}"
+    shutil.rmtree(building, ignore_errors=True)
+    building.mkdir()
+    try:
+        fill(building)
+        if out.exists():
+            old = out.parent / f".{out.name}.replaced-{host}-{os.getpid()}"
+            out.rename(old)
+            building.rename(out)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            try:
+                building.rename(out)
+            except OSError as error:  # another process put its output there meanwhile
+                if error.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+                    raise
+                raise OutputExistsError(f"output folder {str(out)!r} was written by another process meanwhile: "
+                                        f"choose another --out") from None
+    except BaseException:
+        shutil.rmtree(building, ignore_errors=True)
+        raise
+
+
+def _remove_stale(folder: Path, prefix: str) -> None:
+    for path in folder.glob(glob.escape(prefix) + "*"):
+        pid = path.name[len(prefix):]
+        if pid.isdigit() and not process_alive(int(pid)):
+            shutil.rmtree(path, ignore_errors=True)
 
 
 def process_alive(pid: int) -> bool:
@@ -109,4 +158,4 @@ def write_json_atomic(path: str | os.PathLike, data: Any) -> Path:
     return write_atomic(path, json.dumps(data, indent=2, default=str) + "\n")
 
 
-__all__ = ["atomic_writer", "process_alive", "write_atomic", "write_json_atomic"]
+__all__ = ["atomic_folder", "atomic_writer", "process_alive", "write_atomic", "write_json_atomic"]

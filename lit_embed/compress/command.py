@@ -26,15 +26,15 @@ from lit_embed.compress.model_io import (
     check_replaceable,
     classifier_for,
     load_source,
-    write_atomically,
-    write_checkpoint,
     write_huggingface,
+    write_model,
 )
 from lit_embed.compress.summary import counts, format_summary, rebuilt_cosines
 from lit_embed.compress.vocabulary import check_retention, count_tokens, coverage, split_vocabulary
 from lit_embed.data.sources import load_files, resolve_file
 from lit_embed.embeddings.text import VocabTextEncoder
 from lit_embed.errors import ConfigError, MissingFileError, OutputExistsError
+from lit_embed.files import atomic_folder
 from lit_embed.hub import trusting_remote_code
 from lit_embed.interfaces import TaskData, TaskModel, provides
 
@@ -150,7 +150,7 @@ def compress(
     def fill(folder: Path) -> None:
         if source.module is not None:
             source.module.embedding = strategy
-            write_checkpoint(folder, source, strategy, chosen.config or source.data_config, out=target.absolute())
+            write_model(folder, source, strategy, chosen.config or source.data_config, out=target.absolute())
         if source.hf_model is not None:
             write_huggingface(folder / "hf", source, strategy)
         report["seconds"] = round(time.perf_counter() - started, 2)
@@ -160,7 +160,7 @@ def compress(
         (folder / "report.md").write_text(format_summary(report))
 
     with trusting_remote_code(chosen.trust_remote_code):  # the HuggingFace folder saves the tokenizer too
-        write_atomically(target, overwrite, fill)
+        atomic_folder(target, overwrite, fill, replaceable=check_replaceable)
     print(format_summary(report), end="")
     print(f"Wrote {target}/")
     return report

@@ -5,12 +5,9 @@ The output folder is built beside its final place and renamed into it, so it is 
 
 from __future__ import annotations
 
-import glob
 import json
 import os
 import shutil
-import socket
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,25 +17,15 @@ import torch
 import yaml
 from torch import Tensor, nn
 
-from lit_embed.checkpoints import (
-    FACTS,
-    build_from_config,
-    describe,
-    read_checkpoint,
-    recorded_tokenizer,
-    state_differences,
-)
+from lit_embed.checkpoints import build_from_config, load_model, recorded_tokenizer, write_checkpoint
 from lit_embed.embeddings.base import EmbeddingStrategy
 from lit_embed.embeddings.dense import DenseEmbedding
-from lit_embed.embeddings.state import fixed_shapes
-from lit_embed.errors import CheckpointError, ConfigError, MissingFileError, OutputExistsError
-from lit_embed.files import process_alive
+from lit_embed.errors import ConfigError, MissingFileError, OutputExistsError
 from lit_embed.hub import explain_unreachable, remote_code_trusted, resolve_pretrained
 from lit_embed.models.base import EmbeddingModule
 from lit_embed.models.mlm import MaskedLM
 from lit_embed.runs import start_checkpoint
 
-INSTANTIATOR = "pytorch_lightning.cli.instantiate_module"
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".h5", ".msgpack", ".onnx", ".ot", ".ckpt")
 COMPACT_FILE = "compressed_embedding.safetensors"
 TIED_EXPLANATION = (
@@ -88,14 +75,8 @@ def load_source(name: str, model_config: str | None = None, untie: bool = False)
 
 
 def _load_checkpoint(path: Path, model_config: str | None, untie: bool) -> Source:
-    raw = read_checkpoint(path)
-    config = _model_config(raw, path, model_config)
-    module = build_from_config(pl.LightningModule, config, "model")
-    details = state_differences(module.state_dict(), raw["state_dict"], sized=fixed_shapes(module))
-    if details:
-        raise CheckpointError(f"checkpoint {str(path)!r} does not fit its model config ({details}): pass "
-                              f"--model_config FILE, the config it was trained with")
-    module.load_state_dict(raw["state_dict"])
+    given = _config_file_model(model_config) if model_config is not None else None
+    module, raw = load_model(path, config=given, fix="pass --model_config FILE, the config it was trained with")
     if not isinstance(module, EmbeddingModule):
         raise ConfigError(f"checkpoint {str(path)!r} holds a {type(module).__name__}, which has no lit-embed embedding strategy")
     if not isinstance(module.embedding, DenseEmbedding):
@@ -107,6 +88,7 @@ def _load_checkpoint(path: Path, model_config: str | None, untie: bool) -> Sourc
     if tokenizer is None:
         raise ConfigError(f"checkpoint {str(path)!r} does not record its tokenizer: fine-tune it with `lit-embed fit`, "
                          f"which records it")
+    config = module.model_config()
     if isinstance(module, MaskedLM) and module.tie_decoder:
         if not untie:
             raise ConfigError(f"checkpoint {str(path)!r} cannot be compressed as it is: {TIED_EXPLANATION}. "
@@ -122,21 +104,12 @@ def _load_checkpoint(path: Path, model_config: str | None, untie: bool) -> Sourc
     )
 
 
-def _model_config(raw: dict, path: Path, model_config: str | None) -> dict:
-    """The model's ``{"class_path", "init_args"}``: from ``model_config`` (a lit-embed config file), else
-    as ``lit-embed fit`` recorded it in the checkpoint."""
-    if model_config is not None:
-        from lit_embed.lightning_cli import ModelOnlyCLI
+def _config_file_model(model_config: str) -> dict:
+    """The model's ``{"class_path", "init_args"}`` in a lit-embed config file (``--model_config``)."""
+    from lit_embed.lightning_cli import ModelOnlyCLI
 
-        cli = ModelOnlyCLI(args=["--config", model_config], run=False)
-        return yaml.safe_load(cli.parser.dump(cli.config, skip_none=False))["model"]
-    hparams = raw.get("hyper_parameters") or {}
-    if "_class_path" not in hparams:
-        raise ConfigError(
-            f"checkpoint {str(path)!r} does not record its model config (it was not written by `lit-embed fit`): "
-            f"pass --model_config FILE, the config it was trained with"
-        )
-    return _as_config(hparams)
+    cli = ModelOnlyCLI(args=["--config", model_config], run=False)
+    return yaml.safe_load(cli.parser.dump(cli.config, skip_none=False))["model"]
 
 
 def _as_config(hparams: dict) -> dict:
@@ -233,69 +206,14 @@ def check_replaceable(out: Path) -> None:
         )
 
 
-def write_atomically(out: Path, overwrite: bool, fill: Callable[[Path], None],
-                     replaceable: Callable[[Path], None] = check_replaceable) -> None:
-    """Build ``out`` in a temporary folder beside it with ``fill``, then rename it into place.
-
-    On any error the temporary folder is removed and ``out`` is left as it was (absent, or untouched).
-    ``overwrite`` replaces only what ``replaceable`` accepts (default an earlier compress output). Temporary folders
-    that killed runs left beside ``out`` (``.NAME.building-HOST-PID``) are removed once their process is gone.
-    """
-    out = out.expanduser().absolute()
-    if out.exists():
-        if not overwrite:
-            raise OutputExistsError(f"output folder {str(out)!r} exists: choose another --out or pass --overwrite")
-        replaceable(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    host = socket.gethostname()
-    _remove_stale(out.parent, f".{out.name}.building-{host}-")
-    _remove_stale(out.parent, f".{out.name}.replaced-{host}-")
-    building = out.parent / f".{out.name}.building-{host}-{os.getpid()}"
-    shutil.rmtree(building, ignore_errors=True)
-    building.mkdir()
-    try:
-        fill(building)
-        if out.exists():
-            old = out.parent / f".{out.name}.replaced-{host}-{os.getpid()}"
-            out.rename(old)
-            building.rename(out)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            building.rename(out)
-    except BaseException:
-        shutil.rmtree(building, ignore_errors=True)
-        raise
-
-
-def _remove_stale(folder: Path, prefix: str) -> None:
-    for path in folder.glob(glob.escape(prefix) + "*"):
-        pid = path.name[len(prefix):]
-        if pid.isdigit() and not process_alive(int(pid)):
-            shutil.rmtree(path, ignore_errors=True)
-
-
-def write_checkpoint(folder: Path, source: Source, strategy: EmbeddingStrategy, data_config: dict | None,
+def write_model(folder: Path, source: Source, strategy: EmbeddingStrategy, data_config: dict | None,
                      out: Path) -> None:
     """``model.ckpt`` (the compressed lit-embed model) and ``config.yaml`` to validate or test it; those
     runs log beside it, to ``OUT/version_N`` with results.json, as every shipped config does."""
-    module = source.module
     config = json.loads(json.dumps(source.model_config))
     config["init_args"]["embedding"] = strategy_config(strategy)
-    checkpoint = {
-        "pytorch-lightning_version": pl.__version__,
-        "epoch": 0,
-        "global_step": 0,
-        "state_dict": {k: v.detach().cpu().contiguous() for k, v in module.state_dict().items()},
-        "hparams_name": "kwargs",
-        "hyper_parameters": {"_class_path": config["class_path"], "_instantiator": INSTANTIATOR, **config["init_args"]},
-        # the model as compress rebuilt it: the compressed strategy, an untied decoder, no start point
-        FACTS: {**describe(module, source.tokenizer, run_dir=None), "model": config},
-    }
-    if data_config is not None:
-        checkpoint["datamodule_hparams_name"] = "kwargs"
-        checkpoint["datamodule_hyper_parameters"] = {"_class_path": data_config["class_path"],
-                                                     "_instantiator": INSTANTIATOR, **data_config["init_args"]}
-    torch.save(checkpoint, folder / "model.ckpt")
+    # the model as compress rebuilt it: the compressed strategy, an untied decoder, no start point
+    write_checkpoint(folder / "model.ckpt", source.module, config, source.tokenizer, data_config)
     document = {"model": config}
     if data_config is not None:
         document["data"] = data_config

@@ -37,7 +37,7 @@ AUTO_MAP = {
 def export(ckpt: str, out: str, overwrite: bool = False, tokenizer: str | None = None) -> Path:
     """Write the export of ``ckpt`` (a .ckpt, a run folder or an experiment folder) to ``out``, atomically."""
     from lit_embed.checkpoints import load_model, recorded_tokenizer
-    from lit_embed.compress.model_io import write_atomically
+    from lit_embed.files import atomic_folder
     from lit_embed.runs import start_checkpoint
 
     path = start_checkpoint(ckpt)
@@ -51,7 +51,7 @@ def export(ckpt: str, out: str, overwrite: bool = False, tokenizer: str | None =
     tokenizer = tokenizer or recorded_tokenizer(checkpoint)
     if tokenizer is None and (not strategy.unlimited_vocabulary or getattr(strategy, "tokenization", "") == "subword"):
         raise CheckpointError(f"checkpoint {str(path)!r} records no tokenizer: give the one it was trained with (--tokenizer NAME)")
-    write_atomically(Path(out), overwrite, lambda folder: _fill(folder, module, checkpoint, path, tokenizer),
+    atomic_folder(Path(out), overwrite, lambda folder: _fill(folder, module, checkpoint, path, tokenizer),
                      replaceable=check_replaceable)
     return Path(out)
 
