@@ -10,8 +10,9 @@ import torch
 import yaml
 
 from lit_embed.cli import main
-from lit_embed.data.finetune import TaskDataModule
+from lit_embed.data.finetune import ExampleBuilder, TaskDataModule
 from lit_embed.data.tasks import TASKS, TaskDefinition, get_task
+from lit_embed.embeddings.text import VocabTextEncoder
 from lit_embed.errors import ConfigError
 from tests.helpers import CONFIGS
 
@@ -40,6 +41,23 @@ def test_labels_are_read_from_the_training_rows_in_a_stable_order(tmp_path):
     assert numbers.labels == ("1", "2", "10")  # numerically
     given = get_task(definition("given", str(tmp_path / "r.csv"), labels=["sport", "food", "music"]))
     assert given.labels == ("sport", "food", "music")
+    stars = get_task(definition("stars_given", str(tmp_path / "n.csv"), labels=[10, 2, 1]))  # as YAML gives numbers
+    assert stars.labels == ("10", "2", "1") and get_task(definition("stars_given", str(tmp_path / "n.csv"), labels=[10, 2, 1])) is stars
+
+
+def test_the_same_task_and_file_with_other_labels_is_encoded_again(tmp_path):
+    """The encoded rows are cached by what the task makes of them: a definition that keeps its name and file but
+    orders its labels otherwise (or reads another column) must not get the earlier encoding's label ids."""
+    files = write_csv(tmp_path / "r.csv", rows=30)
+    ids = {}
+    for order in (["food", "music", "sport"], ["sport", "music", "food"]):
+        TASKS.pop("reordered", None)  # a new process, as a new run is
+        data = TaskDataModule(definition("reordered", files, labels=order))
+        rows = data._load(None, "train", "train")
+        encoded = data._encode(rows, ExampleBuilder(VocabTextEncoder("all-MiniLM-L6-v2"), data.task, 32, 1, None), "train")
+        ids[tuple(order)] = [order[i] for i in encoded["labels"]]
+    first, second = ids.values()
+    assert first == second == rows["topic"]
 
 
 def test_one_file_is_split_into_train_validation_and_test_by_the_seed(tmp_path):
@@ -61,6 +79,8 @@ def test_one_file_is_split_into_train_validation_and_test_by_the_seed(tmp_path):
     ({"regression": True, "labels": ["a"]}, r"is a regression .*leave labels unset"),
     ({"hub": "imdb"}, r"one of the two"),
     ({"name": "SST-2"}, r"is not the form configs find: name it 'sst2'"),
+    ({"name": "Reviews Data"}, r"is not the form configs find: name it 'reviews_data'"),
+    ({"name": "reviews data"}, r"is not the form configs find: name it 'reviews_data'"),
 ])
 def test_a_definition_that_cannot_work_is_refused_naming_the_fix(tmp_path, change, message):
     files = write_csv(tmp_path / "r.csv")
@@ -131,12 +151,17 @@ def test_a_label_unseen_in_training_and_an_empty_split_fail_with_exit_2(tmp_path
     files = {"train": write_csv(tmp_path / "train.csv", 30), "validation": write_csv(tmp_path / "dev.csv", 6,
                                                                                         labels=("sport", "travel"))}
     assert main(["fit", "--config", finetune_config(tmp_path, definition("unseen", files))]) == 2
-    assert re.search(r"label 'travel', outside the label set \['food', 'music', 'sport'\].*unseen in training",
-                     capsys.readouterr().err)
+    assert re.search(r"dev\.csv: unseen: row \d+ has label 'travel', outside the label set \['food', 'music', 'sport'\]"
+                     r".*unseen in training", capsys.readouterr().err)
+    files["test"] = write_csv(tmp_path / "test.csv", 6, labels=("sport", "travel"))  # only the test file: still before training
+    files["validation"] = write_csv(tmp_path / "dev.csv", 6)
+    assert main(["fit", "--config", finetune_config(tmp_path, definition("unseen_test", files))]) == 2
+    assert re.search(r"test\.csv: unseen_test: row \d+ has label 'travel', outside", capsys.readouterr().err)
+    del files["test"]
     (tmp_path / "empty.csv").write_text("id,review,topic\n")
     files["validation"] = str(tmp_path / "empty.csv")
     assert main(["fit", "--config", finetune_config(tmp_path, definition("empty", files))]) == 2
-    assert "the validation split of task 'empty' has no rows" in capsys.readouterr().err
+    assert "empty.csv: the validation split of task 'empty' has no rows" in capsys.readouterr().err
     assert not list(tmp_path.rglob("*.ckpt"))
 
 

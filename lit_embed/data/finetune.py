@@ -15,6 +15,7 @@ e.g. ``glue/rte/train-00000-of-00001.parquet``, ``rte/validation.tsv``, ``xnli/d
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 from collections.abc import Iterator
 from pathlib import Path
@@ -143,6 +144,7 @@ class TaskDataModule(TextDataModule):
         self.predict_rows: datasets.Dataset | None = None
         self.predict_set = None
         self._splits: dict[str, datasets.Dataset] | None = None  # a config-defined task's held-out splits
+        self._origins: dict[str, str] = {}  # rows' fingerprint -> where they were read (files, hub split), for errors
 
     # -- what the task reads ---------------------------------------------------------------------
     def train_sources(self) -> list[tuple[str | None, str]]:
@@ -214,7 +216,7 @@ class TaskDataModule(TextDataModule):
         if stage in (None, "fit", "validate"):
             rows = {"": heldout} if heldout is not None else self._load_all(self.validation_sources())
             self.eval_sets["val"] = {name: self._encode(r, build, name, index=True) for name, r in rows.items()}
-        if stage in (None, "test"):
+        if stage in (None, "fit", "test"):  # fit: a test label outside the label set stops the run before it trains
             rows = self._load_all(self.test_sources())
             self.eval_sets["test"] = {name: self._encode(r, build, name, index=True) for name, r in rows.items()}
         if stage == "predict":
@@ -306,8 +308,9 @@ class TaskDataModule(TextDataModule):
     def _load(self, config: str | None, split: str, what: str) -> datasets.Dataset:
         where = self.data_dir or (SAMPLE_DIR / "topics" if self.task.benchmark == "sample" else None)
         if self.task.definition is not None:
-            rows = self._defined_split(_own_split_name(self.task, split))
-            origin = f"task {self.task.name!r}"
+            own = _own_split_name(self.task, split)
+            rows = self._defined_split(own)
+            origin = _defined_origin(self.task, own)
         elif where is not None:
             files = split_files(where, config, split)
             origin = f"{files[0].parent}/{split}*"
@@ -324,26 +327,35 @@ class TaskDataModule(TextDataModule):
             raise ConfigError(f"{origin}: the {what} split of task {self.task.name!r} has no rows: give it data")
         missing = [c for c in self.task.columns if c not in rows.column_names]
         if missing:
+            fix = "set text_columns and label_column to its columns" if self.task.definition is not None else \
+                "give the task's columns"
             raise ConfigError(
                 f"{origin}: no column(s) {missing} (columns: {rows.column_names}); task {self.task.name!r} "
-                f"expects {list(self.task.columns)}"
+                f"expects {list(self.task.columns)}: {fix}"
             )
+        self._origins[dataset_fingerprint(rows)] = origin
         return rows
 
     def _encode(self, rows: datasets.Dataset, build: ExampleBuilder, name: str, index: bool = False, labels: bool = True):
         key = "|".join(
             [dataset_fingerprint(rows), build.fingerprint(), self.task.name, str(index), str(labels), str(PIPELINE_VERSION)]
         )
-        mapped = rows.map(
-            build,
-            batched=True,
-            batch_size=1000,
-            with_indices=True,
-            fn_kwargs={"label_names": _label_names(rows, self.task), "keep_index": index, "keep_labels": labels},
-            remove_columns=rows.column_names,
-            new_fingerprint=hashlib.sha256(key.encode()).hexdigest()[:32],
-            desc=f"Encoding {self.task.name} {name}".rstrip(),
-        )
+        try:
+            mapped = rows.map(
+                build,
+                batched=True,
+                batch_size=1000,
+                with_indices=True,
+                fn_kwargs={"label_names": _label_names(rows, self.task), "keep_index": index, "keep_labels": labels},
+                remove_columns=rows.column_names,
+                new_fingerprint=hashlib.sha256(key.encode()).hexdigest()[:32],
+                desc=f"Encoding {self.task.name} {name}".rstrip(),
+            )
+        except ConfigError as error:  # a row's label: say which data it is in (row numbers count from 0)
+            origin = self._origins.get(dataset_fingerprint(rows))
+            if origin is None:
+                raise
+            raise ConfigError(f"{origin}: {error}") from None
         return mapped.with_format("numpy")
 
     def _loader(self, dataset, batch_size: int) -> DataLoader:
@@ -502,19 +514,30 @@ def _defined_rows(task: Task, split: str, data_dir: Path | None = None) -> datas
     return load_from_hub(task, task.config, hub_split)
 
 
+def _defined_origin(task: Task, split: str) -> str:
+    """Where a config-defined task's ``split`` comes from, for messages: its files, or the hub split."""
+    if task.data_files is not None:
+        if split in task.data_files:
+            return ", ".join(task.data_files[split])
+        return f"{', '.join(task.data_files['train'])} (its {split} rows, held out of training)"
+    return f"{task.hub}@{task.revision} ({split})"
+
+
 def training_labels(task: Task) -> tuple[str, ...]:
     """A config-defined classification task's label names, read from its training rows in a stable order: a
     ClassLabel's own order, else sorted (numerically where every label is an integer)."""
-    rows = _defined_rows(task, "train")
+    rows, origin = _defined_rows(task, "train"), _defined_origin(task, "train")
+    if len(rows) == 0:
+        raise ConfigError(f"{origin}: the train split of task {task.name!r} has no rows: give it data")
     if task.label_column not in rows.column_names:
-        raise ConfigError(f"task {task.name!r}: its training rows have no label column {task.label_column!r} "
+        raise ConfigError(f"{origin}: task {task.name!r} finds no label column {task.label_column!r} "
                           f"(columns: {rows.column_names}): set label_column")
     feature = rows.features[task.label_column]
     if isinstance(feature, datasets.ClassLabel):
         return tuple(feature.names)
     values = {v.strip() if isinstance(v, str) else v for v in rows[task.label_column]} - {None, ""}
     if not values:
-        raise ConfigError(f"task {task.name!r}: its training rows have no labels in column {task.label_column!r}")
+        raise ConfigError(f"{origin}: task {task.name!r} finds no labels in column {task.label_column!r}: fill them in")
     if all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in values):
         return tuple(str(v) for v in sorted(values))
     if any(not isinstance(v, str) for v in values):
@@ -582,7 +605,11 @@ class ExampleBuilder:
         self.sep = encoder.special_code("sep")
 
     def fingerprint(self) -> str:
-        return f"{self.encoder.fingerprint()}|{self.max_length}|{self.separators}|{self.split.kind}"
+        """What the encoded rows depend on: the text encoder, the lengths, and what the task reads and makes of its
+        labels (a config-defined task keeps its name while its columns, label names or order change)."""
+        task = self.task
+        reads = json.dumps([task.text_columns, task.label_column, task.labels, task.source_labels, task.value_range])
+        return f"{self.encoder.fingerprint()}|{self.max_length}|{self.separators}|{self.split.kind}|{reads}"
 
     def __call__(self, batch: dict[str, list], indices: list[int], label_names, keep_index: bool,
                  keep_labels: bool = True) -> dict:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import re
 from dataclasses import dataclass, field
 from typing import Literal, get_args
 
@@ -266,7 +267,7 @@ class TaskDefinition:
     name: str
     text_columns: list[str]
     label_column: str = "label"
-    labels: list[str] | None = None
+    labels: list[str | int] | None = None
     regression: bool = False
     value_range: tuple[float, float] | None = None
     metrics: list[str] | None = None
@@ -275,6 +276,10 @@ class TaskDefinition:
     config: str | None = None
     revision: str | None = None
     splits: dict[str, str | None] | None = None
+
+    def __post_init__(self) -> None:
+        if self.labels is not None:  # a star column's labels are written 1, 2, 3: names all the same
+            object.__setattr__(self, "labels", [str(label) for label in self.labels])
 
     def plain(self) -> dict:
         """The definition as plain data (a checkpoint and a YAML file hold it)."""
@@ -293,8 +298,10 @@ def define_task(definition: TaskDefinition | dict) -> Task:
         except TypeError as error:
             raise ConfigError(f"task definition {definition!r} does not fit lit_embed.data.tasks.TaskDefinition: {error}") from None
     key = _key(definition.name)
-    if definition.name != key or not key.strip():
-        raise ConfigError(f"task name {definition.name!r} is not the form configs find: name it {key!r}")
+    if definition.name != key or not re.fullmatch(r"[a-z0-9][a-z0-9_]*", key):
+        named = re.sub(r"[^a-z0-9]+", "_", key).strip("_") or "my_task"
+        raise ConfigError(f"task name {definition.name!r} is not the form configs find: name it {named!r} (lower case "
+                          f"letters, digits and _)")
     known = TASKS.get(key)
     if known is not None:
         if known.definition is not None and _same_definition(known.definition, definition.plain()):
