@@ -34,8 +34,8 @@ from lit_embed.checkpoints import load_model, recorded_tokenizer
 from lit_embed.data.collate import PadCollator
 from lit_embed.errors import ConfigError
 from lit_embed.files import write_atomic, write_json_atomic
+from lit_embed.folders import start_checkpoint
 from lit_embed.models.base import EmbeddingModule
-from lit_embed.runs import start_checkpoint
 
 ANALYSIS_DIR = "analysis"
 #: The tokens the k-sub-embedding paper's Figures 4-10 highlight in each layer's hidden states.

@@ -175,7 +175,7 @@ def load_model(name: str | os.PathLike, what: str = "checkpoint", config: dict |
                fix: str = "give the config it was trained with"):
     """The LightningModule a ``lit-embed fit`` checkpoint records, with its weights, and the checkpoint.
 
-    ``name`` is a file, a run folder or an experiment folder (:func:`~lit_embed.runs.start_checkpoint`).
+    ``name`` is a file, a run folder or an experiment folder (:func:`~lit_embed.folders.start_checkpoint`).
     The module is built from ``config`` where given (``{"class_path", "init_args"}``), else from the model config
     the checkpoint records; a checkpoint that records none (saved from Python) is refused with ``fix``. Every
     consumer that rebuilds a model from its checkpoint (analyze, export, compress) comes here.
@@ -183,7 +183,7 @@ def load_model(name: str | os.PathLike, what: str = "checkpoint", config: dict |
     import pytorch_lightning as pl
 
     from lit_embed.embeddings.state import fixed_shapes
-    from lit_embed.runs import start_checkpoint
+    from lit_embed.folders import start_checkpoint
 
     path = start_checkpoint(name, what)
     checkpoint = read_checkpoint(path, what)

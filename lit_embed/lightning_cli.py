@@ -2,7 +2,7 @@
 
 Strategies, data modules and models are chosen by ``class_path`` in YAML; jsonargparse resolves them, so a
 user's own strategy is one class in an importable module and one YAML file. Every run gets a folder of its
-own (:mod:`lit_embed.runs`), atomic checkpoints and a clean stop on a signal
+own (:mod:`lit_embed.folders`), atomic checkpoints and a clean stop on a signal
 (:mod:`lit_embed.callbacks.guard`), and a progress bar and model summary that say only what is true
 (:mod:`lit_embed.callbacks.console`); a checkpoint given to ``--ckpt_path`` is read safely and must be of the
 configured model. :mod:`lit_embed.cli` imports this module only for the commands that need Lightning.
@@ -35,9 +35,10 @@ from lit_embed.checkpoints import (
 # Configs may name lit-embed's classes short (class_path: TaskDataModule): jsonargparse finds imported subclasses.
 from lit_embed.data import CorpusDataModule, TaskDataModule, XNLIDataModule  # noqa: F401
 from lit_embed.errors import CheckpointError
+from lit_embed.folders import CHECKPOINTS, newest_checkpoint, run_of
 from lit_embed.interfaces import TaskData, provides
 from lit_embed.models import MaskedLM, SequenceClassifier, ShuffleRandom  # noqa: F401
-from lit_embed.runs import CHECKPOINTS, RunLogger, newest_checkpoint, run_of
+from lit_embed.runs import RunLogger
 
 log = logging.getLogger(__name__)
 

@@ -417,7 +417,8 @@ def main(argv: list[str]) -> int:
     interrupted = [run["run_dir"] for run in runs if run.get("status", "complete") != "complete"]
     if interrupted:  # a signal stopped them: their figures are not final
         print(f"lit-embed report: left out {len(interrupted)} interrupted run(s): {', '.join(interrupted)}", file=sys.stderr)
-        runs = [run for run in runs if run["run_dir"] not in interrupted]
+    predictions = [run["run_dir"] for run in runs if run.get("command") == "predict"]  # no scores: not a row
+    runs = [run for run in runs if run["run_dir"] not in {*interrupted, *predictions}]
     sweep_tables = []
     for folder in sweeps:
         found, tables = sweep_runs(folder)

@@ -270,3 +270,16 @@ def test_a_baseline_without_parameter_counts_still_gives_prr(tmp_path):
     memory = table(report([base, mine], base).tables(), "Memory efficiency")
     assert row(memory, "3se")["CoLA"] == "80.0" and row(memory, "3se")["PCR (Emb)"] == "99.9"
     assert any("has no parameter counts" in note for note in memory.notes)
+
+
+def test_predictions_and_interrupted_runs_beside_a_run_are_left_out(tmp_path, capsys):
+    """`lit-embed predict` writes a results.json of its own in the experiment folder (a version_N beside the fit's):
+    it holds no scores and is not a second run of the cell."""
+    fit = write_run(tmp_path, "3se", "rte", 0, {"val/accuracy": 0.6})
+    predicted = write_run(tmp_path / "p", "3se", "rte", 0, {})
+    stopped = write_run(tmp_path / "s", "3se", "rte", 0, {"val/accuracy": 0.1})
+    for folder, fields in ((predicted, {"command": "predict"}), (stopped, {"status": "interrupted"})):
+        write_json_atomic(folder / RESULTS_FILE, {**load_results(folder), **fields})
+    assert main(["report", str(fit), str(predicted), str(stopped)]) == 0
+    captured = capsys.readouterr()
+    assert "| 3se | 60.0 |" in captured.out and "left out 1 interrupted run(s)" in captured.err

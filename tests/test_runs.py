@@ -11,14 +11,21 @@ import time
 import pytest
 
 from lit_embed.errors import MissingFileError, RunBusyError
-from lit_embed.runs import claim_version, hold, newest_checkpoint, run_of, start_checkpoint, version_folders
+from lit_embed.folders import (
+    claim_version,
+    hold,
+    newest_checkpoint,
+    run_of,
+    start_checkpoint,
+    version_folders,
+)
 from tests.helpers import REPO
 
 
 def test_processes_claiming_at_once_each_get_their_own_version(tmp_path):
-    """Six processes claim at once. They are forked from a fresh process that has only imported lit_embed.runs:
+    """Six processes claim at once. They are forked from a fresh process that has only imported lit_embed.folders:
     forking pytest's own process, whose other threads may hold locks, could deadlock."""
-    script = f"import sys, multiprocessing; sys.path.insert(0, {str(REPO)!r}); from lit_embed.runs import claim_version\n" \
+    script = f"import sys, multiprocessing; sys.path.insert(0, {str(REPO)!r}); from lit_embed.folders import claim_version\n" \
              f"with multiprocessing.get_context('fork').Pool(6) as pool: print(pool.map(claim_version, [{str(tmp_path)!r}] * 6))"
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
@@ -29,7 +36,7 @@ def test_processes_claiming_at_once_each_get_their_own_version(tmp_path):
 
 def test_a_folder_held_by_a_live_process_is_refused_and_freed_when_it_ends(tmp_path):
     folder = tmp_path / "run"
-    script = f"import sys, time; sys.path.insert(0, {str(REPO)!r}); from lit_embed.runs import hold; " \
+    script = f"import sys, time; sys.path.insert(0, {str(REPO)!r}); from lit_embed.folders import hold; " \
              f"hold({str(folder)!r}); print('held', flush=True); time.sleep(60)"
     holder = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
     try:

@@ -19,8 +19,8 @@ import yaml
 from lit_embed.cli import main
 from lit_embed.errors import ConfigError
 from lit_embed.files import write_json_atomic
+from lit_embed.folders import LOCK_FILE
 from lit_embed.results import RESULTS_FILE
-from lit_embed.runs import LOCK_FILE
 from lit_embed.sweeps.launch import Launch, commands, launch_here, plan_text, summary
 from lit_embed.sweeps.outcomes import OUTPUT_FILE, STATUS_FILE, book, chosen, grids, outcome, resolve
 from lit_embed.sweeps.plan import MANIFEST, load_sweep, manifest
@@ -160,7 +160,7 @@ def test_a_stage_waits_for_the_runs_it_starts_from(tmp_path):
 
 
 def hold_elsewhere(folder: Path) -> subprocess.Popen:
-    """A process that holds ``folder``'s lock as ``runs.hold`` takes it (without importing torch) until it reads a line."""
+    """A process that holds ``folder``'s lock as ``folders.hold`` takes it (without importing torch) until it reads a line."""
     folder.mkdir(parents=True, exist_ok=True)
     script = (f"import fcntl, os; fd = os.open({str(folder / LOCK_FILE)!r}, os.O_RDWR | os.O_CREAT); "
               "fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB); print('held', flush=True); input()")
@@ -335,6 +335,10 @@ def test_report_of_a_sweep_averages_the_chosen_point_over_seeds_and_names_what_i
     assert "Grid search, stage mnli" in out and "lr=0.0001" in out
     assert "mnli/model=3se,task=sst2,lr=3e-05,seed=2: left" in out
     assert "rte/model=dense,task=topics,seed=1: left" in out
+    probe = ("import sys; from lit_embed.cli import main; status = main(['report', sys.argv[1]]); "
+             "print([m for m in ('torch', 'pytorch_lightning') if m in sys.modules], status)")
+    done = subprocess.run([sys.executable, "-c", probe, str(sweep.folder)], capture_output=True, text=True, check=True)
+    assert done.stdout.splitlines()[-1] == "[] 0"  # a sweep's report imports neither (seconds otherwise)
 
 
 def test_two_runs_of_one_cell_are_refused_outside_a_sweep(tmp_path, capsys):

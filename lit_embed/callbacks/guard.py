@@ -19,7 +19,8 @@ from pytorch_lightning.plugins.io import TorchCheckpointIO
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 
 from lit_embed.checkpointing import AtomicCheckpointIO
-from lit_embed.runs import CHECKPOINTS, LAST, hold, run_folder
+from lit_embed.folders import CHECKPOINTS, LAST, hold
+from lit_embed.runs import run_folder
 from lit_embed.signals import activate
 
 log = logging.getLogger(__name__)

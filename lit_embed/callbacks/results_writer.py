@@ -143,6 +143,7 @@ class ResultsWriter(pl.Callback):
         return {
             "format": RESULTS_FORMAT,
             "status": status,
+            "command": str(trainer.state.fn.value),  # fit, validate, test or predict: report reads the first three
             "label": self.label or _default_label(trainer, pl_module),
             "task": None if hparams.get("task") is None else str(hparams["task"]),
             "seed": _seed(hparams),

@@ -21,10 +21,10 @@ from lit_embed.checkpoints import build_from_config, load_model, recorded_tokeni
 from lit_embed.embeddings.base import EmbeddingStrategy
 from lit_embed.embeddings.dense import DenseEmbedding
 from lit_embed.errors import ConfigError, MissingFileError, OutputExistsError
+from lit_embed.folders import start_checkpoint
 from lit_embed.hub import explain_unreachable, remote_code_trusted, resolve_pretrained
 from lit_embed.models.base import EmbeddingModule
 from lit_embed.models.mlm import MaskedLM
-from lit_embed.runs import start_checkpoint
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".h5", ".msgpack", ".onnx", ".ot", ".ckpt")
 COMPACT_FILE = "compressed_embedding.safetensors"
@@ -63,7 +63,7 @@ class Source:
 
 def load_source(name: str, model_config: str | None = None, untie: bool = False) -> Source:
     """A lit-embed checkpoint (a file, a run folder or an experiment folder: see
-    :func:`~lit_embed.runs.start_checkpoint`) or a HuggingFace model (a folder with ``config.json``, or a hub name)."""
+    :func:`~lit_embed.folders.start_checkpoint`) or a HuggingFace model (a folder with ``config.json``, or a hub name)."""
     path = Path(name).expanduser()
     if path.is_dir() and not (path / "config.json").is_file():
         path = start_checkpoint(path)

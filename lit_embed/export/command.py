@@ -38,7 +38,7 @@ def export(ckpt: str, out: str, overwrite: bool = False, tokenizer: str | None =
     """Write the export of ``ckpt`` (a .ckpt, a run folder or an experiment folder) to ``out``, atomically."""
     from lit_embed.checkpoints import load_model, recorded_tokenizer
     from lit_embed.files import atomic_folder
-    from lit_embed.runs import start_checkpoint
+    from lit_embed.folders import start_checkpoint
 
     path = start_checkpoint(ckpt)
     module, checkpoint = load_model(path)

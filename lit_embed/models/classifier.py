@@ -35,12 +35,12 @@ from lit_embed.data.tasks import Task, TaskDefinition, get_task
 from lit_embed.embeddings.state import fixed_shapes
 from lit_embed.embeddings.text import TextEncoder
 from lit_embed.errors import CheckpointError, ConfigError
+from lit_embed.folders import start_checkpoint
 from lit_embed.interfaces import TaskData, provides
 from lit_embed.models.base import EmbeddingModule, StrategyFactory
 from lit_embed.models.encoder import Encoder
 from lit_embed.models.metrics import TaskEvaluation
 from lit_embed.models.optim import OptimConfig
-from lit_embed.runs import start_checkpoint
 
 #: k-sub-embedding Table 6: peak 2e-5 with 6% warm-up and linear decay; the rest as in pre-training.
 FINETUNE_OPTIM = OptimConfig(lr=2e-5, warmup=0.06)

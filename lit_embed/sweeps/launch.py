@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from lit_embed.errors import ConfigError, RunBusyError
 from lit_embed.files import write_json_atomic
-from lit_embed.runs import hold
+from lit_embed.folders import hold
 from lit_embed.sweeps.outcomes import (
     OUTPUT_FILE,
     STATUS_FILE,
@@ -137,7 +137,7 @@ def run_here(sweep: Sweep, run: Run, launch: Launch) -> int:
 
 def _hold(run: Run, tries: int = 5) -> None:
     """Lock the run's records for this process; a moment's retry lets a reader that asked whether the run
-    is running (``runs.held``: a brief shared lock) let go."""
+    is running (``folders.held``: a brief shared lock) let go."""
     for attempt in range(tries):
         try:
             return hold(book(run), "sweep run")

@@ -15,17 +15,10 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
+from lit_embed import folders
 from lit_embed.errors import ConfigError, UserError
 from lit_embed.results import RESULTS_FILE, load_results
 from lit_embed.sweeps.plan import REFERENCE, Run, Select, Stage, Sweep, candidates
-
-
-def _runs():
-    """lit_embed.runs, imported when first needed: it imports Lightning, which `lit-embed report` must not wait for."""
-    from lit_embed import runs
-
-    return runs
-
 
 LOGS = "logs"
 STATUS_FILE = "status.json"
@@ -49,7 +42,7 @@ def book(run: Run) -> Path:
 
 def finished_results(run: Run) -> dict | None:
     """The complete ``results.json`` of the run's newest version folder that has one."""
-    for folder in reversed(_runs().version_folders(run.folder)):
+    for folder in reversed(folders.version_folders(run.folder)):
         if (folder / RESULTS_FILE).is_file():
             with contextlib.suppress(UserError):
                 results = load_results(folder)
@@ -66,7 +59,7 @@ def outcome(run: Run) -> Outcome:
     if status is None:
         return Outcome("left")
     if status.get("state") == "running":
-        if _runs().held(book(run)):  # its process holds the lock until it ends, on whichever host it runs
+        if folders.held(book(run)):  # its process holds the lock until it ends, on whichever host it runs
             return Outcome("running", detail=f"process {status.get('pid')} on {status.get('host')}")
         return Outcome("left", detail="killed: it resumes from its last checkpoint")
     code = status.get("exit")
@@ -186,7 +179,7 @@ def checkpoint_of(run: Run) -> Path:
     best = (results.get("checkpoint") or {}).get("best")
     if best and (folder / best).is_file():
         return folder / best
-    return _runs().start_checkpoint(folder, f"the checkpoint of {run.id}")
+    return folders.start_checkpoint(folder, f"the checkpoint of {run.id}")
 
 
 def resolve(run: Run, sweep: Sweep) -> dict[str, str]:

@@ -1,0 +1,171 @@
+"""Run folders: every run writes into a folder of its own and finds its checkpoints there again.
+
+This module imports no Lightning (`lit-embed report` and the sweeps read run folders without it); the
+logger that claims a run's folder is :class:`lit_embed.runs.RunLogger`.
+
+* A run's folder is ``<root>/version_N``. ``root`` is the trainer's ``default_root_dir`` (``runs/<config
+  name>`` unless the config says otherwise) for :class:`~lit_embed.runs.RunLogger`, the logger the CLI gives every run;
+  N is the next free number, claimed with an atomic ``mkdir``, so runs started together never share one.
+* The process holds a lock on its run folder, and on every checkpoint folder it writes, for as long as
+  it lives (released when it exits, however it exits): another live run that would write there is
+  refused. The lock file (``.lock``) stays behind, unlocked.
+* Checkpoints go to ``version_N/checkpoints``. ``--ckpt_path last`` resumes the newest checkpoint under
+  ``root`` and continues in its run folder; a config starts from a finished run by naming its run
+  folder or its experiment folder (``checkpoint: runs/demo``: the newest run there with a checkpoint
+  that was not interrupted).
+* A killed run leaves its folder with what it wrote; later commands skip folders without the file they
+  look for (results, checkpoints).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+from pathlib import Path
+
+from lit_embed.errors import CheckpointError, MissingFileError, RunBusyError
+
+try:
+    import fcntl
+except ImportError:  # Windows: runs are not locked
+    fcntl = None
+
+LOCK_FILE = ".lock"
+CHECKPOINTS = "checkpoints"
+LAST = "last.ckpt"
+_held: dict[str, int] = {}  # folder -> open file descriptor of its lock, for this process's life
+
+
+def hold(folder: str | os.PathLike, what: str = "run folder") -> None:
+    """Lock ``folder`` for this process (until it exits); :class:`RunBusyError` if a live process holds it."""
+    folder = Path(folder).absolute()
+    if fcntl is None or any(Path(held) in (folder, *folder.parents) for held in _held):
+        return  # held already, or inside a folder this process holds
+    folder.mkdir(parents=True, exist_ok=True)
+    fd = os.open(folder / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        owner = os.read(fd, 200).decode(errors="replace").strip() or "another process"
+        os.close(fd)
+        raise RunBusyError(
+            f"{what} {folder} is in use by a live run ({owner}): runs must not share folders; give this run its "
+            f"own (trainer.default_root_dir, or the checkpoint callback's dirpath) or wait for that one"
+        ) from None
+    os.ftruncate(fd, 0)
+    os.write(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode())
+    _held[str(folder)] = fd
+
+
+def held(folder: str | os.PathLike) -> bool:
+    """Whether a live process holds ``folder`` (:func:`hold`), on this host or another that shares the
+    filesystem: the lock dies with its process, however it ended."""
+    path = Path(folder).absolute() / LOCK_FILE
+    if fcntl is None or not path.is_file():
+        return False
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    finally:
+        os.close(fd)  # releases the shared lock taken just now
+    return False
+
+
+def claim_version(root: str | os.PathLike) -> int:
+    """The next free ``version_N`` under ``root``, created atomically (two processes never get the same N)."""
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    number = max((_number(p) for p in root.glob("version_*")), default=-1) + 1
+    while True:
+        try:
+            (root / f"version_{number}").mkdir()
+            return number
+        except FileExistsError:
+            number += 1
+
+
+def version_folders(root: str | os.PathLike) -> list[Path]:
+    """``root``'s ``version_N`` folders, oldest first."""
+    found = [p for p in Path(root).glob("version_*") if p.is_dir() and _number(p) >= 0]
+    return sorted(found, key=_number)
+
+
+def newest_checkpoint(root: str | os.PathLike, default_root_dir: str | os.PathLike | None = None) -> Path | None:
+    """The checkpoint ``--ckpt_path last`` resumes: the newest ``last*.ckpt`` of any run under ``root``, or a
+    checkpoint Lightning saved for a SLURM requeue (``hpc_ckpt_N.ckpt``) there or in ``default_root_dir``."""
+    candidates = []
+    for folder in version_folders(root):
+        candidates += (folder / CHECKPOINTS).glob("last*.ckpt")
+        candidates += folder.glob("hpc_ckpt_*.ckpt")
+    for folder in {Path(root), Path(default_root_dir or root)}:
+        candidates += folder.glob("hpc_ckpt_*.ckpt")
+    candidates = [p for p in candidates if p.is_file() and p.stat().st_size > 0]
+    return max(candidates, key=lambda p: p.stat().st_mtime_ns) if candidates else None
+
+
+def run_of(path: str | os.PathLike, root: str | os.PathLike) -> int | None:
+    """The version number of the run under ``root`` that ``path`` lies in (``None`` if it is not in one)."""
+    path, root = Path(path).absolute(), Path(root).absolute()
+    for parent in path.parents:
+        if parent.parent == root and _number(parent) >= 0:
+            return _number(parent)
+    return None
+
+
+def start_checkpoint(name: str | os.PathLike, what: str = "checkpoint") -> Path:
+    """The checkpoint a new run starts from, given as a file, a run folder or an experiment folder.
+
+    A run folder gives its ``checkpoints/last.ckpt`` (or its only checkpoint); an experiment folder (one
+    holding ``version_N`` folders) gives the newest of its runs that has one and was not interrupted.
+    """
+    path = Path(name).expanduser()
+    if path.is_file():
+        return path
+    if not path.is_dir():
+        raise MissingFileError(f"{what} {str(name)!r} does not exist: give a .ckpt file, a run folder or an experiment folder")
+    if (path / CHECKPOINTS).is_dir():
+        return _checkpoint_of_run(path, what)
+    usable = [run for run in version_folders(path) if _checkpoints(run) and not _interrupted(run)]
+    if not usable:
+        seen = ", ".join(p.name for p in version_folders(path)) or "none"
+        raise MissingFileError(
+            f"{what} {str(name)!r} holds no finished run with a checkpoint (runs: {seen}): train one first, or "
+            f"give a .ckpt file"
+        )
+    return _checkpoint_of_run(usable[-1], what)
+
+
+def _checkpoint_of_run(run: Path, what: str) -> Path:
+    files = _checkpoints(run)
+    last = [p for p in files if p.name == LAST]
+    if last:
+        return last[0]
+    if len(files) == 1:
+        return files[0]
+    if not files:
+        raise MissingFileError(f"{what} {str(run)!r} is a run folder without checkpoints: give a .ckpt file")
+    raise CheckpointError(f"{what} {str(run)!r} holds several checkpoints ({', '.join(p.name for p in files)}): name one")
+
+
+def _checkpoints(run: Path) -> list[Path]:
+    return sorted(p for p in (run / CHECKPOINTS).glob("*.ckpt") if p.is_file())
+
+
+def _interrupted(run: Path) -> bool:
+    import json
+
+    with contextlib.suppress(OSError, ValueError):
+        return json.loads((run / "results.json").read_text()).get("status") == "interrupted"
+    return False
+
+
+def _number(path: Path) -> int:
+    suffix = path.name.removeprefix("version_")
+    return int(suffix) if suffix.isdigit() and path.name.startswith("version_") else -1
+
+
+__all__ = ["CHECKPOINTS", "LAST", "LOCK_FILE", "claim_version", "held", "hold", "newest_checkpoint", "run_of",
+           "start_checkpoint", "version_folders"]
