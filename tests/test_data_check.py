@@ -143,3 +143,17 @@ def test_offline_a_known_loading_script_is_still_named(tmp_path, monkeypatch, ca
 def test_usage_errors_exit_2(argv, capsys):
     assert main(argv) == 2
     assert "usage: lit-embed data check --config FILE" in capsys.readouterr().err
+
+
+def test_a_data_piece_and_a_task_of_your_own_in_local_files_are_checked_as_files(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    status, out, _ = data_check(capsys, "data/sample.yaml")  # the data piece alone
+    assert status == 0 and "| sample-corpus | data.files | local (shipped) | text |" in "\n".join(out)
+    (tmp_path / "train.csv").write_text("text,label\na,b\n")
+    own = {"name": "mine", "text_columns": ["text"], "files": {"train": "train.csv", "test": "gone.csv"}}
+    status, out, err = data_check(capsys, "experiments/finetune/own_data/topics.yaml",
+                                  "--data.init_args.task", json.dumps(own), "--model.init_args.task", json.dumps(own))
+    assert status == 2 and "| train.csv | task mine (train) | local |" in "\n".join(out), out
+    assert "gone.csv" in err and "missing" in err and "hub could not be reached" not in err
+    status, _, err = data_check(capsys, "backbone/tiny.yaml")
+    assert status == 2 and "is a piece of a config (lit_embed.models.Encoder)" in err

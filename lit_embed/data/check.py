@@ -155,14 +155,42 @@ def _problems(names: list[Name]) -> list[str]:
 
 
 def parse_config(argv: list[str]) -> dict:
-    """The composed config of ``--config`` files and overrides, as ``fit`` would see it; nothing is built."""
+    """The composed config of ``--config`` files and overrides, as ``fit`` would see it; nothing is built.
+
+    A data piece (``configs/data/*.yaml``: a data module's ``class_path`` and ``init_args`` alone) is checked as
+    the data of a config.
+    """
     from lit_embed.lightning_cli import ModelOnlyCLI
+
+    piece = _data_piece(argv)
+    if piece is not None:
+        return {"data": piece}
 
     class ParseOnly(ModelOnlyCLI):
         def instantiate_classes(self) -> None:
             """Nothing: the check builds only what it asks for."""
 
     return ParseOnly(args=argv, run=False).config.as_dict()
+
+
+def _data_piece(argv: list[str]) -> dict | None:
+    """The data module config of ``--config PIECE`` where that is all ``argv`` gives and PIECE is a data piece."""
+    import yaml
+
+    if len(argv) != 2 or argv[0] != "--config" or not Path(argv[1]).is_file():
+        return None
+    document = yaml.safe_load(Path(argv[1]).read_text())
+    if not isinstance(document, dict) or "class_path" not in document or {"model", "data", "trainer"} & set(document):
+        return None
+    import pytorch_lightning as pl
+
+    from lit_embed.checkpoints import resolve_class
+
+    cls = resolve_class(document["class_path"])
+    if not (isinstance(cls, type) and issubclass(cls, pl.LightningDataModule)):
+        raise ConfigError(f"{argv[1]} is a piece of a config ({document['class_path']}), not a config or its data: give an "
+                          f"experiment config that uses it")
+    return {"class_path": document["class_path"], "init_args": document.get("init_args") or {}}
 
 
 # -- what the config names -----------------------------------------------------------------------
@@ -192,6 +220,10 @@ def names_in(config: dict) -> tuple[list[Name], bool]:
         task = module.task
         if module.data_dir is not None:
             add(str(module.data_dir), "file", f"task {task.name} (data_dir)")
+        elif task.data_files is not None:  # a task of the config's own, in local files
+            for split, files in task.data_files.items():
+                for shown in files:
+                    add(shown, "file", f"task {task.name} ({split})")
         elif task.benchmark != "sample":
             shown = f"{task.hub}@{task.revision}" if task.revision else task.hub
             needs = [_split_pattern(task, config_name, split) for config_name, split in _task_sources(module)]
