@@ -214,7 +214,9 @@ def test_each_method_end_to_end(method, compressed, tmp_path, monkeypatch, capsy
     assert -1.0 <= report["cosine"]["rare"] <= 1.0
     assert "Table 9" in (out / "report.md").read_text()
     assert "(Table 5), sentences" in (out / "report.md").read_text() and report["coverage"]["examples"] > 0
-    assert params_json(["params", "--config", str(out / "config.yaml"), "--json"])["embedding_params"] == expected
+    counted = params_json(["params", "--config", str(out / "config.yaml"), "--json"])
+    head = sum(p.numel() for p in load_compressed(out).classifier.parameters())  # params counts no task head
+    assert counted["embedding_params"] == expected and counted["total_params"] == params["total"]["after"] - head
     monkeypatch.chdir(tmp_path)
     assert main(["validate", "--config", str(out / "config.yaml"), "--ckpt_path", str(out / "model.ckpt"),
                  "--trainer.limit_val_batches", "2", *QUIET]) == 0

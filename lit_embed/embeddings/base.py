@@ -104,6 +104,12 @@ class EmbeddingStrategy(CheckpointSized, ABC):
         """Parameters the papers count as the embedding's (all of this module's, by default)."""
         return sum(p.numel() for p in self.parameters())
 
+    def num_total_parameters(self) -> int:
+        """What the strategy adds to a model's total (PCR_All, PoEP): all of its parameters, or its embedding figure
+        where that is larger: stored codes the papers count as parameters (sparse-coding ids and weights, additive
+        quantization's codes) are buffers, not ``nn.Parameter``\ s."""
+        return max(sum(p.numel() for p in self.parameters()), self.num_embedding_parameters())
+
     def full_weight(self) -> Tensor | None:
         """The ``vocab_size x hidden_size`` matrix of all token vectors, for a tied MLM decoder.
 

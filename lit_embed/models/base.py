@@ -189,11 +189,12 @@ class EmbeddingModule(pl.LightningModule):
     def parameter_counts(self) -> dict[str, int]:
         """Embedding and total parameters as the papers count them (backbone + strategy, no task heads).
 
-        The total counts every parameter of the strategy, also those its embedding figure leaves out
-        (the HashFormers' special-token rows).
+        The total counts every parameter of the strategy, also those its embedding figure leaves out (the
+        HashFormers' special-token rows), and the stored codes that figure counts (sparse coding's ids and weights).
         """
-        embedding = self.embedding.num_embedding_parameters()
-        return {"embedding_params": embedding, "total_params": count_parameters(self.embedding) + count_parameters(self.encoder)}
+        strategy = self.embedding
+        return {"embedding_params": strategy.num_embedding_parameters(),
+                "total_params": strategy.num_total_parameters() + count_parameters(self.encoder)}
 
     def baseline_counts(self) -> dict[str, int]:
         """The same counts for the dense baseline: a ``baseline_vocab_size x hidden`` table on the same
