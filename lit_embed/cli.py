@@ -123,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
         print(version() if argv and argv[0] == "--version" else usage(), end="", file=sys.stdout if argv else sys.stderr)
         return 0 if argv else 2
     install_signal_handlers()
-    quiet()
+    quiet(argv[0])
     try:
         load_plugins()  # before parsing: configs name the plugins' classes and tasks
         check_yaml_files(argv)

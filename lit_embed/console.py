@@ -7,6 +7,10 @@ the run, and that the user cannot act on.
   :class:`~lit_embed.callbacks.console.LayerSummary`).
 * torch's ``FutureWarning`` on Lightning 2.6's own use of ``torch.utils._pytree.LeafSpec`` (printed once
   per run from ``pytorch_lightning/utilities/_pytree.py``).
+* "No seed found, seed set to 0" where a config sets no ``seed_everything``: the seed is 0, and the checkpoint
+  and ``results.json`` record it; and "Loading `train_dataloader` to estimate number of stepping batches".
+* When evaluating or predicting with a checkpoint (``validate``, ``test``, ``predict``): its checkpoint callback's
+  "The dirpath has changed" (the run writes into a folder of its own, as every run does).
 
 Nothing here imports Lightning: :func:`quiet` installs filters by logger name and message.
 """
@@ -19,7 +23,8 @@ import warnings
 #: The loggers Lightning's ``rank_zero_info`` writes to (Lightning points lightning_utilities' at them).
 RANK_ZERO_LOGGERS = ("pytorch_lightning.utilities.rank_zero", "lightning_fabric.utilities.rank_zero")
 #: How the notices dropped begin.
-NOTICES = ("💡 Tip:", "Trainer already configured with model summary callbacks")
+NOTICES = ("💡 Tip:", "Trainer already configured with model summary callbacks",
+           "Loading `train_dataloader` to estimate number of stepping batches")
 
 
 class _Notices(logging.Filter):
@@ -30,15 +35,17 @@ class _Notices(logging.Filter):
 _installed = False
 
 
-def quiet() -> None:
-    """Drop the notices above from this process's output (idempotent)."""
+def quiet(command: str | None = None) -> None:
+    """Drop the notices above from this process's output; ``command``: the ``lit-embed`` command run."""
     global _installed
-    if _installed:
-        return
-    _installed = True
-    for name in RANK_ZERO_LOGGERS:
-        logging.getLogger(name).addFilter(_Notices())
     warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated", category=FutureWarning)
+    warnings.filterwarnings("ignore", message=r"No seed found, seed set to 0")
+    if command in ("validate", "test", "predict"):
+        warnings.filterwarnings("ignore", message=r"The dirpath has changed from")
+    if not _installed:
+        _installed = True
+        for name in RANK_ZERO_LOGGERS:
+            logging.getLogger(name).addFilter(_Notices())
 
 
 __all__ = ["quiet"]

@@ -15,7 +15,20 @@ def test_lightning_tips_are_dropped_and_its_other_messages_kept(caplog):
     with caplog.at_level(logging.INFO):
         rank_zero.info("💡 Tip: For seamless cloud logging and experiment tracking, try installing litlogger")
         rank_zero.info("GPU available: False, used: False")
+        rank_zero.info("Loading `train_dataloader` to estimate number of stepping batches.")
     assert [r.getMessage() for r in caplog.records] == ["GPU available: False, used: False"]
+
+
+def test_notices_that_say_nothing_true_about_the_run_are_dropped():
+    import warnings
+
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        quiet("predict")
+        warnings.warn("No seed found, seed set to 0", UserWarning, stacklevel=1)  # the seed is recorded
+        warnings.warn("The dirpath has changed from 'runs/x/version_0' to 'runs/x/version_1', therefore", UserWarning, stacklevel=1)
+        warnings.warn("The number of training batches (3) is smaller than the logging interval", UserWarning, stacklevel=1)
+    assert [str(w.message)[:22] for w in seen] == ["The number of training"]
 
 
 def bar_of(max_epochs: int | None) -> EpochProgressBar:
