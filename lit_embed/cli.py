@@ -136,11 +136,13 @@ def main(argv: list[str] | None = None) -> int:
             LitEmbedCLI(args=argv)
             status = 0
     except Exception as error:
+        _discard_unstarted()
         message = user_message(error)
         if message is None:
             raise  # a bug: its traceback is what a report needs
         return _fail(message)
     except (SystemExit, KeyboardInterrupt, Interrupted):
+        _discard_unstarted()
         if received_signal() is None:
             raise
         status = 0
@@ -151,6 +153,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"lit-embed: stopped by {signal.Signals(signum).name}", file=sys.stderr)
         return 128 + signum
     return status
+
+
+def _discard_unstarted() -> None:
+    """A command that failed or was stopped leaves no run folder it claimed and never wrote to."""
+    folders = sys.modules.get("lit_embed.folders")  # imported by the commands that claim run folders
+    if folders is not None:
+        folders.discard_unstarted()
 
 
 def check_yaml_files(argv: list[str]) -> None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import socket
 from pathlib import Path
 
@@ -35,6 +36,9 @@ LOCK_FILE = ".lock"
 CHECKPOINTS = "checkpoints"
 LAST = "last.ckpt"
 _held: dict[str, int] = {}  # folder -> open file descriptor of its lock, for this process's life
+_claimed: list[Path] = []  # version folders this process created
+#: What a run writes before it has done anything.
+STARTED = frozenset({LOCK_FILE, "config.yaml", "hparams.yaml"})
 
 
 def hold(folder: str | os.PathLike, what: str = "run folder") -> None:
@@ -82,9 +86,26 @@ def claim_version(root: str | os.PathLike) -> int:
     while True:
         try:
             (root / f"version_{number}").mkdir()
-            return number
         except FileExistsError:
             number += 1
+            continue
+        _claimed.append((root / f"version_{number}").absolute())
+        return number
+
+
+def discard_unstarted() -> list[Path]:
+    """Remove the run folders this process claimed that hold nothing but what a run writes as it starts (its
+    locks, config.yaml, hparams.yaml): a run refused for bad input or stopped before its first step leaves no
+    ``version_N`` for later commands, TensorBoard or ``report`` to find. Returns the folders removed."""
+    removed = []
+    for folder in _claimed:
+        if folder.is_dir() and all(p.is_dir() or p.name in STARTED for p in folder.rglob("*")):
+            for locked in [Path(held) for held in _held if folder in (Path(held), *Path(held).parents)]:
+                os.close(_held.pop(str(locked)))
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(folder)
+    _claimed.clear()
+    return removed
 
 
 def version_folders(root: str | os.PathLike) -> list[Path]:
@@ -167,5 +188,5 @@ def _number(path: Path) -> int:
     return int(suffix) if suffix.isdigit() and path.name.startswith("version_") else -1
 
 
-__all__ = ["CHECKPOINTS", "LAST", "LOCK_FILE", "claim_version", "held", "hold", "newest_checkpoint", "run_of",
+__all__ = ["CHECKPOINTS", "LAST", "LOCK_FILE", "claim_version", "discard_unstarted", "held", "hold", "newest_checkpoint", "run_of",
            "start_checkpoint", "version_folders"]

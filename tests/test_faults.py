@@ -136,7 +136,7 @@ CASES = [
 @pytest.fixture(scope="module")
 def matrix(workspace) -> dict[str, dict]:
     """Every case of :data:`CASES`, run once in a fresh process; the files before and after."""
-    before = snapshot(workspace)
+    before, runs = snapshot(workspace), run_folders(workspace)
     cases = workspace / "cases.json"
     cases.write_text(json.dumps([{"id": case, "argv": argv, "cwd": str(workspace)} for case, argv, _, _ in CASES]))
     done = subprocess.run([sys.executable, str(DRIVER), str(cases)], cwd=workspace, env=env(workspace),
@@ -144,7 +144,11 @@ def matrix(workspace) -> dict[str, dict]:
     assert done.returncode == 0, done.stderr[-3000:]
     results = {r["id"]: r for r in map(json.loads, done.stdout.splitlines()) if r}
     cases.unlink()
-    return {"results": results, "before": before, "after": snapshot(workspace)}
+    return {"results": results, "before": before, "after": snapshot(workspace), "runs": (runs, run_folders(workspace))}
+
+
+def run_folders(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("version_*") if p.is_dir())
 
 
 @pytest.mark.parametrize(("case", "argv", "status", "message"), CASES, ids=[c[0] for c in CASES])
@@ -165,6 +169,8 @@ def test_no_fault_loses_or_half_writes_anything(matrix, workspace):
     new = sorted(set(after) - set(before))
     assert not [p for p in new if p.endswith((".ckpt", "results.json", ".tmp"))], new
     assert not (workspace / "PWNED").exists()  # the crafted checkpoints ran nothing
+    before_runs, after_runs = matrix["runs"]
+    assert after_runs == before_runs  # a refused run leaves no version_N (with only its lock and config) behind
     assert not list(workspace.glob(".out_c*")) and not (workspace / "out_c").exists()
 
 
