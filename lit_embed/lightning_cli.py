@@ -35,7 +35,7 @@ from lit_embed.checkpoints import (
 # Configs may name lit-embed's classes short (class_path: TaskDataModule): jsonargparse finds imported subclasses.
 from lit_embed.data import CorpusDataModule, TaskDataModule, XNLIDataModule  # noqa: F401
 from lit_embed.errors import CheckpointError
-from lit_embed.folders import CHECKPOINTS, newest_checkpoint, run_of
+from lit_embed.folders import CHECKPOINTS, newest_checkpoint, run_of, start_checkpoint
 from lit_embed.interfaces import TaskData, provides
 from lit_embed.models import MaskedLM, SequenceClassifier, ShuffleRandom  # noqa: F401
 from lit_embed.runs import RunLogger
@@ -90,6 +90,8 @@ class LitEmbedCLI(LightningCLI):
             config.ckpt_path = ckpt_path = None if found is None else str(found)
         if ckpt_path is None or ckpt_path in ("best", "last", "hpc", "registry"):
             return
+        if Path(ckpt_path).is_dir():  # a run folder or an experiment folder, as every other command takes them
+            config.ckpt_path = ckpt_path = str(start_checkpoint(ckpt_path, "--ckpt_path checkpoint"))
         checkpoint = read_checkpoint(ckpt_path, "--ckpt_path checkpoint")
         self._check_model(config, checkpoint, ckpt_path)
         config = self.config[subcommand]  # the check may have filled in the model from the checkpoint

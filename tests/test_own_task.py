@@ -139,7 +139,8 @@ def test_a_csv_of_your_own_fine_tunes_through_the_cli_and_its_checkpoint_records
     assert lines[1].startswith("the band played a song,") and lines[1].split(",")[1] in ("food", "music", "sport")
     assert sum(map(float, lines[1].split(",")[2:])) == pytest.approx(1.0, abs=1e-5)
     writer = {"class_path": "lit_embed.callbacks.PredictionWriter", "init_args": {"format": "jsonl"}}
-    assert main([*predict, "--trainer.callbacks+", json.dumps(writer)]) == 0
+    by_folder = [*predict[:-1], str(tmp_path / "runs" / "own")]  # the experiment folder: its newest finished run's
+    assert main([*by_folder, "--trainer.callbacks+", json.dumps(writer)]) == 0
     rows = [json.loads(line) for line in (tmp_path / "runs/own/version_2/predictions.jsonl").read_text().splitlines()]
     assert len(rows) == 15 and {"review", "topic", "predicted", "p_food"} <= set(rows[0])
     accuracy = sum(row["predicted"] == row["topic"] for row in rows) / len(rows)

@@ -106,8 +106,8 @@ class Name:
 
 def main(argv: list[str]) -> int:
     if argv[:1] in (["-h"], ["--help"]) or argv[1:2] in (["-h"], ["--help"]):
-        print(f"usage: {USAGE}")
-        print(__doc__)
+        print(f"usage: {USAGE}\n")
+        print(__doc__.split("\n\n")[1])  # what it checks (the rest of the docstring is for maintainers)
         return 0
     if argv[:1] != ["check"] or not any(arg.startswith("--config") for arg in argv[1:]):
         raise ConfigError(f"usage: {USAGE}")

@@ -477,8 +477,8 @@ def load_from_hub(task: Task, config: str | None, split: str) -> datasets.Datase
     else:
         how = (
             f"Offline? Save it once where the hub is reachable (load_dataset({task.hub!r}, {config!r}, "
-            f"revision={task.revision!r})[split].to_parquet('DIR/{config}/{split}.parquet')) and pass "
-            f"data.init_args.data_dir DIR"
+            f"revision={task.revision!r})[split].to_parquet('DIR/{config + '/' if config else ''}{split}.parquet')) "
+            f"and pass data.init_args.data_dir DIR"
         )
     require_hub()
     try:

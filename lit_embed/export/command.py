@@ -216,5 +216,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--tokenizer", help="the tokenizer the weights expect, where the checkpoint records none")
     args = parser.parse_args(argv)
     out = export(args.ckpt, args.out, overwrite=args.overwrite, tokenizer=args.tokenizer)
-    print(f"wrote {out}: load it with AutoModel.from_pretrained({str(out)!r}, trust_remote_code=True)")
+    architectures = json.loads((out / "config.json").read_text()).get("architectures") or []
+    auto = "AutoModelForSequenceClassification" if "LitEmbedForSequenceClassification" in architectures else "AutoModel"
+    print(f"wrote {out}: load it with {auto}.from_pretrained({str(out)!r}, trust_remote_code=True)")
     return 0
