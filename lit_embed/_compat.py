@@ -85,3 +85,9 @@ def go_offline() -> None:
         import datasets.config
 
         datasets.config.HF_HUB_OFFLINE = datasets.config.HF_DATASETS_OFFLINE = True
+
+
+def attached_trainer(module):
+    """The trainer a LightningModule is attached to, or ``None``: ``module.trainer`` raises where there is none, and
+    a module is built, counted and exported outside a trainer too (``_trainer`` is Lightning's private slot)."""
+    return module._trainer

@@ -382,7 +382,7 @@ def main(argv: list[str]) -> int:
     if not isinstance(model, EmbeddingModule):
         raise ConfigError(f"{args.ckpt} holds a {type(model).__name__}, not a lit-embed EmbeddingModule: nothing to analyse")
     tokenizer = args.tokenizer or recorded_tokenizer(checkpoint)
-    if tokenizer is None and model.embedding.vocab_size is not None:
+    if tokenizer is None and model.embedding.reads_tokenizer:
         raise ConfigError(f"{args.ckpt} does not name the tokenizer its data used: pass --tokenizer NAME_OR_FOLDER")
     texts = read_texts(args.text, args.max_texts)
     if not texts:

@@ -9,11 +9,11 @@ writes beside the target and renames, which a kill cannot interrupt halfway.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import torch
 from lightning_fabric.utilities.cloud_io import get_filesystem
-from lightning_fabric.utilities.types import _PATH
 from pytorch_lightning.plugins.io import TorchCheckpointIO
 
 from lit_embed.files import atomic_writer
@@ -27,7 +27,7 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     already all-or-nothing.
     """
 
-    def save_checkpoint(self, checkpoint: dict[str, Any], path: _PATH, storage_options: Any | None = None) -> None:
+    def save_checkpoint(self, checkpoint: dict[str, Any], path: str | os.PathLike, storage_options: Any | None = None) -> None:
         if storage_options is not None:
             raise TypeError(f"{type(self).__name__} takes no storage_options (got {storage_options!r})")
         protocol = get_filesystem(path).protocol

@@ -80,6 +80,13 @@ class FillMaskModel(TextModel, Protocol):
         """The ``top_k`` most probable ids and their probabilities at each masked position, one record per text."""
 
 
+class FillMaskData(Protocol):
+    """What a :class:`FillMaskModel` predicting on its data reads from it (``CorpusDataModule``)."""
+
+    #: Fills written per mask, the most probable first.
+    top_k: int
+
+
 class PredictData(Protocol):
     """What ``lit-embed predict`` needs from its data (every lit-embed data module)."""
 
@@ -122,5 +129,5 @@ def require(obj: object, protocol: type, role: str) -> None:
         )
 
 
-__all__ = ["Collate", "FillMaskModel", "PredictData", "TaskData", "TaskModel", "TextModel", "members", "missing",
+__all__ = ["Collate", "FillMaskData", "FillMaskModel", "PredictData", "TaskData", "TaskModel", "TextModel", "members", "missing",
            "provides", "require"]

@@ -86,6 +86,16 @@ class EmbeddingStrategy(CheckpointSized, ABC):
         """
 
     @property
+    def reads_tokenizer(self) -> bool:
+        """Whether :meth:`text_encoder` needs the data's tokenizer (vocabulary strategies' ids); a checkpoint must
+        then record it."""
+        return not self.unlimited_vocabulary
+
+    def mark_prepared(self) -> None:
+        """The state :meth:`prepare` computes came with the weights, loaded without this module's state-dict hooks
+        (an export read by transformers): nothing is left to compute."""
+
+    @property
     def shaped_by_prepare(self) -> bool:
         """Whether parameter shapes wait for :meth:`prepare` (naive k-means tables are sized by their codes):
         ``lit-embed params`` then prepares the strategy before counting."""

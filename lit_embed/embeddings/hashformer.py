@@ -75,6 +75,10 @@ class HashStrategy(EmbeddingStrategy):
         self.tokenization = tokenization
         self.hasher = (hasher or MD5Hasher)(num_outputs)
 
+    @property
+    def reads_tokenizer(self) -> bool:
+        return self.tokenization == "subword"
+
     def text_encoder(self, tokenizer: str | None) -> HashTextEncoder:
         """Words (the data's ``tokenizer`` is not used), or that tokenizer's pieces with ``tokenization: subword``."""
         pieces = VocabTextEncoder(tokenizer) if self.tokenization == "subword" else None

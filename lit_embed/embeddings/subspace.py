@@ -136,6 +136,9 @@ class SubspaceEmbedding(EmbeddingStrategy):
         if not self._codes_ready:
             self.assign()
 
+    def mark_prepared(self) -> None:
+        self._codes_ready = True
+
     def _set_codes(self, codes: Tensor) -> None:
         if self.padding_idx is not None:
             codes = codes.clone()

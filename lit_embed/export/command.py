@@ -49,7 +49,7 @@ def export(ckpt: str, out: str, overwrite: bool = False, tokenizer: str | None =
         reason = UNSUPPORTED.get(name, "it is not one of lit-embed's strategies (a plugin's code cannot be carried)")
         raise ConfigError(f"checkpoint {str(path)!r} uses {name}, which export does not support: {reason}")
     tokenizer = tokenizer or recorded_tokenizer(checkpoint)
-    if tokenizer is None and (not strategy.unlimited_vocabulary or getattr(strategy, "tokenization", "") == "subword"):
+    if tokenizer is None and strategy.reads_tokenizer:
         raise CheckpointError(f"checkpoint {str(path)!r} records no tokenizer: give the one it was trained with (--tokenizer NAME)")
     atomic_folder(Path(out), overwrite, lambda folder: _fill(folder, module, checkpoint, path, tokenizer),
                      replaceable=check_replaceable)

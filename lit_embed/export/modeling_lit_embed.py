@@ -38,14 +38,19 @@ class LitEmbedPreTrainedModel(PreTrainedModel):
         """Every weight comes from the export; what it does not hold (a strategy's non-persistent buffers,
         computed from its config) is computed again: transformers builds the model without data."""
         strategy = getattr(self, "embedding", None)
-        if strategy is None or not module._non_persistent_buffers_set:
+        buffers = [name for name, _ in module.named_buffers(recurse=False)]
+        if strategy is None or not buffers:
+            return
+        saved = set(module.state_dict(keep_vars=True))
+        transient = [name for name in buffers if name not in saved]  # the non-persistent ones
+        if not transient:
             return
         path = next((name for name, part in strategy.named_modules() if part is module), None)
         if path is None:
             return  # the backbone's are its own to compute
         with torch.device("cpu"):
             fresh = build_object(self.config.strategy).get_submodule(path)
-        for name in module._non_persistent_buffers_set:
+        for name in transient:
             module.register_buffer(name, getattr(fresh, name).clone(), persistent=False)
 
 
@@ -62,8 +67,7 @@ class LitEmbedModel(LitEmbedPreTrainedModel):
             module = self.embedding.get_submodule(owner) if owner else self.embedding
             current = getattr(module, name)
             setattr(module, name, torch.empty(shape, dtype=current.dtype))
-        if hasattr(self.embedding, "_codes_ready"):
-            self.embedding._codes_ready = True  # subspace codes come with the weights
+        self.embedding.mark_prepared()  # subspace codes come with the weights
         backbone = dict(config.backbone)
         encoder_config = AutoConfig.for_model(backbone.pop("model_type"), **backbone)
         self.backbone = AutoModel.from_config(encoder_config, add_pooling_layer=config.pooler)

@@ -10,7 +10,7 @@ from typing import Any
 import pytorch_lightning as pl
 from torch import Tensor, nn
 
-from lit_embed._compat import built_by_cli
+from lit_embed._compat import attached_trainer, built_by_cli
 from lit_embed.checkpoints import FACTS, describe, plain, state_differences
 from lit_embed.data.base import TextDataModule
 from lit_embed.distributed import is_distributed, share_buffers
@@ -120,7 +120,7 @@ class EmbeddingModule(pl.LightningModule):
         raise NotImplementedError(f"{type(self).__name__} must define collator()")
 
     def share_text_state(self) -> None:
-        share_buffers(self._trainer, self.embedding)
+        share_buffers(attached_trainer(self), self.embedding)
 
     # -- the seam in use -------------------------------------------------------------------------
 
@@ -149,7 +149,7 @@ class EmbeddingModule(pl.LightningModule):
         receives rank 0's persistent buffers instead of computing its own, so clusterings that would
         differ on another machine's floating point, and corpus-fitted state, agree by construction.
         """
-        trainer = self._trainer
+        trainer = attached_trainer(self)
         if not is_distributed(trainer) or trainer.is_global_zero:
             self.embedding.prepare()
         share_buffers(trainer, self.embedding)
@@ -170,7 +170,7 @@ class EmbeddingModule(pl.LightningModule):
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Record what rebuilds this model, the tokenizer its weights expect, and the run they belong to."""
-        trainer = self._trainer
+        trainer = attached_trainer(self)
         data = trainer.datamodule if trainer is not None else None
         tokenizer = (data.tokenizer if isinstance(data, TextDataModule) else None) or self.expected_tokenizer
         checkpoint[FACTS] = describe(self, tokenizer, None if trainer is None else run_folder(trainer).absolute())

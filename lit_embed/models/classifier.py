@@ -19,6 +19,7 @@ import torch
 from pytorch_lightning.trainer.states import TrainerFn
 from torch import Tensor, nn
 
+from lit_embed._compat import attached_trainer
 from lit_embed.checkpoints import (
     FACTS,
     build_from_config,
@@ -131,7 +132,7 @@ class SequenceClassifier(EmbeddingModule):
             return self.encoder.pretrained
         if self.trained_tokenizer is not None:  # recorded by an earlier fit (restored from its hyper-parameters)
             return self.trained_tokenizer
-        if self.checkpoint is None or self._restored or (self._trainer is not None and not self._starting()):
+        if self.checkpoint is None or self._restored or (attached_trainer(self) is not None and not self._starting()):
             return None  # evaluating: the fine-tuned weights' tokenizer is recorded (trained_tokenizer)
         return recorded_tokenizer(self._read_checkpoint())
 
@@ -190,7 +191,7 @@ class SequenceClassifier(EmbeddingModule):
     def _starting(self) -> bool:
         """Whether a fit is starting: not testing, validating or predicting, and not a model rebuilt from its own
         checkpoint outside a trainer (analyze, export, compress), which all use the fine-tuned weights."""
-        return self._trainer is not None and self.trainer.state.fn == TrainerFn.FITTING
+        return attached_trainer(self) is not None and self.trainer.state.fn == TrainerFn.FITTING
 
     def text_encoder(self, tokenizer: str | None) -> TextEncoder:
         self.restore_pretraining()

@@ -10,6 +10,7 @@ from torch import Tensor, nn
 from lit_embed.data.collate import MaskedLMCollator
 from lit_embed.embeddings.text import TextEncoder
 from lit_embed.errors import ConfigError
+from lit_embed.interfaces import FillMaskData, require
 from lit_embed.models.base import EmbeddingModule, StrategyFactory, evaluate_blocks, log_block_evaluation
 from lit_embed.models.encoder import Encoder
 from lit_embed.models.metrics import BlockEvaluation
@@ -89,7 +90,9 @@ class MaskedLM(EmbeddingModule):
 
     def predict_step(self, batch: dict[str, Tensor], batch_idx: int, dataloader_idx: int = 0) -> list[dict]:
         """``lit-embed predict``: the data's ``top_k`` fills of every ``<mask>`` (``CorpusDataModule.predict_input``)."""
-        return self.fill_mask(batch, getattr(self.trainer.datamodule, "top_k", 5))
+        data = self.trainer.datamodule
+        require(data, FillMaskData, "the data of a MaskedLM's lit-embed predict")
+        return self.fill_mask(batch, data.top_k)
 
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
         loss, logits, targets = self(batch)
