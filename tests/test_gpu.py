@@ -19,12 +19,21 @@ SHORT = ["--trainer.max_steps", "6", "--trainer.val_check_interval", "6", "--tra
          "--data.init_args.batch_size", "8", *QUIET]
 
 
+def probed(out) -> list[str]:
+    """The arguments that add :class:`~tests.helpers.probes.StateProbe` to a run's callbacks."""
+    probe = {"class_path": "tests.helpers.probes.StateProbe", "init_args": {"out": str(out)}}
+    return ["--trainer.callbacks+", json.dumps(probe)]
+
+
 @requires_gpus(1)
 def test_mixed_precision_pretraining_on_one_gpu(tmp_path, monkeypatch):
     """configs/trainer/gpu.yaml: fp16 with a gradient scaler, fused AdamW; the figures are CUDA's."""
     monkeypatch.chdir(tmp_path)
     assert main(["fit", "--config", str(CONFIGS / "demo.yaml"), "--trainer", str(CONFIGS / "trainer" / "gpu.yaml"),
-                 "--trainer.devices", "1", *SHORT]) == 0
+                 "--trainer.devices", "1", *SHORT, *probed(tmp_path / "state.json")]) == 0
+    seen = json.loads((tmp_path / "state.json").read_text())
+    assert seen["precision"] == "16-mixed" and seen["fused"] and seen["devices"] == ["cuda"]
+    assert seen["dtypes"] == ["torch.float32"]  # fp32 master weights; fp16 only inside autocast
     run = tmp_path / "runs" / "demo" / "version_0"
     results = json.loads((run / "results.json").read_text())
     assert results["status"] == "complete" and results["global_step"] == 6
@@ -40,21 +49,27 @@ def test_fp16_with_gradient_clipping_takes_the_unfused_optimiser(tmp_path, monke
     """Lightning cannot clip a fused optimiser's gradients under fp16's scaler: the unfused AdamW runs instead."""
     monkeypatch.chdir(tmp_path)
     assert main(["fit", "--config", str(CONFIGS / "demo.yaml"), "--trainer", str(CONFIGS / "trainer" / "gpu.yaml"),
-                 "--trainer.devices", "1", "--trainer.gradient_clip_val", "1.0", *SHORT]) == 0
+                 "--trainer.devices", "1", "--trainer.gradient_clip_val", "1.0", *SHORT,
+                 *probed(tmp_path / "state.json")]) == 0
     assert json.loads((tmp_path / "runs/demo/version_0/results.json").read_text())["global_step"] == 6
+    assert json.loads((tmp_path / "state.json").read_text())["fused"] is False
 
 
 @requires_gpus(2)
 def test_ddp_over_nccl_on_two_gpus_agrees_across_ranks(tmp_path):
-    """configs/trainer/ddp.yaml on 2 GPUs: the run finishes, rank 0 writes one run folder and its checkpoint."""
+    """configs/trainer/ddp.yaml on 2 GPUs: the run finishes with the same weights on both ranks, and rank 0 writes
+    one run folder and its checkpoint."""
     env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
            "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES", "0,1")}
     done = subprocess.run([sys.executable, "-m", "lit_embed.cli", "fit", "--config", str(CONFIGS / "demo.yaml"),
-                           "--trainer", str(CONFIGS / "trainer" / "ddp.yaml"), "--trainer.devices", "2", *SHORT],
+                           "--trainer", str(CONFIGS / "trainer" / "ddp.yaml"), "--trainer.devices", "2", *SHORT,
+                           *probed(tmp_path / "state-{rank}.json")],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     assert sorted(p.name for p in (tmp_path / "runs" / "demo").iterdir()) == ["version_0"]
     assert json.loads((tmp_path / "runs/demo/version_0/results.json").read_text())["global_step"] == 6
+    ranks = [json.loads((tmp_path / f"state-{rank}.json").read_text()) for rank in (0, 1)]
+    assert ranks[0] == ranks[1] and ranks[0]["devices"] == ["cuda"]
 
 
 @requires_gpus(1)

@@ -29,3 +29,24 @@ class ModeProbe(pl.Callback):
 
     def on_fit_end(self, trainer, pl_module) -> None:
         self.out.write_text(json.dumps(self.seen))
+
+
+class StateProbe(pl.Callback):
+    """Writes ``out`` with ``{rank}`` filled in (JSON) when fitting ends: the optimiser's ``fused`` setting, the
+    trainer's precision, the parameters' devices and dtypes, and a digest of every parameter's values (ranks of
+    one DDP run must agree on it)."""
+
+    def __init__(self, out: str) -> None:
+        self.out = out
+
+    def on_fit_end(self, trainer, pl_module) -> None:
+        import hashlib
+
+        digest = hashlib.sha256()
+        for name, parameter in sorted(pl_module.named_parameters()):
+            digest.update(name.encode() + parameter.detach().float().cpu().numpy().tobytes())
+        optimizer = trainer.optimizers[0]
+        seen = {"fused": bool(optimizer.defaults.get("fused")), "precision": str(trainer.precision),
+                "devices": sorted({p.device.type for p in pl_module.parameters()}),
+                "dtypes": sorted({str(p.dtype) for p in pl_module.parameters()}), "digest": digest.hexdigest()}
+        Path(self.out.format(rank=trainer.global_rank)).write_text(json.dumps(seen))
