@@ -29,7 +29,7 @@ from lit_embed.embeddings.hash_text import unpack_bits
 from lit_embed.errors import ConfigError
 from lit_embed.models import ShuffleRandom
 from tests.helpers import CONFIGS, TINY_CANINE, tiny_encoder
-from tests.helpers.cli import run_params
+from tests.helpers.cli import fit_demo, run_params
 from tests.helpers.papers import CANINE_C_COUNTED, TABLE_2
 
 DEMO = CONFIGS / "demo_hashformer.yaml"
@@ -355,11 +355,8 @@ def test_demo_runs_with_fast_dev_run(tmp_path, monkeypatch):
 
 
 def run_demo(tmp_path: Path, *extra: str) -> Path:
-    args = ["fit", "--config", str(DEMO), "--trainer.default_root_dir", str(tmp_path),
-            "--trainer.logger.init_args.save_dir", str(tmp_path), "--trainer.enable_progress_bar", "false", *extra]
     with one_thread():
-        assert main(args) == 0
-    return next(tmp_path.rglob("*.ckpt"))
+        return fit_demo(tmp_path, *extra, config=DEMO)
 
 
 def scalars(tmp_path: Path, tag: str) -> list[float]:

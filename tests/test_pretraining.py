@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 import functools
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,6 +14,7 @@ from lit_embed.data.collate import MaskedLMCollator
 from lit_embed.embeddings import SubspaceEmbedding, VocabTextEncoder
 from lit_embed.models import Encoder, MaskedLM
 from tests.helpers import CONFIGS, tiny_encoder
+from tests.helpers.cli import fit_demo
 
 
 def test_masking_follows_roberta():
@@ -64,16 +64,9 @@ def test_demo_runs_with_fast_dev_run(tmp_path, monkeypatch):
     assert main(["fit", "--config", str(CONFIGS / "demo.yaml"), "--trainer.fast_dev_run", "true"]) == 0
 
 
-def run_demo(tmp_path: Path, *extra: str) -> Path:
-    args = ["fit", "--config", str(CONFIGS / "demo.yaml"), "--trainer.default_root_dir", str(tmp_path),
-            "--trainer.logger.init_args.save_dir", str(tmp_path), "--trainer.enable_progress_bar", "false", *extra]
-    assert main(args) == 0
-    return tmp_path / "version_0/checkpoints/last.ckpt"
-
-
 def test_demo_loss_falls_and_checkpoint_restores_the_strategy(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    ckpt = run_demo(tmp_path, "--trainer.max_steps", "40", "--trainer.val_check_interval", "40",
+    ckpt = fit_demo(tmp_path, "--trainer.max_steps", "40", "--trainer.val_check_interval", "40",
                     "--trainer.limit_val_batches", "4", "--data.init_args.batch_size", "8")
     events = list(tmp_path.rglob("events.out.tfevents*"))
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -98,7 +91,7 @@ def test_demo_loss_falls_and_checkpoint_restores_the_strategy(tmp_path, monkeypa
 @pytest.mark.slow
 def test_full_demo_loss_falls(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    run_demo(tmp_path)
+    fit_demo(tmp_path)
 
 
 def test_adamw_uses_the_fused_kernel_and_matches_the_reference_update():

@@ -36,3 +36,13 @@ def section(title: str) -> str:
 
 def code_blocks(language: str) -> list[str]:
     return re.findall(rf"```{language}\n(.*?)```", README, flags=re.S)
+
+
+def fit_demo(root: Path, *extra: str, config: Path | None = None) -> Path:
+    """``lit-embed fit`` of the demo (or ``config``) logging under ``root`` without a progress bar; its checkpoint."""
+    from lit_embed.cli import main
+
+    args = ["fit", "--config", str(config or REPO / "configs" / "demo.yaml"), "--trainer.default_root_dir", str(root),
+            "--trainer.logger.init_args.save_dir", str(root), "--trainer.enable_progress_bar", "false", *extra]
+    assert main(args) == 0
+    return next(root.rglob("*.ckpt"))
