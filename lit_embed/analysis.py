@@ -32,8 +32,8 @@ from torch import Tensor
 
 from lit_embed.checkpoints import load_model, recorded_tokenizer
 from lit_embed.data.collate import PadCollator
-from lit_embed.errors import ConfigError
-from lit_embed.files import write_atomic, write_json_atomic
+from lit_embed.errors import ConfigError, OutputExistsError
+from lit_embed.files import atomic_folder, write_atomic, write_json_atomic
 from lit_embed.folders import start_checkpoint
 from lit_embed.models.base import EmbeddingModule
 
@@ -294,20 +294,19 @@ def layer_pca_figure(result: dict):
     return figure
 
 
-def save_analysis(result: dict, out_dir: str | os.PathLike, writer=None, step: int = 0) -> list[Path]:
-    """Write ``embedding_pca.png``, ``similarity.png``, ``layer_pca.png`` and ``analysis.json``; send the
-    figures to ``writer``.
+#: The figures, by file name: the k-sub-embedding paper's Figure 2, Figure 3 and Figures 4-10.
+FIGURES = {"embedding_pca": pca_figure, "similarity": similarity_figure, "layer_pca": layer_pca_figure}
+#: What an analysis folder holds.
+ANALYSIS_FILES = frozenset({*(f"{name}.png" for name in FIGURES), "analysis.json"})
 
-    ``writer`` is a TensorBoard ``SummaryWriter`` (a TensorBoardLogger's ``experiment``) or ``None``.
-    """
+
+def save_analysis(result: dict, out_dir: str | os.PathLike, writer=None, step: int = 0) -> list[Path]:
+    """Write ``embedding_pca.png``, ``similarity.png``, ``layer_pca.png`` and ``analysis.json``; then send the
+    figures to ``writer``, a TensorBoard ``SummaryWriter`` (a TensorBoardLogger's ``experiment``) or ``None``."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    paths = []
-    for name, build in (("embedding_pca", pca_figure), ("similarity", similarity_figure), ("layer_pca", layer_pca_figure)):
-        figure = build(result)
-        paths.append(_save_png(figure, out / f"{name}.png"))
-        if writer is not None:
-            writer.add_figure(f"analysis/{name}", figure, global_step=step)
+    figures = {name: build(result) for name, build in FIGURES.items()}
+    paths = [_save_png(figure, out / f"{name}.png") for name, figure in figures.items()]
     pca = result["pca"]
     ratios = pca["explained_variance_ratio"]
     summary = {
@@ -324,7 +323,18 @@ def save_analysis(result: dict, out_dir: str | os.PathLike, writer=None, step: i
         "layer_pca": layer_pca_summary(result["similarity"]),
     }
     paths.append(write_json_atomic(out / "analysis.json", summary))
+    if writer is not None:
+        for name, figure in figures.items():
+            writer.add_figure(f"analysis/{name}", figure, global_step=step)
     return paths
+
+
+def _earlier_analysis(out: Path) -> None:
+    """Refuse to replace ``out`` unless it holds an analysis and nothing else (``lit-embed analyze --out``)."""
+    found = {p.name for p in out.iterdir()} if out.is_dir() else set()
+    if "analysis.json" not in found or found - ANALYSIS_FILES:
+        raise OutputExistsError(f"--out {str(out)!r} exists and is not an earlier analysis (analysis.json and its "
+                                f"figures, nothing else): choose another --out")
 
 
 def layer_pca_summary(similarity: dict) -> dict:
@@ -363,6 +373,7 @@ def read_texts(name: str, limit: int) -> list[str]:
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
+        allow_abbrev=False,
         prog="lit-embed analyze",
         description="PCA of the embedding vectors, layer-wise hidden-state similarity and per-layer PCA of hidden states "
         "of a checkpoint (k-sub-embedding Figures 2, 3 and 4-10): PNGs, analysis.json, and TensorBoard figures in the run folder.",
@@ -390,17 +401,19 @@ def main(argv: list[str]) -> int:
     result = analyse(model, texts, tokenizer, points=args.points)
     run_dir = ckpt.parent.parent if ckpt.parent.name == "checkpoints" else ckpt.parent
     out = Path(args.out) if args.out else run_dir / ANALYSIS_DIR
-    # Figures go to TensorBoard only inside the run's own event folder: anywhere else they would show as a stray run.
+    # The folder appears whole (a stop or a full disk midway leaves the earlier one, or none), then the figures go to
+    # TensorBoard, only inside the run's own event folder: anywhere else they would show as a stray run.
+    atomic_folder(out, True, lambda folder: save_analysis(result, folder), replaceable=_earlier_analysis)
+    paths = [out / name for name in sorted(ANALYSIS_FILES)]
     is_run = any(run_dir.glob("events.out.tfevents.*"))
-    writer = None
     if not args.no_tensorboard and is_run:
         from torch.utils.tensorboard import SummaryWriter
 
         writer = SummaryWriter(log_dir=str(run_dir))
-    try:
-        paths = save_analysis(result, out, writer, step=int(checkpoint.get("global_step", 0)))
-    finally:
-        if writer is not None:
+        try:
+            for name, build in FIGURES.items():
+                writer.add_figure(f"analysis/{name}", build(result), global_step=int(checkpoint.get("global_step", 0)))
+        finally:
             writer.close()
     print(json.dumps(_printable(result), indent=2))
     print("\n".join(f"wrote {p}" for p in paths))

@@ -56,8 +56,19 @@ def read_checkpoint(path: str | os.PathLike, what: str = "checkpoint") -> dict[s
         raise CheckpointError(f"{what} {str(path)!r} is a folder: give the .ckpt file (e.g. {path}/checkpoints/last.ckpt)")
     if path.stat().st_size == 0:
         raise CheckpointError(f"{what} {str(path)!r} is empty (0 bytes): it was never written whole; use another checkpoint")
+    checkpoint = load_plain(path, what)
+    if not isinstance(checkpoint, dict) or not isinstance(checkpoint.get("state_dict"), dict):
+        raise CheckpointError(
+            f"{what} {str(path)!r} holds no state_dict: give a checkpoint written by `lit-embed fit` or `lit-embed compress`"
+        )
+    return checkpoint
+
+
+def load_plain(path: str | os.PathLike, what: str) -> Any:
+    """What the PyTorch file at ``path`` holds, as tensors and plain data (``weights_only=True``: nothing in it runs);
+    a file holding Python objects, or a corrupt one, is refused naming it."""
     try:
-        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+        return torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as error:
         found = _UNSAFE.search(str(error))
         if found is None:
@@ -72,13 +83,8 @@ def read_checkpoint(path: str | os.PathLike, what: str = "checkpoint") -> dict[s
     except Exception as error:  # whatever a damaged file makes the reader trip over
         reason = str(error).splitlines()[0].split(". ")[0][:160] if str(error) else type(error).__name__
         raise CheckpointError(
-            f"{what} {str(path)!r} is truncated or corrupt ({reason}): a copy cut short? use another checkpoint"
+            f"{what} {str(path)!r} is truncated or corrupt ({reason}): a copy cut short? use another one"
         ) from None
-    if not isinstance(checkpoint, dict) or not isinstance(checkpoint.get("state_dict"), dict):
-        raise CheckpointError(
-            f"{what} {str(path)!r} holds no state_dict: give a checkpoint written by `lit-embed fit` or `lit-embed compress`"
-        )
-    return checkpoint
 
 
 #: Bumped when what :func:`describe` records changes (1: strategy, sizes, tokenizer and run only).
@@ -316,10 +322,10 @@ def convert(source: str, target: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m lit_embed.checkpoints",
+    parser = argparse.ArgumentParser(prog="python -m lit_embed.checkpoints", allow_abbrev=False,
                                      description="Rewrite a checkpoint you trust as tensors and plain data.")
     commands = parser.add_subparsers(dest="command", required=True)
-    converting = commands.add_parser("convert", help="unpickle IN trusting it (runs its code) and write OUT as plain data")
+    converting = commands.add_parser("convert", allow_abbrev=False, help="unpickle IN trusting it (runs its code) and write OUT as plain data")
     converting.add_argument("--trust", action="store_true", required=True,
                             help="required: you trust IN, since unpickling it runs whatever code it holds")
     converting.add_argument("source", metavar="IN")

@@ -17,7 +17,7 @@ from lit_embed import __version__
 from lit_embed.console import quiet
 from lit_embed.errors import ConfigError, UserError
 from lit_embed.plugins import load_plugins
-from lit_embed.signals import Interrupted, install_signal_handlers, received_signal
+from lit_embed.signals import Interrupted, install_signal_handlers, received_signal, restore_signal_handlers
 
 #: Lightning's subcommands, run by :class:`~lit_embed.lightning_cli.LitEmbedCLI`: name -> one line of help.
 LIGHTNING_COMMANDS = {
@@ -122,7 +122,14 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or argv[0] in ("-h", "--help", "--version"):
         print(version() if argv and argv[0] == "--version" else usage(), end="", file=sys.stdout if argv else sys.stderr)
         return 0 if argv else 2
-    install_signal_handlers()
+    previous = install_signal_handlers()
+    try:
+        return _run(argv)
+    finally:
+        restore_signal_handlers(previous)
+
+
+def _run(argv: list[str]) -> int:
     quiet(argv[0])
     try:
         load_plugins()  # before parsing: configs name the plugins' classes and tasks

@@ -49,7 +49,7 @@ def atomic_writer(path: str | os.PathLike, mode: str = "wb") -> Iterator[IO]:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(temporary)
         if _disk_full(error):
-            raise DiskFullError(str(path), _device(path.parent)) from None
+            raise DiskFullError(str(path), device_of(path.parent)) from None
         raise
     _sync_folder(path.parent)
     for stale in path.parent.glob(f"{glob.escape(prefix)}{glob.escape(host)}.*.tmp"):
@@ -68,10 +68,14 @@ def atomic_folder(out: Path, overwrite: bool, fill: Callable[[Path], None], repl
     (``.NAME.building-HOST-PID``) are removed once their process is gone.
     """
     out = Path(out).expanduser().absolute()
-    if out.exists():
-        if not overwrite:
-            raise OutputExistsError(f"output folder {str(out)!r} exists: choose another --out or pass --overwrite")
-        replaceable(out)
+
+    def check() -> None:  # before the work, and again before the rename: a folder may appear meanwhile
+        if out.exists():
+            if not overwrite:
+                raise OutputExistsError(f"output folder {str(out)!r} exists: choose another --out or pass --overwrite")
+            replaceable(out)
+
+    check()
     out.parent.mkdir(parents=True, exist_ok=True)
     host = socket.gethostname()
     _remove_stale(out.parent, f".{out.name}.building-{host}-")
@@ -81,6 +85,7 @@ def atomic_folder(out: Path, overwrite: bool, fill: Callable[[Path], None], repl
     building.mkdir()
     try:
         fill(building)
+        check()
         if out.exists():
             old = out.parent / f".{out.name}.replaced-{host}-{os.getpid()}"
             out.rename(old)
@@ -94,6 +99,9 @@ def atomic_folder(out: Path, overwrite: bool, fill: Callable[[Path], None], repl
                     raise
                 raise OutputExistsError(f"output folder {str(out)!r} was written by another process meanwhile: "
                                         f"choose another --out") from None
+    except DiskFullError:
+        shutil.rmtree(building, ignore_errors=True)
+        raise DiskFullError(str(out), device_of(out.parent)) from None  # the user's folder, not the hidden one
     except BaseException:
         shutil.rmtree(building, ignore_errors=True)
         raise
@@ -127,7 +135,7 @@ def _disk_full(error: BaseException | None) -> bool:
     return False
 
 
-def _device(folder: Path) -> str:
+def device_of(folder: Path) -> str:
     """The mount point holding ``folder`` (what ``df`` names), for messages."""
     folder = folder.absolute()
     with contextlib.suppress(OSError):
@@ -158,4 +166,4 @@ def write_json_atomic(path: str | os.PathLike, data: Any) -> Path:
     return write_atomic(path, json.dumps(data, indent=2, default=str) + "\n")
 
 
-__all__ = ["atomic_folder", "atomic_writer", "process_alive", "write_atomic", "write_json_atomic"]
+__all__ = ["atomic_folder", "atomic_writer", "device_of", "process_alive", "write_atomic", "write_json_atomic"]

@@ -20,12 +20,14 @@ logger that claims a run's folder is :class:`lit_embed.runs.RunLogger`.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import shutil
 import socket
 from pathlib import Path
 
-from lit_embed.errors import CheckpointError, MissingFileError, RunBusyError
+from lit_embed.errors import CheckpointError, DiskFullError, MissingFileError, RunBusyError
+from lit_embed.files import device_of
 
 try:
     import fcntl
@@ -33,6 +35,8 @@ except ImportError:  # Windows: runs are not locked
     fcntl = None
 
 LOCK_FILE = ".lock"
+#: The lock of a folder that holds other processes' runs (a sweep's launch).
+LAUNCH_LOCK = ".launch.lock"
 CHECKPOINTS = "checkpoints"
 LAST = "last.ckpt"
 _held: dict[str, int] = {}  # folder -> open file descriptor of its lock, for this process's life
@@ -41,25 +45,43 @@ _claimed: list[Path] = []  # version folders this process created
 STARTED = frozenset({LOCK_FILE, "config.yaml", "hparams.yaml"})
 
 
-def hold(folder: str | os.PathLike, what: str = "run folder") -> None:
-    """Lock ``folder`` for this process (until it exits); :class:`RunBusyError` if a live process holds it."""
+def hold(folder: str | os.PathLike, what: str = "run folder", holds_runs: bool = False) -> None:
+    """Lock ``folder`` for this process (until it exits); :class:`RunBusyError` if a live process holds it, or holds a
+    folder it lies in. ``holds_runs``: a folder other processes' runs go into (a sweep's), locked by a file of its own
+    (:data:`LAUNCH_LOCK`) that leaves them be."""
     folder = Path(folder).absolute()
+    lock = LAUNCH_LOCK if holds_runs else LOCK_FILE
     if fcntl is None or any(Path(held) in (folder, *folder.parents) for held in _held):
         return  # held already, or inside a folder this process holds
+    owner = None if holds_runs else next((parent for parent in folder.parents if held(parent)), None)
+    if owner is not None:  # inside another live run's folder
+        _refuse(folder, what, owner / LOCK_FILE, f" (inside {owner}, which it holds)")
     folder.mkdir(parents=True, exist_ok=True)
-    fd = os.open(folder / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = os.open(folder / lock, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
-        owner = os.read(fd, 200).decode(errors="replace").strip() or "another process"
         os.close(fd)
-        raise RunBusyError(
-            f"{what} {folder} is in use by a live run ({owner}): runs must not share folders; give this run its "
-            f"own (trainer.default_root_dir, or the checkpoint callback's dirpath) or wait for that one"
-        ) from None
-    os.ftruncate(fd, 0)
-    os.write(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode())
+        _refuse(folder, what, folder / lock)
+    try:
+        os.ftruncate(fd, 0)
+        os.write(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode())
+    except OSError as error:
+        os.close(fd)
+        if error.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise DiskFullError(str(folder / lock), device_of(folder)) from None
+        raise
     _held[str(folder)] = fd
+
+
+def _refuse(folder: Path, what: str, lock: Path, where: str = "") -> None:
+    who = ""
+    with contextlib.suppress(OSError):
+        who = lock.read_text(errors="replace").strip()
+    raise RunBusyError(
+        f"{what} {folder}{where} is in use by a live run ({who or 'another process'}): runs must not share folders; give "
+        f"this run its own (trainer.default_root_dir, or the checkpoint callback's dirpath) or wait for that one"
+    )
 
 
 def held(folder: str | os.PathLike) -> bool:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import ssl
 import urllib.error
 import urllib.request
@@ -146,6 +147,31 @@ def hub_answers(timeout: float = PROBE_TIMEOUT) -> bool:
         return isinstance(error.reason, ssl.SSLError)
     except (OSError, ValueError):  # TimeoutError is an OSError
         return False
+
+
+@contextmanager
+def loading_pretrained(name: str, what: str) -> Iterator[None]:
+    """Around a ``from_pretrained`` of ``name``: what goes wrong becomes one clear error naming it: not reachable
+    (:func:`explain_unreachable`), not a model transformers reads, or weights that hold Python objects (transformers
+    unpickles ``.bin`` weights with ``weights_only=True``, which refuses them: nothing runs)."""
+    import pickle
+
+    from lit_embed.errors import CheckpointError, ConfigError
+
+    try:
+        yield
+    except pickle.UnpicklingError as error:
+        found = re.search(r"GLOBAL ([\w.]+)", str(error))
+        raise CheckpointError(
+            f"{what} {name!r} has weights holding {'a Python object of type ' + found.group(1) if found else 'Python objects'}, "
+            f"which lit-embed does not load: unpickling them could run code. Use safetensors weights (or, if you trust "
+            f"them, convert the folder with transformers once: from_pretrained(..., weights_only=False) then save_pretrained)"
+        ) from None
+    except OSError as error:
+        raise explain_unreachable(name, what, error) from error
+    except (KeyError, ValueError) as error:  # transformers: "Unrecognized model in DIR", an unknown model_type
+        raise ConfigError(f"{what} {name!r} is not a model transformers can read ({str(error).splitlines()[0][:200]}): "
+                          f"give a hub name or a folder holding its config.json and weights") from error
 
 
 def explain_unreachable(name: str, what: str, error: Exception) -> HubError:

@@ -399,6 +399,7 @@ def run_and_sweep_folders(paths: list[str]) -> tuple[list[Path], list[Path]]:
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
+        allow_abbrev=False,
         prog="lit-embed report",
         description="The papers' tables from run folders: scores per benchmark (mean ± std over seeds), "
         "memory efficiency with PRR and PCR (HashFormers Table 2), speed (HashFormers Table 3).",

@@ -27,10 +27,17 @@ def received_signal() -> int | None:
     return _received
 
 
-def install_signal_handlers() -> None:
-    """Handle SIGTERM and SIGINT as described in the module docstring (the CLI calls this once)."""
-    signal.signal(signal.SIGTERM, _on_signal)
-    signal.signal(signal.SIGINT, _on_signal)
+def install_signal_handlers() -> dict:
+    """Handle SIGTERM and SIGINT as described in the module docstring; returns the handlers they replace, for
+    :func:`restore_signal_handlers` when the command ends (a signal after it then ends the process as usual)."""
+    global _received
+    _received = None  # a command run before in this process (tests, notebooks) was its own
+    return {signum: signal.signal(signum, _on_signal) for signum in (signal.SIGTERM, signal.SIGINT)}
+
+
+def restore_signal_handlers(previous: dict) -> None:
+    for signum, handler in previous.items():
+        signal.signal(signum, handler)
 
 
 def activate(trainer) -> None:
@@ -53,4 +60,4 @@ def _on_signal(signum, frame) -> None:
     raise KeyboardInterrupt if signum == signal.SIGINT else Interrupted(signum)
 
 
-__all__ = ["Interrupted", "activate", "install_signal_handlers", "received_signal"]
+__all__ = ["Interrupted", "activate", "install_signal_handlers", "received_signal", "restore_signal_handlers"]

@@ -17,8 +17,11 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
+import safetensors.torch
 import torch
+import transformers
 
 from tests.helpers import CONFIGS, REPO
 
@@ -80,6 +83,15 @@ def workspace(tmp_path_factory) -> Path:
     user = root / "mine"
     user.mkdir()
     (user / "notes.txt").write_text("a user's file")
+    torch.save({"weight": Evil(root / "PWNED")}, root / "evil_matrix.pt")  # a cluster assignment's source
+    np.save(root / "objects.npy", np.array([{"a": 1}], dtype=object), allow_pickle=True)
+    tiny = transformers.BertConfig(vocab_size=30522, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                                   intermediate_size=32)
+    transformers.BertModel(tiny).save_pretrained(root / "evil_hf")
+    weights = safetensors.torch.load_file(root / "evil_hf" / "model.safetensors")
+    (root / "evil_hf" / "model.safetensors").unlink()
+    torch.save({**weights, "x": Evil(root / "PWNED")}, root / "evil_hf" / "pytorch_model.bin")
+    (root / "not_a_model").mkdir()
     return root
 
 
@@ -89,6 +101,12 @@ def snapshot(root: Path) -> dict[str, str]:
 
 
 CKPT = "runs/demo/version_0/checkpoints/last.ckpt"
+
+
+def clustered(source: str) -> str:
+    """A 3-sub-embedding whose cluster assignment reads ``source``."""
+    return json.dumps({"class_path": "lit_embed.embeddings.SubspaceEmbedding", "init_args": {"num_tables": 3, "assignment": {
+        "class_path": "lit_embed.embeddings.ClusterAssignment", "init_args": {"source": source, "method": "kmeans"}}}})
 NOT_READABLE = r"is (truncated or corrupt|not a readable checkpoint)"
 #: id, command, exit status, what the message must say (a regex).
 CASES = [
@@ -130,6 +148,22 @@ CASES = [
     ("compress --overwrite of a run folder", ["compress", "--ckpt", "all-MiniLM-L6-v2", "--data", "sample-corpus",
                                               "--out", "runs/demo", "--overwrite"], 2, r"not a lit-embed compress output"),
     ("a missing checkpoint", [*FINETUNE, *SHORT, "--model.init_args.checkpoint", "nowhere.ckpt"], 2, r"nowhere\.ckpt"),
+    ("crafted cluster matrix", ["params", "--config", str(CONFIGS / "demo.yaml"), "--model.init_args.embedding",
+                                clustered("evil_matrix.pt")], 2, r"evil_matrix\.pt' holds a Python object of type posix\.system"),
+    ("object-array cluster matrix", ["params", "--config", str(CONFIGS / "demo.yaml"), "--model.init_args.embedding",
+                                     clustered("objects.npy")], 2, r"objects\.npy' cannot be read"),
+    ("crafted HF weights as the encoder", [*FINETUNE, *SHORT, "--model.init_args.checkpoint", "null",
+                                           "--model.init_args.encoder.init_args.pretrained", "evil_hf"], 2,
+     r"evil_hf' has weights holding a Python object of type posix\.system"),
+    ("crafted HF weights to compress", ["compress", "--ckpt", "evil_hf", "--data", "sample-corpus", "--out", "out_c"], 2,
+     r"evil_hf' has weights holding a Python object"),
+    ("an encoder folder without a model", [*FINETUNE, *SHORT, "--model.init_args.checkpoint", "null",
+                                           "--model.init_args.encoder.init_args.pretrained", "not_a_model"], 2,
+     r"not_a_model' is not a model transformers can read"),
+    ("a folder as the corpus", [*DEMO, *SHORT, "--data.init_args.files", "[mine]"], 2, r"'mine' is a folder"),
+    ("an abbreviated option of report", ["report", "--form", "csv", "runs"], 2, r"unrecognized arguments: --form"),
+    ("an abbreviated option of compress", ["compress", "--ckpt", CKPT, "--out", "out_c", "--over"], 2,
+     r"unrecognized arguments: --over"),
 ]
 
 

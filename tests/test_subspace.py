@@ -216,6 +216,12 @@ def test_cluster_assignment_is_cached_and_deterministic(minilm_path, tmp_path):
     assert len(cached) == 1
     again = ClusterAssignment(source=minilm_path, method="kmeans", max_iter=2, cache_dir=str(tmp_path)).codes(30522, 2, 175)
     assert np.array_equal(first, again)
+    for damaged in (cached[0].read_bytes()[:100], b""):  # a copy cut short, an empty file: computed again, not trusted
+        cached[0].write_bytes(damaged)
+        assert np.array_equal(ClusterAssignment(source=minilm_path, method="kmeans", max_iter=2,
+                                                cache_dir=str(tmp_path)).codes(30522, 2, 175), first)
+    np.save(cached[0], np.array([{"a": 1}], dtype=object), allow_pickle=True)  # not ours: never unpickled
+    assert np.array_equal(a.codes(30522, 2, 175), first)
 
 
 def test_cluster_source_rows_must_match_the_vocabulary(tmp_path):

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytorch_lightning as pl
 from pytorch_lightning.callbacks import ModelCheckpoint
+from pytorch_lightning.loggers import CSVLogger, TensorBoardLogger
 from pytorch_lightning.plugins.io import TorchCheckpointIO
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 
@@ -34,6 +35,16 @@ class RunGuard(pl.Callback):
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if type(trainer.strategy.checkpoint_io) is TorchCheckpointIO:
             trainer.strategy.checkpoint_io = AtomicCheckpointIO()  # a kill during a save leaves last.ckpt whole
+        # Before anything writes there (the CLI's config.yaml, a logger's files): the run's folder where it is the run's
+        # own (a TensorBoard or CSV logger's version folder; without a logger, default_root_dir; other loggers' save_dir
+        # is shared by their runs), and the checkpoint folders the config gives.
+        folder = trainer.log_dir  # a collective under DDP: every rank asks
+        own = trainer.logger is None or isinstance(trainer.logger, (TensorBoardLogger, CSVLogger))
+        if trainer.is_global_zero:
+            given = [c.dirpath for c in trainer.checkpoint_callbacks if isinstance(c, ModelCheckpoint)]
+            for path, what in [*([(folder, "run folder")] if own else []), *((p, "checkpoint folder") for p in given)]:
+                if path and "://" not in str(path):
+                    hold(path, what)
 
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if trainer.is_global_zero:  # after the checkpoint callbacks have resolved their folders
@@ -48,9 +59,6 @@ class RunGuard(pl.Callback):
         activate(trainer)
 
     def on_test_start(self, trainer, pl_module) -> None:
-        activate(trainer)
-
-    def on_predict_start(self, trainer, pl_module) -> None:
         activate(trainer)
 
     def teardown(self, trainer, pl_module, stage: str) -> None:

@@ -248,7 +248,7 @@ def parser():
     """The command's arguments (those of :func:`compress`), with ``--config FILE`` and ``--print_config``."""
     from jsonargparse import ActionConfigFile, ActionYesNo, ArgumentParser
 
-    parsing = ArgumentParser(prog="lit-embed compress", description=(compress.__doc__ or "").split("\n")[0])
+    parsing = ArgumentParser(prog="lit-embed compress", allow_abbrev=False, description=(compress.__doc__ or "").split("\n")[0])
     parsing.add_argument("--config", action=ActionConfigFile, help="a YAML file of these arguments")
     parsing.add_function_arguments(compress, as_group=False, skip={"untie", "overwrite"})
     for flag in ("untie", "overwrite"):  # plain flags: --untie, --overwrite (and --no_untie, --no_overwrite)

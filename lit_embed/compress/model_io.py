@@ -22,7 +22,7 @@ from lit_embed.embeddings.base import EmbeddingStrategy
 from lit_embed.embeddings.dense import DenseEmbedding
 from lit_embed.errors import ConfigError, MissingFileError, OutputExistsError
 from lit_embed.folders import start_checkpoint
-from lit_embed.hub import explain_unreachable, remote_code_trusted, resolve_pretrained
+from lit_embed.hub import loading_pretrained, remote_code_trusted, resolve_pretrained
 from lit_embed.models.base import EmbeddingModule
 from lit_embed.models.mlm import MaskedLM
 
@@ -137,12 +137,10 @@ def _load_huggingface(name: str, untie: bool) -> Source:
     import transformers
 
     where = resolve_pretrained(name)
-    try:
+    with loading_pretrained(name, "model"):
         config = transformers.AutoConfig.from_pretrained(where)
         architecture = getattr(transformers, (config.architectures or ["AutoModel"])[0], transformers.AutoModel)
         model = architecture.from_pretrained(where, config=config)
-    except OSError as error:
-        raise explain_unreachable(name, "model", error) from error
     table = model.get_input_embeddings()
     if not isinstance(table, nn.Embedding):
         raise ConfigError(f"{name!r} has no input embedding table (nn.Embedding) to compress: give a BERT-like encoder")

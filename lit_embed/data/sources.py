@@ -56,6 +56,9 @@ def check_files(names: list[str]) -> None:
     """Refuse local data files that do not exist (all of them named, with where to download them where that is
     known) or whose type lit-embed does not read. Samples shipped with lit-embed are always there."""
     paths = {name: Path(name).expanduser() for name in names if name not in SAMPLES}
+    folders = [name for name, path in paths.items() if path.is_dir()]
+    if folders:
+        raise ConfigError(f"data file {folders[0]!r} is a folder: give the files in it (e.g. {folders[0]}/train.txt)")
     missing = [name for name, path in paths.items() if not path.is_file()]
     if missing:
         listed = ", ".join(repr(name) for name in missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")

@@ -144,8 +144,9 @@ class ClusterAssignment(Assignment):
             )
         key = self._cache_key(matrix, num_tables, table_size)
         path = self.cache_folder / "assignments" / f"{key}.npy"
-        if path.exists():
-            return np.load(path)
+        cached = _read_cached(path, (num_tokens, num_tables))
+        if cached is not None:
+            return cached
         codes = cluster_codes(matrix, num_tables, table_size, self.method, self.seed, self.max_iter)
         save_atomically(path, codes)
         log.info("cluster assignment cached at %s", path)
@@ -163,6 +164,21 @@ class ClusterAssignment(Assignment):
 #: Bumped when a method's codes change, so that cached codes of the old algorithm are not reused
 #: (kmeans 3: uncapped, as the papers ran it).
 ALGORITHM_VERSIONS = {"equal": 2, "kmeans": 3}
+
+
+def _read_cached(path: Path, shape: tuple[int, int]) -> np.ndarray | None:
+    """Codes cached at ``path``, or ``None`` where there are none usable: a file that does not read as integer codes
+    of ``shape`` (damaged, or not ours; an object array is refused, not unpickled) is computed again."""
+    if not path.is_file():
+        return None
+    try:
+        codes = np.load(path)
+    except (OSError, ValueError, EOFError):
+        codes = None
+    if codes is None or codes.shape != shape or not np.issubdtype(codes.dtype, np.integer):
+        log.warning("ignoring the unreadable cached cluster assignment %s: computing it again", path)
+        return None
+    return codes
 
 
 def save_atomically(path: Path, array: np.ndarray) -> None:

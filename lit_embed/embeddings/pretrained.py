@@ -8,7 +8,7 @@ import numpy as np
 import torch
 
 from lit_embed.errors import ConfigError, MissingFileError
-from lit_embed.hub import explain_unreachable, resolve_pretrained
+from lit_embed.hub import loading_pretrained, resolve_pretrained
 
 MATRIX_SUFFIXES = (".pt", ".pth", ".npy", ".safetensors")
 
@@ -27,21 +27,27 @@ def load_embedding_matrix(source: str) -> torch.Tensor:
     from transformers import AutoModel
 
     where = resolve_pretrained(source, what="pretrained model")
-    try:
+    with loading_pretrained(source, "pretrained model"):
         model = AutoModel.from_pretrained(where)
-    except OSError as error:
-        raise explain_unreachable(source, "pretrained model", error) from error
     return model.get_input_embeddings().weight.detach().float().clone()
 
 
 def _read_file(path: Path):
-    if path.suffix == ".npy":
-        return torch.from_numpy(np.load(path))
-    if path.suffix == ".safetensors":
+    """The file's tensor (or state dict); nothing in it runs, and a file that cannot be read so is refused by name."""
+    if path.suffix == ".pt" or path.suffix == ".pth":
+        from lit_embed.checkpoints import load_plain
+
+        return load_plain(path, "embedding matrix file")
+    try:
+        if path.suffix == ".npy":
+            return torch.from_numpy(np.load(path))  # allow_pickle=False: an object array is refused, not unpickled
         from safetensors.torch import load_file
 
         return load_file(str(path))
-    return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as error:  # whatever a damaged or foreign file makes the reader trip over
+        reason = str(error).splitlines()[0][:160] if str(error) else type(error).__name__
+        raise ConfigError(f"embedding matrix file {str(path)!r} cannot be read ({reason}): save the (vocab_size, dim) "
+                          f"matrix of numbers again") from None
 
 
 def _as_matrix(obj, source: str) -> torch.Tensor:

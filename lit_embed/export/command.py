@@ -207,7 +207,7 @@ def check_replaceable(out: Path) -> None:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="lit-embed export", description=(
+    parser = argparse.ArgumentParser(prog="lit-embed export", allow_abbrev=False, description=(
         "Write a checkpoint as a folder that transformers loads without lit-embed: "
         "AutoModel (or AutoModelForSequenceClassification).from_pretrained(OUT, trust_remote_code=True)."))
     parser.add_argument("--ckpt", required=True, help="a lit-embed checkpoint (.ckpt), a run folder or an experiment folder")

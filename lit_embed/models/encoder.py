@@ -15,7 +15,7 @@ from torch import Tensor, nn
 from lit_embed._compat import auto_model_class
 from lit_embed.embeddings.state import public_class_path
 from lit_embed.errors import ConfigError
-from lit_embed.hub import explain_unreachable, known_architecture, resolve_pretrained
+from lit_embed.hub import known_architecture, loading_pretrained, resolve_pretrained
 
 ARCHITECTURES = {"roberta": "RobertaConfig", "xlm-roberta": "XLMRobertaConfig", "bert": "BertConfig", "canine": "CanineConfig"}
 
@@ -164,7 +164,7 @@ def _load_pretrained(name: str, pooler: bool) -> nn.Module:
         config = transformers.AutoConfig.for_model(fields.pop("model_type"), **fields)
         return transformers.AutoModel.from_config(config)
     where = resolve_pretrained(name)
-    try:
+    with loading_pretrained(name, "pretrained encoder"):
         config = transformers.AutoConfig.from_pretrained(where)
         model_class = auto_model_class(config)
         accepts_pooler = "add_pooling_layer" in inspect.signature(model_class.__init__).parameters
@@ -173,10 +173,6 @@ def _load_pretrained(name: str, pooler: bool) -> nn.Module:
         # precision is the trainer's `precision`, which casts inside autocast and keeps these in float32.
         return model_class.from_pretrained(where, config=config, dtype=torch.float32,
                                            **({"add_pooling_layer": pooler} if accepts_pooler else {}))
-    except OSError as error:
-        raise explain_unreachable(name, "pretrained encoder", error) from error
-    except KeyError as error:
-        raise ConfigError(f"{name!r} is not an encoder AutoModel can load: use a BERT-like encoder") from error
 
 
 def _remove_word_embeddings(model: nn.Module) -> Tensor:

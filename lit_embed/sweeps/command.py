@@ -20,6 +20,7 @@ from lit_embed.sweeps.slurm import submit
 
 def parser() -> argparse.ArgumentParser:
     parsing = argparse.ArgumentParser(
+        allow_abbrev=False,
         prog="lit-embed sweep",
         description="Run a sweep file's stages: every combination of its axes, grid and seeds, each run in a folder "
         "of its own under the sweep's folder. Finished runs are skipped and stopped ones resumed, so running the "

@@ -237,7 +237,7 @@ def launch_here(sweep: Sweep, launch: Launch, say: Callable[[str], None] = print
 def claim_sweep_folder(sweep: Sweep) -> None:
     """Hold the sweep folder for this launch (one launch at a time) and record the plan in it."""
     try:
-        hold(sweep.folder, "sweep folder")
+        hold(sweep.folder, "sweep folder", holds_runs=True)
     except RunBusyError:
         raise RunBusyError(f"sweep folder {sweep.folder} is in use by another `lit-embed sweep`: wait for it, or see its "
                            f"progress with --dry-run") from None
