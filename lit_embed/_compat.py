@@ -91,3 +91,17 @@ def attached_trainer(module):
     """The trainer a LightningModule is attached to, or ``None``: ``module.trainer`` raises where there is none, and
     a module is built, counted and exported outside a trainer too (``_trainer`` is Lightning's private slot)."""
     return module._trainer
+
+
+def validate_again_on_resume(trainer) -> None:
+    """A fit stopped during validation (a signal between two of its batches): make the checkpoint saved now run that
+    validation again, from its first batch, when it resumes. Lightning goes back into an interrupted validation only
+    when a batch was started and not finished (its loop's "restarted mid evaluation"); a stop between batches would
+    skip the rest, so the metrics and the checkpoint selection of that validation would be lost. Its progress is set
+    back to "the first batch was started", which Lightning resumes from the start (fresh metric states)."""
+    progress = trainer.fit_loop.epoch_loop.val_loop.batch_progress
+    before = progress.total.completed - progress.current.completed  # the batches of earlier validations
+    progress.current.ready = progress.current.started = 1
+    progress.current.processed = progress.current.completed = 0
+    progress.total.ready = progress.total.started = before + 1
+    progress.total.processed = progress.total.completed = before

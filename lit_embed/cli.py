@@ -174,17 +174,21 @@ def check_yaml_files(argv: list[str]) -> None:
     (the parsers would say only "<unicode string>")."""
     import yaml
 
-    for value in argv:
+    for number, value in enumerate(argv):
         path = Path(value.partition("=")[2] if value.startswith("--") and "=" in value else value)
         if path.suffix not in (".yaml", ".yml") or not path.is_file():
             continue
         try:
-            yaml.safe_load(path.read_text())
+            document = yaml.safe_load(path.read_text())
         except yaml.YAMLError as error:
             mark = getattr(error, "problem_mark", None)
             where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
             problem = getattr(error, "problem", None) or str(error).splitlines()[0]
             raise ConfigError(f"{path} is not valid YAML ({problem}{where}): fix the file") from None
+        given_as_config = value.startswith("--config=") or (number > 0 and argv[number - 1] == "--config")
+        if given_as_config and not isinstance(document, dict):
+            found = "empty" if document is None else f"a {type(document).__name__}"
+            raise ConfigError(f"--config {path} is {found}: a config is a mapping of keys (model:, data:, trainer:)")
 
 
 def user_message(error: BaseException) -> str | None:
@@ -201,6 +205,10 @@ def user_message(error: BaseException) -> str | None:
             return f"no space left on the device writing {error.filename or 'a file'}: free space or write elsewhere"
         if isinstance(error, (PermissionError, IsADirectoryError, NotADirectoryError)) and error.filename:
             return f"{error.strerror}: {error.filename}"
+        if isinstance(error, ModuleNotFoundError) and not (error.name or "").startswith("lit_embed"):
+            needed = f"the package {error.name.split('.')[0]!r}" if error.name else "a package"
+            return f"{error}: what the configuration asks for needs {needed}, which is not installed (install it, or " \
+                   f"change the configuration)"
         error, seen = error.__cause__ or error.__context__, seen + 1
     return None
 

@@ -34,7 +34,7 @@ from lit_embed.checkpoints import (
 
 # Configs may name lit-embed's classes short (class_path: TaskDataModule): jsonargparse finds imported subclasses.
 from lit_embed.data import CorpusDataModule, TaskDataModule, XNLIDataModule  # noqa: F401
-from lit_embed.errors import CheckpointError
+from lit_embed.errors import CheckpointError, ConfigError, MissingFileError
 from lit_embed.folders import CHECKPOINTS, newest_checkpoint, run_of, start_checkpoint
 from lit_embed.interfaces import TaskData, provides
 from lit_embed.models import MaskedLM, SequenceClassifier, ShuffleRandom  # noqa: F401
@@ -83,16 +83,27 @@ class LitEmbedCLI(LightningCLI):
             config.trainer.default_root_dir = str(Path("runs") / (Path(str(files[0])).stem if files else "lightning_logs"))
         ckpt_path = config.get("ckpt_path")
         root = self._run_root(config)
-        if ckpt_path == "last" and subcommand == "fit":
+        if ckpt_path == "last":
             found = newest_checkpoint(root, config.trainer.default_root_dir) if root is not None else None
+            if found is None and subcommand != "fit":  # Lightning would evaluate the untrained model, saying only that
+                raise MissingFileError(f"--ckpt_path last: no checkpoint under {root}: give a checkpoint file or run folder")
             if found is None:
                 log.warning("--ckpt_path last: no checkpoint under %s yet, so the run starts afresh", root)
             config.ckpt_path = ckpt_path = None if found is None else str(found)
-        if ckpt_path is None or ckpt_path in ("best", "last", "hpc", "registry"):
+        if ckpt_path in ("best", "hpc", "registry") and subcommand != "fit":
+            raise ConfigError(f"--ckpt_path {ckpt_path} names a checkpoint of a fit in this process (lit-embed {subcommand} "
+                              f"runs none): give a checkpoint file, a run folder or an experiment folder")
+        if ckpt_path is None or ckpt_path in ("best", "hpc", "registry"):
             return
         if Path(ckpt_path).is_dir():  # a run folder or an experiment folder, as every other command takes them
             config.ckpt_path = ckpt_path = str(start_checkpoint(ckpt_path, "--ckpt_path checkpoint"))
         checkpoint = read_checkpoint(ckpt_path, "--ckpt_path checkpoint")
+        if subcommand == "fit" and "optimizer_states" not in checkpoint:
+            raise CheckpointError(
+                f"--ckpt_path {ckpt_path} holds weights only (no optimiser or loop state: a compress output, or a "
+                f"weights-only save), so no run can resume from it: start a new run from its weights with "
+                f"model.init_args.checkpoint {ckpt_path} (fine-tuning), or give a checkpoint a fit saved"
+            )
         self._check_model(config, checkpoint, ckpt_path)
         config = self.config[subcommand]  # the check may have filled in the model from the checkpoint
         if subcommand == "fit" and config.model.init_args.get("checkpoint") is not None:
@@ -166,7 +177,12 @@ class LitEmbedCLI(LightningCLI):
         and ``predict`` a :class:`~lit_embed.callbacks.predictions.PredictionWriter` unless it names one; ``fit``
         validates on its paper's schedule unless the config says when."""
         if self.subcommand in (None, "fit"):  # None: run=False, the config is not nested under a subcommand
-            apply_evaluation_schedule(self.config[self.subcommand] if self.subcommand else self.config)
+            config = self.config[self.subcommand] if self.subcommand else self.config
+            interval = config.trainer.get("val_check_interval")
+            if isinstance(interval, (int, float)) and interval <= 0:
+                raise ConfigError(f"trainer.val_check_interval={interval} must be positive: a number of training batches, "
+                                  f"or a fraction of an epoch in (0, 1]")
+            apply_evaluation_schedule(config)
         if self.subcommand is None:
             return
         trainer = self.config[self.subcommand].trainer

@@ -92,6 +92,10 @@ def workspace(tmp_path_factory) -> Path:
     (root / "evil_hf" / "model.safetensors").unlink()
     torch.save({**weights, "x": Evil(root / "PWNED")}, root / "evil_hf" / "pytorch_model.bin")
     (root / "not_a_model").mkdir()
+    weights = torch.load(good, weights_only=True)
+    torch.save({k: v for k, v in weights.items() if k not in ("optimizer_states", "lr_schedulers", "loops")},
+               root / "weights.ckpt")
+    (root / "empty_config.yaml").write_text("")
     return root
 
 
@@ -162,6 +166,15 @@ CASES = [
      r"not_a_model' is not a model transformers can read"),
     ("a folder as the corpus", [*DEMO, *SHORT, "--data.init_args.files", "[mine]"], 2, r"'mine' is a folder"),
     ("an abbreviated option of report", ["report", "--form", "csv", "runs"], 2, r"unrecognized arguments: --form"),
+    ("resuming from weights only", [*DEMO, *SHORT, "--ckpt_path", "weights.ckpt"], 2,
+     r"weights\.ckpt holds weights only .* model\.init_args\.checkpoint"),
+    ("test --ckpt_path last without a checkpoint", ["test", "--config", str(CONFIGS / "demo_finetune.yaml"), "--ckpt_path",
+                                                    "last"], 2, r"--ckpt_path last: no checkpoint under runs/demo_finetune"),
+    ("test --ckpt_path best", ["test", "--config", str(CONFIGS / "demo_finetune.yaml"), "--ckpt_path", "best"], 2,
+     r"--ckpt_path best names a checkpoint of a fit in this process"),
+    ("val_check_interval 0", [*DEMO, *QUIET, "--trainer.val_check_interval", "0"], 2, r"val_check_interval=0 must be positive"),
+    ("an empty config file", ["fit", "--config", "empty_config.yaml"], 2, r"empty_config\.yaml is empty"),
+    ("a TPU without torch_xla", [*DEMO, *QUIET, "--trainer.accelerator", "tpu"], 2, r"torch_xla"),
     ("an abbreviated option of compress", ["compress", "--ckpt", CKPT, "--out", "out_c", "--over"], 2,
      r"unrecognized arguments: --over"),
 ]
@@ -277,6 +290,27 @@ def test_a_signal_saves_a_resumable_checkpoint_and_exits_non_zero(signum, status
     assert results["status"] == "complete" and results["global_step"] == saved["global_step"] + 2
 
 
+def test_a_signal_during_validation_validates_again_when_the_run_resumes(tmp_path):
+    """Stopped between two validation batches, a resumed fit runs that validation again from its first batch: its
+    metrics and the checkpoint chosen by them are not lost (Lightning would skip the rest of it)."""
+    probe = {"class_path": "tests.helpers.probes.SignalAt",
+             "init_args": {"marker": str(tmp_path / "sent"), "log": str(tmp_path / "validations.jsonl"), "batch": 1}}
+    callbacks = [{"class_path": "pytorch_lightning.callbacks.ModelCheckpoint", "init_args": {"save_last": True}},
+                 {"class_path": "lit_embed.callbacks.ResultsWriter"}, probe]
+    args = [*DEMO, *QUIET, "--trainer.max_steps", "4", "--trainer.val_check_interval", "2", "--trainer.limit_val_batches",
+            "3", "--data.init_args.batch_size", "4", "--trainer.callbacks", json.dumps(callbacks)]
+    code, err = finish(lit_embed(args, tmp_path))
+    assert code == 143 and (tmp_path / "sent").exists(), err[-3000:]
+    assert not (tmp_path / "validations.jsonl").exists()  # the first validation never finished
+    code, err = finish(lit_embed([*args, "--ckpt_path", "last"], tmp_path))
+    assert code == 0, err[-3000:]
+    validations = [json.loads(line) for line in (tmp_path / "validations.jsonl").read_text().splitlines()]
+    assert [(v["step"], v["batches"]) for v in validations] == [(2, 3), (4, 3)], validations
+    assert "val/loss" in validations[0]["metrics"]
+    results = json.loads((tmp_path / "runs/demo/version_0/results.json").read_text())
+    assert results["status"] == "complete" and "val/loss" in results["metrics"]
+
+
 def test_two_runs_started_together_keep_their_own_folders(tmp_path):
     every_step = json.dumps([{"class_path": "pytorch_lightning.callbacks.ModelCheckpoint",
                               "init_args": {"every_n_train_steps": 1, "save_top_k": -1, "save_last": True}},
@@ -304,6 +338,18 @@ def test_a_checkpoint_folder_held_by_a_live_run_is_refused(tmp_path):
         wait_for("shared/last.ckpt", tmp_path, first)
         code, err = finish(lit_embed([*DEMO, *SHORT, "--trainer.callbacks", callbacks], tmp_path))
         assert code == 2 and "is in use by a live run" in err and str(shared) in err, err[-2000:]
+        # a checkpoint folder inside the live run's own folder, and that folder as another run's (no logger)
+        run = tmp_path / "runs/demo/version_0"
+        inside = json.dumps([{"class_path": "pytorch_lightning.callbacks.ModelCheckpoint",
+                              "init_args": {"dirpath": str(run / "mine"), "every_n_train_steps": 1}}])
+        code, err = finish(lit_embed([*DEMO, *SHORT, "--trainer.default_root_dir", "runs/other", "--trainer.callbacks",
+                                      inside], tmp_path))
+        assert code == 2 and f"inside {run}, which it holds" in err, err[-2000:]
+        config = (run / "config.yaml").read_bytes()
+        code, err = finish(lit_embed([*DEMO, *SHORT, "--trainer.logger", "false", "--trainer.default_root_dir", str(run)],
+                                     tmp_path))
+        assert code == 2 and f"run folder {run} is in use by a live run" in err, err[-2000:]
+        assert (run / "config.yaml").read_bytes() == config and not (run / "mine").exists()
         assert first.poll() is None  # the first run goes on
     finally:
         os.killpg(first.pid, signal.SIGKILL)

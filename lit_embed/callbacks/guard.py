@@ -19,6 +19,7 @@ from pytorch_lightning.loggers import CSVLogger, TensorBoardLogger
 from pytorch_lightning.plugins.io import TorchCheckpointIO
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 
+from lit_embed._compat import validate_again_on_resume
 from lit_embed.checkpointing import AtomicCheckpointIO
 from lit_embed.folders import CHECKPOINTS, LAST, hold
 from lit_embed.runs import run_folder
@@ -68,6 +69,8 @@ class RunGuard(pl.Callback):
         activate(None)
         if not isinstance(exception, SIGTERMException) or trainer.state.fn != "fit":
             return  # stopped at a step boundary only on a signal; anywhere else the state may be half-updated
+        if trainer.validating and not trainer.sanity_checking:
+            validate_again_on_resume(trainer)
         path = last_checkpoint_path(trainer)
         trainer.save_checkpoint(path, weights_only=False)
         if trainer.is_global_zero:

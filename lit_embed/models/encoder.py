@@ -140,8 +140,12 @@ class Encoder(nn.Module):
 
     def as_config(self) -> dict:
         """``{"class_path", "init_args"}`` that rebuilds this encoder (its weights come from a state dict);
-        ``config`` is the HuggingFace model's."""
-        return {"class_path": public_class_path(type(self)), "init_args": dict(self._init_args)}
+        ``config`` is the HuggingFace model's. A pretrained encoder's shape is its model's: only what it reads is
+        recorded (a config compared with it then names ``pretrained``, not sizes it never had)."""
+        args = dict(self._init_args)
+        if self.pretrained is not None:
+            args = {key: args[key] for key in ("pretrained", "pooler")}
+        return {"class_path": public_class_path(type(self)), "init_args": args}
 
     def shape(self) -> dict:
         """The transformer's shape, as compared between a run and its baseline (results.json's ``backbone``)."""

@@ -50,3 +50,33 @@ class StateProbe(pl.Callback):
                 "devices": sorted({p.device.type for p in pl_module.parameters()}),
                 "dtypes": sorted({str(p.dtype) for p in pl_module.parameters()}), "digest": digest.hexdigest()}
         Path(self.out.format(rank=trainer.global_rank)).write_text(json.dumps(seen))
+
+
+class SignalAt(pl.Callback):
+    """Sends this process ``signum`` after validation batch ``batch`` of a fit (not the sanity check), once: a second
+    run that finds ``marker`` (the resumed one) is left alone. It also appends to ``log`` (JSON lines) each
+    validation's batch count, and the ``val/`` metrics it ended with."""
+
+    def __init__(self, marker: str, log: str, batch: int = 1, signum: int = 15) -> None:
+        self.marker, self.record, self.batch, self.signum = Path(marker), Path(log), batch, signum
+        self.batches = 0
+
+    def on_validation_epoch_start(self, trainer, pl_module) -> None:
+        self.batches = 0
+
+    def on_validation_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0) -> None:
+        if trainer.sanity_checking:
+            return
+        self.batches += 1
+        if batch_idx == self.batch and not self.marker.exists():
+            import os
+
+            self.marker.write_text("sent")
+            os.kill(os.getpid(), self.signum)
+
+    def on_validation_end(self, trainer, pl_module) -> None:
+        if trainer.sanity_checking:
+            return
+        metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val/")}
+        with self.record.open("a") as out:
+            out.write(json.dumps({"step": trainer.global_step, "batches": self.batches, "metrics": sorted(metrics)}) + "\n")
