@@ -33,7 +33,7 @@ from lit_embed.accounting import compression, human
 from lit_embed.data.tasks import BENCHMARK_TABLES, TASKS, get_task
 from lit_embed.errors import ConfigError
 from lit_embed.files import write_atomic
-from lit_embed.results import RESULTS_FILE, SCORE_METRICS, check_same_backbone, find_run_dirs, load_results
+from lit_embed.results import RESULTS_FILE, check_same_backbone, find_run_dirs, is_score, load_results
 from lit_embed.sweeps.plan import MANIFEST, is_sweep_folder
 from lit_embed.sweeps.tables import sweep_runs
 from lit_embed.tables import FORMATS, MISSING, Table, render
@@ -303,7 +303,8 @@ class Report:
         names = sorted({m for r in runs for m in r.get("metrics", {}) if m.split("/")[0] in SPLITS})
         if not names:
             return None
-        scaled = [name for name in names if name.rsplit("/", 1)[-1] in SCORE_METRICS]
+        scores = {metric for run in runs for metric in run.get("scores") or ()}
+        scaled = [name for name in names if is_score(name, scores)]
         rows = []
         for row, members in groups.items():
             cells = [row]

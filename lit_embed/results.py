@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+from collections.abc import Collection
 from pathlib import Path
 
 from lit_embed.errors import ConfigError, MissingFileError
@@ -42,10 +43,12 @@ def versions() -> dict[str, str]:
     }
 
 
-def is_score(name: str) -> bool:
-    """Whether metric ``name`` (``{stage}/...{metric}``) is an evaluation score that PRR applies to."""
+def is_score(name: str, scores: Collection[str] = ()) -> bool:
+    """Whether metric ``name`` (``{stage}/...{metric}``) is an evaluation score that PRR applies to: one of
+    :data:`SCORE_METRICS`, or of ``scores``, the higher-is-better metrics a run's task names (results.json's
+    ``scores``: a config's own task may name any torchmetrics function)."""
     parts = name.split("/")
-    return len(parts) >= 2 and parts[0] in EVAL_STAGES and parts[-1] in SCORE_METRICS
+    return len(parts) >= 2 and parts[0] in EVAL_STAGES and (parts[-1] in SCORE_METRICS or parts[-1] in scores)
 
 
 def load_results(run_dir: str | os.PathLike) -> dict:

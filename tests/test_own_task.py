@@ -123,6 +123,7 @@ def test_a_csv_of_your_own_fine_tunes_through_the_cli_and_its_checkpoint_records
     run = tmp_path / "runs" / "own" / "version_0"
     results = json.loads((run / "results.json").read_text())
     assert results["task"] == "reviews" and results["status"] == "complete"
+    assert results["scores"] == ["accuracy", "f1_score_macro", "cohen_kappa"]  # report scales and compares these
     assert {"test/accuracy", "test/f1_score_macro", "test/cohen_kappa", "val/score"} <= set(results["metrics"])
     assert results["metrics"]["test/accuracy"] > 0.5  # three topics with distinct words: chance is 1/3
     recorded = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["hyper_parameters"]["task"]

@@ -283,3 +283,12 @@ def test_predictions_and_interrupted_runs_beside_a_run_are_left_out(tmp_path, ca
     assert main(["report", str(fit), str(predicted), str(stopped)]) == 0
     captured = capsys.readouterr()
     assert "| 3se | 60.0 |" in captured.out and "left out 1 interrupted run(s)" in captured.err
+
+
+def test_a_tasks_own_higher_is_better_metrics_are_scores(tmp_path, capsys):
+    """A config's own task may name any torchmetrics function; results.json lists its scores (higher is better)."""
+    run = write_run(tmp_path, "mine", "reviews", 0, {"test/cohen_kappa": 0.5, "test/mean_squared_error": 0.25})
+    write_json_atomic(run / RESULTS_FILE, {**load_results(run), "scores": ["cohen_kappa"]})
+    assert main(["report", str(run)]) == 0
+    out = capsys.readouterr().out
+    assert "| mine (reviews) | 50.0 | 0.25 |" in out and "x 100: test/cohen_kappa; the others as logged" in out

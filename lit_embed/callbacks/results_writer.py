@@ -17,6 +17,7 @@ from lit_embed.accounting import parameter_report, performance_retention, speed_
 from lit_embed.callbacks.efficiency import EfficiencyMonitor
 from lit_embed.errors import ConfigError
 from lit_embed.files import write_json_atomic
+from lit_embed.interfaces import TaskModel, provides
 from lit_embed.models.base import EmbeddingModule
 from lit_embed.results import (
     RESULTS_FILE,
@@ -154,7 +155,8 @@ class ResultsWriter(pl.Callback):
             "parameters": self.parameters(pl_module),
             "efficiency": efficiency,
             "metrics": dict(sorted(self._metrics.items())),
-            "baseline": self._comparison(efficiency),
+            "scores": _task_scores(pl_module),
+            "baseline": self._comparison(efficiency, _task_scores(pl_module)),
             "global_step": trainer.global_step,
             "checkpoint": _best_checkpoint(trainer, run_dir),
             "config": _config(trainer, pl_module, run_dir),
@@ -162,13 +164,13 @@ class ResultsWriter(pl.Callback):
             "written_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         }
 
-    def _comparison(self, efficiency: dict | None) -> dict | None:
+    def _comparison(self, efficiency: dict | None, scores: list[str]) -> dict | None:
         """PRR of every evaluation score and the speed-ups, against the baseline run."""
         if self._baseline is None:
             return None
         theirs = self._baseline.get("metrics", {})
         prr = {name: performance_retention(value, theirs[name]) for name, value in self._metrics.items()
-               if is_score(name) and name in theirs}
+               if is_score(name, scores) and name in theirs}
         speed = {}
         base_efficiency = self._baseline.get("efficiency") or {}
         for kind in EfficiencyMonitor.KINDS:
@@ -220,6 +222,14 @@ def _end_figures(results: dict) -> dict[str, float]:
     for name, value in (comparison.get("prr") or {}).items():
         figures[f"prr/{name}"] = value
     return {name: float(value) for name, value in figures.items() if value is not None}
+
+
+def _task_scores(pl_module: pl.LightningModule) -> list[str]:
+    """The higher-is-better metrics of the module's task (a config's own task may name any), for PRR and report."""
+    from lit_embed.models.metrics import higher_is_better
+
+    task = pl_module.task if provides(pl_module, TaskModel) else None
+    return [] if task is None else [metric for metric in task.metrics if higher_is_better(metric)]
 
 
 def _final_metrics(trainer: pl.Trainer) -> dict[str, float]:
