@@ -105,3 +105,8 @@ def validate_again_on_resume(trainer) -> None:
     progress.current.processed = progress.current.completed = 0
     progress.total.ready = progress.total.started = before + 1
     progress.total.processed = progress.total.completed = before
+
+
+def subcommand_parser(cli, subcommand: str | None):
+    """The parser of a LightningCLI subcommand (``fit``...), to dump its config (LightningCLI's ``_parser``)."""
+    return cli._parser(subcommand)

@@ -11,6 +11,7 @@ configured model. :mod:`lit_embed.cli` imports this module only for the commands
 from __future__ import annotations
 
 import logging
+import sys
 import warnings
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from jsonargparse import Namespace
 from pytorch_lightning.callbacks import ModelSummary, ProgressBar
 from pytorch_lightning.cli import LightningCLI
 
+from lit_embed._compat import subcommand_parser
 from lit_embed.callbacks.console import LayerSummary, progress_bar
 from lit_embed.callbacks.guard import RunGuard
 from lit_embed.callbacks.predictions import PredictionWriter
@@ -68,6 +70,22 @@ class LitEmbedCLI(LightningCLI):
                                                "callbacks": [RunGuard()]})
         super().__init__(pl.LightningModule, pl.LightningDataModule, *args, subclass_mode_model=True,
                          subclass_mode_data=True, auto_configure_optimizers=False, **kwargs)
+
+    def parse_arguments(self, parser, args) -> None:
+        """LightningCLI's parse; ``--print_config`` prints the config as the run will use it, with what lit-embed fills
+        in before the run (a paper's evaluation schedule), where jsonargparse would print it before that."""
+        asked = [a for a in args or [] if a == "--print_config" or a.startswith("--print_config=")]
+        if not asked or isinstance(args, (dict, Namespace)):
+            return super().parse_arguments(parser, args)
+        super().parse_arguments(parser, [a for a in args if a not in asked])
+        subcommand = self.config.get("subcommand")
+        config = self.config[subcommand] if subcommand else self.config
+        if subcommand in (None, "fit"):
+            apply_evaluation_schedule(config)
+        flags = set(asked[-1].partition("=")[2].split(","))
+        sys.stdout.write(subcommand_parser(self, subcommand).dump(
+            config, skip_default="skip_default" in flags, skip_none="skip_null" in flags or "skip_unset" in flags))
+        sys.exit(0)
 
     def add_arguments_to_parser(self, parser) -> None:
         parser.add_argument("--ckpt_model", choices=["config", "checkpoint"], default="config", help=CKPT_MODEL_HELP)

@@ -385,6 +385,18 @@ def test_a_given_validation_interval_overrides_the_papers_schedule(tmp_path, mon
     assert (cli.trainer.val_check_interval, cli.trainer.check_val_every_n_epoch) == (0.5, 1)
 
 
+def test_print_config_shows_the_papers_schedule_the_run_will_use(tmp_path, monkeypatch, capsys):
+    import yaml
+
+    monkeypatch.chdir(tmp_path)
+    args = ["--config", str(CONFIGS / "experiments/finetune/glue/rte.yaml"), "--config", str(CONFIGS / "protocol/hashformers.yaml")]
+    with pytest.raises(SystemExit) as exit:
+        main(["fit", *args, "--print_config"])
+    assert exit.value.code == 0
+    printed = yaml.safe_load(capsys.readouterr().out)
+    assert (printed["trainer"]["val_check_interval"], printed["trainer"]["check_val_every_n_epoch"]) == (48, None)
+
+
 def test_glue_configs_cover_the_nine_tasks():
     names = {p.stem for p in (CONFIGS / "experiments/finetune/glue").glob("*.yaml")}
     assert names == {"cola", "sst2", "mrpc", "qqp", "stsb", "mnli", "qnli", "rte", "wnli"}

@@ -65,7 +65,7 @@ class Task:
         source: where the task comes from, for the README and errors.
         header: its column in the papers' tables (default the name, upper case).
         shown: the metric a paper's tables show where it is not the first of ``metrics``
-            (HashFormers: MRPC accuracy; the sparse-coding paper: CoLA accuracy).
+            (HashFormers: MRPC accuracy).
         per_set_columns: the tables give each evaluation set a column (XNLI's languages); otherwise the
             first set stands for the task (MNLI matched).
         data_files: a config-defined task's local files of each split (``train``, ``validation``, ``test``).
@@ -157,8 +157,7 @@ def _jglue(name, config, columns, labels, metrics=("accuracy",), files=JGLUE_FIL
 TASKS: dict[str, Task] = {
     t.name: t
     for t in (
-        _glue("cola", ("sentence",), ("unacceptable", "acceptable"), ("matthews", "accuracy"), header="CoLA",
-              shown={"sparse-coding": "accuracy"}),
+        _glue("cola", ("sentence",), ("unacceptable", "acceptable"), ("matthews", "accuracy"), header="CoLA"),
         _glue("sst2", ("sentence",), ("negative", "positive"), header="SST"),
         _glue("mrpc", ("sentence1", "sentence2"), ("not_equivalent", "equivalent"), ("f1", "accuracy"),
               shown={"hashformers": "accuracy"}),

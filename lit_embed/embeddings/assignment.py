@@ -90,7 +90,7 @@ class ClusterAssignment(Assignment):
     naive k-means (Lloyd's, uncapped): clusters take any size, a group of fewer than Q points gets fewer
     clusters, and the last digit of a group larger than Q runs past Q, so each table holds as many rows
     as the largest index it must hold (``tables_fit_codes``; the k-sub-embedding paper's Table 3 counts
-    104k and 154k parameters for Q=100 and 200 against 51.2k and 102.4k for equal sizes).
+    104k and 154k parameters for Q=100 and 200; equal sizes: 25.6k and 51.2k for Q=50 and 100).
 
     Computed once and cached on disk, keyed by a digest of the matrix and every argument.
 
