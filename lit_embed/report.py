@@ -390,7 +390,8 @@ def run_and_sweep_folders(paths: list[str]) -> tuple[list[Path], list[Path]]:
             continue
         nested = sorted(p.parent for p in path.rglob(MANIFEST) if is_sweep_folder(p.parent)) if path.is_dir() else []
         if not nested:
-            runs += find_run_dirs([name])
+            compressed_only = path.is_dir() and not any(path.rglob(RESULTS_FILE)) and any(path.rglob("report.json"))
+            runs += [] if compressed_only else find_run_dirs([name])  # compress outputs alone: their coverage tables
             continue
         sweeps += nested
         runs += [p.parent for p in sorted(path.rglob(RESULTS_FILE))
@@ -435,8 +436,9 @@ def main(argv: list[str]) -> int:
             baseline = known[0]  # as reported (a sweep's run: labelled with its row's name)
         else:
             runs.append(baseline)
-    tables = Report(runs, baseline, args.digits).tables() if runs or not sweep_tables else []
-    text = render(tables + sweep_tables + coverage_tables(args.run_dirs), args.format)
+    coverage = coverage_tables(args.run_dirs)
+    tables = Report(runs, baseline, args.digits).tables() if runs or not (sweep_tables or coverage) else []
+    text = render(tables + sweep_tables + coverage, args.format)
     if args.output:
         write_atomic(args.output, text)
     else:

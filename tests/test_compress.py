@@ -218,6 +218,9 @@ def test_each_method_end_to_end(method, compressed, tmp_path, monkeypatch, capsy
     head = sum(p.numel() for p in load_compressed(out).classifier.parameters())  # params counts no task head
     assert counted["embedding_params"] == expected and counted["total_params"] == params["total"]["after"] - head
     monkeypatch.chdir(tmp_path)
+    capsys.readouterr()
+    assert main(["report", str(out)]) == 0  # a compress output alone: its coverage tables
+    assert "Token coverage of the test data by V_C (%)" in capsys.readouterr().out
     assert main(["validate", "--config", str(out / "config.yaml"), "--ckpt_path", str(out / "model.ckpt"),
                  "--trainer.limit_val_batches", "2", *QUIET]) == 0
     results = json.loads((out / "version_0" / "results.json").read_text())  # runs of the compressed model log beside it
