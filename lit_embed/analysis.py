@@ -300,12 +300,18 @@ FIGURES = {"embedding_pca": pca_figure, "similarity": similarity_figure, "layer_
 ANALYSIS_FILES = frozenset({*(f"{name}.png" for name in FIGURES), "analysis.json"})
 
 
-def save_analysis(result: dict, out_dir: str | os.PathLike, writer=None, step: int = 0) -> list[Path]:
+def draw(result: dict) -> dict:
+    """The figures of :data:`FIGURES`, drawn from ``analyse``'s result."""
+    return {name: build(result) for name, build in FIGURES.items()}
+
+
+def save_analysis(result: dict, out_dir: str | os.PathLike, writer=None, step: int = 0, figures: dict | None = None) -> list[Path]:
     """Write ``embedding_pca.png``, ``similarity.png``, ``layer_pca.png`` and ``analysis.json``; then send the
-    figures to ``writer``, a TensorBoard ``SummaryWriter`` (a TensorBoardLogger's ``experiment``) or ``None``."""
+    figures (``figures``, drawn where not given) to ``writer``, a TensorBoard ``SummaryWriter`` (a TensorBoardLogger's
+    ``experiment``) or ``None``."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    figures = {name: build(result) for name, build in FIGURES.items()}
+    figures = figures or draw(result)
     paths = [_save_png(figure, out / f"{name}.png") for name, figure in figures.items()]
     pca = result["pca"]
     ratios = pca["explained_variance_ratio"]
@@ -403,7 +409,8 @@ def main(argv: list[str]) -> int:
     out = Path(args.out) if args.out else run_dir / ANALYSIS_DIR
     # The folder appears whole (a stop or a full disk midway leaves the earlier one, or none), then the figures go to
     # TensorBoard, only inside the run's own event folder: anywhere else they would show as a stray run.
-    atomic_folder(out, True, lambda folder: save_analysis(result, folder), replaceable=_earlier_analysis)
+    figures = draw(result)
+    atomic_folder(out, True, lambda folder: save_analysis(result, folder, figures=figures), replaceable=_earlier_analysis)
     paths = [out / name for name in sorted(ANALYSIS_FILES)]
     is_run = any(run_dir.glob("events.out.tfevents.*"))
     if not args.no_tensorboard and is_run:
@@ -411,8 +418,8 @@ def main(argv: list[str]) -> int:
 
         writer = SummaryWriter(log_dir=str(run_dir))
         try:
-            for name, build in FIGURES.items():
-                writer.add_figure(f"analysis/{name}", build(result), global_step=int(checkpoint.get("global_step", 0)))
+            for name, figure in figures.items():
+                writer.add_figure(f"analysis/{name}", figure, global_step=int(checkpoint.get("global_step", 0)))
         finally:
             writer.close()
     print(json.dumps(_printable(result), indent=2))

@@ -19,7 +19,6 @@ import importlib
 import json
 import os
 import pickle
-import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -27,7 +26,7 @@ from typing import Any
 import torch
 
 from lit_embed._compat import instantiate
-from lit_embed.errors import CheckpointError, ConfigError, MissingFileError
+from lit_embed.errors import CheckpointError, ConfigError, MissingFileError, pickled_type
 
 #: Key of the facts a checkpoint records about its strategy, vocabulary, tokenizer and run.
 FACTS = "lit_embed"
@@ -39,7 +38,6 @@ TRAINING_ARGUMENTS = frozenset({
 })
 #: Where a config-defined task reads its data and what it logs: the same model may predict on other data.
 TASK_DATA = frozenset({"files", "hub", "config", "revision", "splits", "metrics", "label_column", "value_range"})
-_UNSAFE = re.compile(r"GLOBAL ([\w.]+)")
 
 
 def read_checkpoint(path: str | os.PathLike, what: str = "checkpoint") -> dict[str, Any]:
@@ -70,13 +68,13 @@ def load_plain(path: str | os.PathLike, what: str) -> Any:
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as error:
-        found = _UNSAFE.search(str(error))
+        found = pickled_type(error)
         if found is None:
             raise CheckpointError(
                 f"{what} {str(path)!r} is not a readable checkpoint (it is corrupt, or not a PyTorch file): use another"
             ) from None
         raise CheckpointError(
-            f"{what} {str(path)!r} holds a Python object of type {found.group(1)}, which lit-embed does not load: "
+            f"{what} {str(path)!r} holds a Python object of type {found}, which lit-embed does not load: "
             f"unpickling it could run code. If you trust where it came from, rewrite it as plain data once with "
             f"`python -m lit_embed.checkpoints convert --trust {path} NEW.ckpt` and use NEW.ckpt"
         ) from None

@@ -8,6 +8,7 @@ traceback. A message names the value or file at fault and says how to fix it.
 from __future__ import annotations
 
 import errno
+import re
 
 
 class UserError(Exception):
@@ -53,3 +54,9 @@ class PluginError(UserError, ImportError):
 
 
 __all__ = ["CheckpointError", "ConfigError", "DiskFullError", "HubError", "MissingFileError", "OutputExistsError", "PluginError", "RunBusyError", "UserError"]
+
+
+def pickled_type(error: BaseException) -> str | None:
+    """The type a ``weights_only`` unpickling refused (``posix.system``), as its error names it; ``None`` if it names none."""
+    found = re.search(r"GLOBAL ([\w.]+)", str(error))
+    return found.group(1) if found else None

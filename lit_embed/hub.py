@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import ssl
 import urllib.error
 import urllib.request
@@ -156,14 +155,14 @@ def loading_pretrained(name: str, what: str) -> Iterator[None]:
     unpickles ``.bin`` weights with ``weights_only=True``, which refuses them: nothing runs)."""
     import pickle
 
-    from lit_embed.errors import CheckpointError, ConfigError
+    from lit_embed.errors import CheckpointError, ConfigError, pickled_type
 
     try:
         yield
     except pickle.UnpicklingError as error:
-        found = re.search(r"GLOBAL ([\w.]+)", str(error))
+        found = pickled_type(error)
         raise CheckpointError(
-            f"{what} {name!r} has weights holding {'a Python object of type ' + found.group(1) if found else 'Python objects'}, "
+            f"{what} {name!r} has weights holding {'a Python object of type ' + found if found else 'Python objects'}, "
             f"which lit-embed does not load: unpickling them could run code. Use safetensors weights (or, if you trust "
             f"them, convert the folder with transformers once: from_pretrained(..., weights_only=False) then save_pretrained)"
         ) from None

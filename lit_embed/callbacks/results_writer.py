@@ -141,6 +141,7 @@ class ResultsWriter(pl.Callback):
             hparams["task"] = data.get("task")  # task data modules may hold it instead
         if isinstance(hparams["task"], dict):  # a config's own task: the name it is registered under
             hparams["task"] = hparams["task"]["name"]
+        scores = _task_scores(pl_module)
         return {
             "format": RESULTS_FORMAT,
             "status": status,
@@ -155,8 +156,8 @@ class ResultsWriter(pl.Callback):
             "parameters": self.parameters(pl_module),
             "efficiency": efficiency,
             "metrics": dict(sorted(self._metrics.items())),
-            "scores": _task_scores(pl_module),
-            "baseline": self._comparison(efficiency, _task_scores(pl_module)),
+            "scores": scores,
+            "baseline": self._comparison(efficiency, scores),
             "global_step": trainer.global_step,
             "checkpoint": _best_checkpoint(trainer, run_dir),
             "config": _config(trainer, pl_module, run_dir),

@@ -205,7 +205,7 @@ def check_replaceable(out: Path) -> None:
 
 
 def write_model(folder: Path, source: Source, strategy: EmbeddingStrategy, data_config: dict | None,
-                     out: Path) -> None:
+                out: Path) -> None:
     """``model.ckpt`` (the compressed lit-embed model) and ``config.yaml`` to validate or test it; those
     runs log beside it, to ``OUT/version_N`` with results.json, as every shipped config does."""
     config = json.loads(json.dumps(source.model_config))

@@ -34,7 +34,7 @@ def load_embedding_matrix(source: str) -> torch.Tensor:
 
 def _read_file(path: Path):
     """The file's tensor (or state dict); nothing in it runs, and a file that cannot be read so is refused by name."""
-    if path.suffix == ".pt" or path.suffix == ".pth":
+    if path.suffix in (".pt", ".pth"):
         from lit_embed.checkpoints import load_plain
 
         return load_plain(path, "embedding matrix file")
