@@ -15,7 +15,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 
 from lit_embed.errors import ConfigError
-from lit_embed.hub import explain_unreachable, remote_code_trusted, resolve_pretrained
+from lit_embed.hub import load_tokenizer
 
 SPECIAL_NAMES = ("cls", "sep", "pad", "mask", "unk")
 
@@ -60,18 +60,11 @@ class VocabTextEncoder:
     """
 
     def __init__(self, tokenizer: str | None, max_vocab_size: int | None = None) -> None:
-        from transformers import AutoTokenizer
-
         if tokenizer is None:
             raise ConfigError("this strategy encodes text with a tokenizer: set data.init_args.tokenizer (e.g. roberta-base)")
 
         self.name = tokenizer
-        try:
-            self.tokenizer = AutoTokenizer.from_pretrained(
-                resolve_pretrained(tokenizer, what="tokenizer"), trust_remote_code=remote_code_trusted()
-            )
-        except OSError as error:
-            raise explain_unreachable(tokenizer, "tokenizer", error) from error
+        self.tokenizer = load_tokenizer(tokenizer)
         size = len(self.tokenizer)
         if max_vocab_size is not None and size > max_vocab_size:
             raise ConfigError(
