@@ -67,6 +67,7 @@ def _fill(folder: Path, module, checkpoint: dict, path: Path, tokenizer: str | N
     from lit_embed.export.vendor import module_source
     from lit_embed.files import write_atomic, write_json_atomic
     from lit_embed.interfaces import TaskModel, provides
+    from lit_embed.recorded import class_paths
     from lit_embed.results import versions
 
     strategy = module.embedding
@@ -90,7 +91,8 @@ def _fill(folder: Path, module, checkpoint: dict, path: Path, tokenizer: str | N
     save_file(_weights(module, classifier), str(folder / "model.safetensors"), metadata={"format": "pt"})
     here = Path(__file__).parent
     shutil.copyfile(here / CONFIG_CODE, folder / CONFIG_CODE)
-    write_atomic(folder / MODEL_CODE, module_source(type(strategy), (here / MODEL_CODE).read_text()))
+    write_atomic(folder / MODEL_CODE, module_source(type(strategy), (here / MODEL_CODE).read_text(),
+                                                    declared=class_paths(config.strategy)))
     if tokenizer is not None:
         _save_tokenizer(tokenizer, folder)
     recorded = checkpoint.get("lit_embed") or {}
