@@ -35,6 +35,7 @@ from lit_embed.data.collate import PadCollator
 from lit_embed.errors import ConfigError, OutputExistsError
 from lit_embed.files import atomic_folder, write_atomic, write_json_atomic
 from lit_embed.folders import start_checkpoint
+from lit_embed.hub import trusting_remote_code
 from lit_embed.models.base import EmbeddingModule
 
 ANALYSIS_DIR = "analysis"
@@ -391,6 +392,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--points", type=int, default=10_000, help="vectors drawn in the scatter (default 10000)")
     parser.add_argument("--out", help="output folder (default: RUN_DIR/analysis beside the checkpoint's folder)")
     parser.add_argument("--no-tensorboard", action="store_true", help="do not write the figures to TensorBoard")
+    parser.add_argument("--trust_remote_code", action="store_true", help="let the tokenizer run the code it ships "
+                        "(LINE's Japanese tokenizer); what the checkpoint records never grants it")
     args = parser.parse_args(argv)
     if args.max_texts < 1 or args.points < 1:
         raise ConfigError(f"--max-texts={args.max_texts} and --points={args.points} must be positive")
@@ -404,7 +407,8 @@ def main(argv: list[str]) -> int:
     texts = read_texts(args.text, args.max_texts)
     if not texts:
         raise ConfigError(f"--text {args.text} holds no text: give a file with at least one non-empty line")
-    result = analyse(model, texts, tokenizer, points=args.points)
+    with trusting_remote_code(args.trust_remote_code, "--trust_remote_code"):
+        result = analyse(model, texts, tokenizer, points=args.points)
     run_dir = ckpt.parent.parent if ckpt.parent.name == "checkpoints" else ckpt.parent
     out = Path(args.out) if args.out else run_dir / ANALYSIS_DIR
     # The folder appears whole (a stop or a full disk midway leaves the earlier one, or none), then the figures go to

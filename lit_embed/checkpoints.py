@@ -1,12 +1,14 @@
 """lit-embed checkpoints: the one place that reads them, and what they record about their model.
 
 Every command that takes a checkpoint (``--ckpt_path``, ``model.init_args.checkpoint``, ``compress --ckpt``,
-``analyze --ckpt``) reads it with :func:`read_checkpoint`: ``torch.load(weights_only=True)`` with no
-classes allowed beyond tensors and plain data, so a crafted file cannot run code when it is loaded (a
+``analyze --ckpt``, ``export --ckpt``) reads it with :func:`read_checkpoint`: ``torch.load(weights_only=True)``
+with no classes allowed beyond tensors and plain data, so a crafted file cannot run code when it is loaded (a
 pickle can name any function to call). What lit-embed writes is plain data already: a Lightning
 checkpoint made by ``lit-embed fit`` records its hyper-parameters as the parsed config (class paths
-and init args). A file that needs anything else is refused, naming the type; a checkpoint you trust
-can be rewritten as plain data once, knowingly::
+and init args). What it records is then read as :mod:`lit_embed.recorded` reads every recorded config: no
+trust-granting key, no class from outside lit-embed, Lightning and the installed plugins. A file that needs
+anything else is refused, naming the type; a checkpoint you trust can be rewritten as plain data once,
+knowingly::
 
     python -m lit_embed.checkpoints convert --trust IN.ckpt OUT.ckpt
 """
@@ -43,9 +45,10 @@ TASK_DATA = frozenset({"files", "hub", "config", "revision", "splits", "metrics"
 def read_checkpoint(path: str | os.PathLike, what: str = "checkpoint") -> dict[str, Any]:
     """The checkpoint at ``path`` as tensors and plain data; a clear :class:`CheckpointError` otherwise.
 
-    Nothing in the file is executed: it is unpickled with ``weights_only=True``. A missing, empty,
-    truncated or foreign file, one holding Python objects, and one without a ``state_dict`` are refused,
-    naming the file and what to do.
+    Nothing in the file is executed: it is unpickled with ``weights_only=True``, and the configs it records (its
+    model's and data's hyper-parameters, lit-embed's facts) come back as :func:`~lit_embed.recorded.recorded_config`
+    reads them. A missing, empty, truncated or foreign file, one holding Python objects, and one without a
+    ``state_dict`` are refused, naming the file and what to do.
     """
     path = Path(path).expanduser()
     if not path.exists():
@@ -59,7 +62,35 @@ def read_checkpoint(path: str | os.PathLike, what: str = "checkpoint") -> dict[s
         raise CheckpointError(
             f"{what} {str(path)!r} holds no state_dict: give a checkpoint written by `lit-embed fit` or `lit-embed compress`"
         )
-    return checkpoint
+    return _as_recorded(checkpoint, f"{what} {str(path)!r}")
+
+
+def _as_recorded(checkpoint: dict, where: str) -> dict:
+    """``checkpoint`` with what it records about its model and data read as recorded configs: Lightning's
+    hyper-parameters (``{"_class_path": ..., **init_args}``, its other ``_`` keys dropped: lit-embed builds no
+    ``_instantiator``) and lit-embed's facts."""
+    from lit_embed.recorded import checked_class, recorded_config, without_trust
+
+    out = dict(checkpoint)
+    for name, key in (("hyper_parameters", "model"), ("datamodule_hyper_parameters", "data")):
+        hparams = out.get(name)
+        if not isinstance(hparams, dict):
+            continue
+        init = {k: v for k, v in hparams.items() if not k.startswith("_")}
+        if "_class_path" not in hparams:  # saved from Python: nothing rebuilds from these
+            out[name] = without_trust(init)
+            continue
+        config = recorded_config({"class_path": hparams["_class_path"], "init_args": init}, where, key)
+        out[name] = {"_class_path": config["class_path"], **config["init_args"]}
+    facts = out.get(FACTS)
+    if isinstance(facts, dict):
+        facts = dict(facts)
+        if facts.get("model") is not None:
+            facts["model"] = recorded_config(facts["model"], where, "model")
+        if facts.get("strategy") is not None:
+            checked_class(facts["strategy"], "model.init_args.embedding.class_path", where)
+        out[FACTS] = facts
+    return out
 
 
 def load_plain(path: str | os.PathLike, what: str) -> Any:
@@ -316,7 +347,7 @@ def convert(source: str, target: str) -> None:
     checkpoint = torch.load(Path(source).expanduser(), map_location="cpu", weights_only=False)
     with atomic_writer(target) as handle:
         torch.save(plain(checkpoint), handle)
-    read_checkpoint(target)  # what lit-embed will read back
+    load_plain(target, "converted checkpoint")  # plain data now (what it names is checked when a command reads it)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -8,6 +8,7 @@ signal exits 128 + its number (SIGTERM 143, SIGINT 130); anything else is a bug 
 
 from __future__ import annotations
 
+import contextvars
 import errno
 import importlib
 import sys
@@ -123,8 +124,8 @@ def main(argv: list[str] | None = None) -> int:
         print(version() if argv and argv[0] == "--version" else usage(), end="", file=sys.stdout if argv else sys.stderr)
         return 0 if argv else 2
     previous = install_signal_handlers()
-    try:
-        return _run(argv)
+    try:  # in a context of its own: what a command allows (lit_embed.hub, lit_embed.recorded) ends with it
+        return contextvars.copy_context().run(_run, argv)
     finally:
         restore_signal_handlers(previous)
 

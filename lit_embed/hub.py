@@ -27,6 +27,8 @@ log = logging.getLogger(__name__)
 
 PACKAGED_MINILM = ("all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2")
 _REMOTE_CODE = ContextVar("lit_embed_trust_remote_code", default=False)
+#: How the running command lets a tokenizer run its own code (named when one needs it and may not).
+_REMOTE_CODE_FLAG = ContextVar("lit_embed_trust_remote_code_flag", default="--data.init_args.trust_remote_code true")
 _SHAPE_ONLY = ContextVar("lit_embed_shape_only", default=False)
 
 #: The architecture (HuggingFace config fields) of hub models that shipped configs name, so that
@@ -65,18 +67,43 @@ def known_architecture(name: str) -> dict | None:
 
 
 @contextmanager
-def trusting_remote_code(enabled: bool = True) -> Iterator[None]:
+def trusting_remote_code(enabled: bool = True, flag: str | None = None) -> Iterator[None]:
     """Let tokenizers loaded inside run the Python code their hub repository ships (e.g. LINE's
-    Japanese DistilBERT tokenizer, which calls MeCab). Only for repositories you trust."""
-    token = _REMOTE_CODE.set(enabled)
+    Japanese DistilBERT tokenizer, which calls MeCab), where ``enabled``: only ever the user's own choice (their
+    command line or config, never a recorded one: :mod:`lit_embed.recorded`). ``flag`` is how the command lets
+    it, named when a tokenizer needs it and may not."""
+    tokens = _REMOTE_CODE.set(enabled), (_REMOTE_CODE_FLAG.set(flag) if flag else None)
     try:
         yield
     finally:
-        _REMOTE_CODE.reset(token)
+        _REMOTE_CODE.reset(tokens[0])
+        if tokens[1] is not None:
+            _REMOTE_CODE_FLAG.reset(tokens[1])
 
 
 def remote_code_trusted() -> bool:
     return _REMOTE_CODE.get()
+
+
+def load_tokenizer(name: str):
+    """The HuggingFace tokenizer ``name`` (a hub name or a folder), running code it ships only inside
+    :func:`trusting_remote_code`; one that cannot load without its code is refused naming the flag that allows it."""
+    from transformers import AutoTokenizer
+
+    from lit_embed.errors import ConfigError
+
+    try:
+        return AutoTokenizer.from_pretrained(resolve_pretrained(name, what="tokenizer"), trust_remote_code=remote_code_trusted())
+    except OSError as error:
+        raise explain_unreachable(name, "tokenizer", error) from error
+    except ValueError as error:
+        if remote_code_trusted() or "trust_remote_code" not in str(error):
+            raise
+        raise ConfigError(
+            f"tokenizer {name!r} runs code it ships (an auto_map in its tokenizer_config.json), which lit-embed runs only "
+            f"when you allow it yourself, never because a checkpoint or a file lit-embed wrote says so: if you trust "
+            f"it, pass {_REMOTE_CODE_FLAG.get()}"
+        ) from None
 
 
 def resolve_pretrained(name: str, what: str = "model") -> str:

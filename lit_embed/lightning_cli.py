@@ -5,12 +5,15 @@ user's own strategy is one class in an importable module and one YAML file. Ever
 own (:mod:`lit_embed.folders`), atomic checkpoints and a clean stop on a signal
 (:mod:`lit_embed.callbacks.guard`), and a progress bar and model summary that say only what is true
 (:mod:`lit_embed.callbacks.console`); a checkpoint given to ``--ckpt_path`` is read safely and must be of the
-configured model. :mod:`lit_embed.cli` imports this module only for the commands that need Lightning.
+configured model. A ``--config`` file that lit-embed wrote (a run's or a compress output's ``config.yaml``) is read
+as :mod:`lit_embed.recorded` reads every recorded config. :mod:`lit_embed.cli` imports this module only for the
+commands that need Lightning.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import warnings
 from pathlib import Path
@@ -18,7 +21,7 @@ from pathlib import Path
 import pytorch_lightning as pl
 from jsonargparse import Namespace
 from pytorch_lightning.callbacks import ModelSummary, ProgressBar
-from pytorch_lightning.cli import LightningCLI
+from pytorch_lightning.cli import LightningArgumentParser, LightningCLI
 
 from lit_embed._compat import subcommand_parser
 from lit_embed.callbacks.console import LayerSummary, progress_bar
@@ -40,6 +43,7 @@ from lit_embed.errors import CheckpointError, ConfigError, MissingFileError
 from lit_embed.folders import CHECKPOINTS, newest_checkpoint, run_of, start_checkpoint
 from lit_embed.interfaces import TaskData, provides
 from lit_embed.models import MaskedLM, SequenceClassifier, ShuffleRandom  # noqa: F401
+from lit_embed.recorded import name_user_classes, recorded_config, run_config_hints, written_by_lit_embed
 from lit_embed.runs import RunLogger
 
 log = logging.getLogger(__name__)
@@ -56,6 +60,21 @@ CKPT_MODEL_HELP = (
 )
 
 
+class RecordedConfigParser(LightningArgumentParser):
+    """Lightning's parser, reading a config file that lit-embed wrote as a recorded config: no trust-granting key,
+    no class from outside lit-embed, Lightning and the installed plugins (:mod:`lit_embed.recorded`)."""
+
+    def parse_path(self, path, ext_vars=None, env=None, defaults=True, **kwargs):
+        if not written_by_lit_embed(path):
+            return super().parse_path(path, ext_vars=ext_vars, env=env, defaults=defaults, **kwargs)
+        import yaml
+
+        document = recorded_config(yaml.safe_load(Path(path).read_text()) or {}, f"config {str(path)!r}", "",
+                                   run_config_hints())
+        return self.parse_string(yaml.safe_dump(document, sort_keys=False), path=os.path.basename(path),
+                                 ext_vars=ext_vars, env=env, defaults=defaults, **kwargs)
+
+
 class LitEmbedCLI(LightningCLI):
     """LightningCLI in subclass mode; configs compose by naming piece files (see ``configs/``).
 
@@ -68,6 +87,7 @@ class LitEmbedCLI(LightningCLI):
         kwargs.setdefault("parser_kwargs", {**PARSER_KWARGS, **{name: dict(PARSER_KWARGS) for name in SUBCOMMANDS}})
         kwargs.setdefault("trainer_defaults", {"logger": {"class_path": "lit_embed.runs.RunLogger"},
                                                "callbacks": [RunGuard()]})
+        kwargs.setdefault("parser_class", RecordedConfigParser)
         super().__init__(pl.LightningModule, pl.LightningDataModule, *args, subclass_mode_model=True,
                          subclass_mode_data=True, auto_configure_optimizers=False, **kwargs)
 
@@ -96,6 +116,7 @@ class LitEmbedCLI(LightningCLI):
         if not subcommand:
             return
         config = self.config[subcommand]
+        name_user_classes(config.as_dict())  # what a checkpoint records may name them too
         if config.trainer.default_root_dir is None:
             files = config.get("config") or []
             config.trainer.default_root_dir = str(Path("runs") / (Path(str(files[0])).stem if files else "lightning_logs"))

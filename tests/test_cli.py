@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pytest
+from safetensors.numpy import load_file
 
 from lit_embed.accounting import parameter_report
 from lit_embed.cli import main
@@ -89,13 +89,13 @@ def test_params_sizes_naive_kmeans_tables_by_the_clustering_of_the_given_matrix(
              "--model.init_args.embedding.init_args.assignment.init_args.source", "all-MiniLM-L6-v2",
              "--model.init_args.embedding.init_args.assignment.init_args.max_iter", "2"]
     report = params_json(["params", "--config", config, "--json", *given])
-    cached = list((tmp_path / "assignments").glob("*.npy"))
+    cached = list((tmp_path / "assignments").glob("*.safetensors"))
     assert len(cached) == 1
-    rows = np.load(cached[0]).max(0) + 1  # each table holds the largest index it must
+    rows = load_file(cached[0])["codes"].max(0) + 1  # each table holds the largest index it must
     assert rows[0] <= 20 < rows[2]
     assert report["embedding_params"] == int(rows @ [170, 170, 172]) > 20 * 512
     assert params_json(["params", "--config", config, "--json", *given]) == report  # from the cache
-    assert list((tmp_path / "assignments").glob("*.npy")) == cached
+    assert list((tmp_path / "assignments").glob("*.safetensors")) == cached
 
 
 def test_params_prints_a_readable_table(capsys):

@@ -2,23 +2,42 @@
 
 from __future__ import annotations
 
+import ast
 import functools
+import inspect
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
 
 import pytest
 import torch
 
+from lit_embed import embeddings
 from lit_embed.checkpoints import FACTS, describe, load_model
 from lit_embed.cli import main
-from lit_embed.embeddings import DenseEmbedding, HashPool, HashProj, SparseCodedEmbedding, VocabTextEncoder
-from lit_embed.export.command import MARKER, export
+from lit_embed.embeddings import (
+    DenseEmbedding,
+    EmbeddingStrategy,
+    HashPool,
+    HashProj,
+    SparseCodedEmbedding,
+    VocabTextEncoder,
+)
+from lit_embed.export.command import MARKER, UNSUPPORTED, export
 from lit_embed.models import MaskedLM, SequenceClassifier, ShuffleRandom
 from tests.helpers import REPO, tiny_encoder
 
 OLD = REPO / "tests" / "data" / "main-1efeeea"
+#: Every strategy export supports (CANINE's is refused).
+EXPORTABLE = [cls for cls in vars(embeddings).values() if isinstance(cls, type) and issubclass(cls, EmbeddingStrategy)
+              and not inspect.isabstract(cls) and cls.__name__ not in UNSUPPORTED]
+#: What writes files (a call of a function or method of these names).
+WRITERS = {"open", "write", "write_text", "write_bytes", "save", "savez", "savez_compressed", "tofile", "save_file", "dump",
+           "mkdir", "makedirs", "touch", "unlink", "remove", "rmdir", "rmtree", "rename", "replace", "fdopen", "mkstemp",
+           "copyfile", "copy2", "copytree", "symlink_to", "hardlink_to", "save_pretrained"}
 TOKENIZER = "all-MiniLM-L6-v2"
 TEXTS = ["The cat sat on the mat.", "Hashing words needs no vocabulary"]
 
@@ -64,10 +83,24 @@ CASES = {
 }
 
 
+def _tampered(marker: str) -> dict:
+    """name -> an edit of a hash export's strategy config in ``config.json`` that would write ``marker`` if the
+    export's code called what it names (its file-writing helpers, torch.save) or built it from more than plain data."""
+    write = {"class_path": "lit_embed.files.write_atomic", "init_args": {"path": marker, "content": "ran"}}
+    save = {"class_path": "torch.save", "init_args": {"obj": 1, "f": marker}}
+    return {
+        "a file writer as the strategy": lambda strategy: write,
+        "another of the module's classes": lambda strategy: {"class_path": "x.LitEmbedModel", "init_args": {}},
+        "an undeclared class inside": lambda strategy: {**strategy, "init_args": {**strategy["init_args"], "hasher": save}},
+        "a class config in plain data": lambda strategy: {**strategy, "init_args": {**strategy["init_args"], "hasher": [save]}},
+    }
+
+
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):
     """Every case exported (the subspace classifier through the real CLI, in a subprocess) and loaded by
-    transformers in one subprocess where lit_embed cannot be imported, cwd outside the repo."""
+    transformers in one subprocess where lit_embed cannot be imported, cwd outside the repo; and copies of the
+    hash-proj export whose config.json was edited (:func:`_tampered`), which loading must refuse."""
     tmp = tmp_path_factory.mktemp("export")
     jobs, checkpoints = [], {}
     for name, (make, auto) in CASES.items():
@@ -87,6 +120,12 @@ def exported(tmp_path_factory):
             ids = torch.randint(0, 30522, (2, 7), generator=torch.Generator().manual_seed(0))
             job["inputs"] = {"input_ids": ids.tolist(), "attention_mask": [[1] * 7, [1] * 5 + [0] * 2]}
         jobs.append(job)
+    for number, edit in enumerate(_tampered(str(tmp / "PWNED")).values()):
+        folder = tmp / f"tampered{number}"
+        shutil.copytree(tmp / "hash-proj", folder)
+        config = json.loads((folder / "config.json").read_text())
+        (folder / "config.json").write_text(json.dumps({**config, "strategy": edit(config["strategy"])}))
+        jobs.append({"folder": str(folder), "auto": "AutoModel", "refused": True, "out": str(tmp / f"tampered{number}.pt")})
     (tmp / "jobs.json").write_text(json.dumps(jobs))
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env["HF_MODULES_CACHE"] = str(tmp / "hf_modules")
@@ -96,7 +135,35 @@ def exported(tmp_path_factory):
                           capture_output=True, text=True, cwd=outside, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "lit_embed imported: False" in done.stdout
-    return {name: (checkpoints[name], tmp / name, torch.load(tmp / f"{name}.pt")) for name in CASES}
+    cases = {name: (checkpoints[name], tmp / name, torch.load(tmp / f"{name}.pt")) for name in CASES}
+    refused = {name: torch.load(tmp / f"tampered{number}.pt")["error"] for number, name in enumerate(_tampered(""))}
+    return {**cases, "refused": (refused, (tmp / "PWNED").exists())}
+
+
+def test_an_edited_config_json_builds_only_the_strategy_the_export_declares(exported):
+    """Loading runs the export's code with what config.json says: it builds the classes of the exported strategy from
+    plain data, and nothing else, so an edited file cannot make it call a function (none of which writes files)."""
+    refused, wrote = exported["refused"]
+    assert not wrote
+    for name, error in refused.items():
+        assert error is not None and re.search(r"which this export does not build|which is not plain data", error), (name, error)
+
+
+@pytest.mark.parametrize("strategy", EXPORTABLE, ids=lambda cls: cls.__name__)
+def test_an_exports_code_holds_nothing_that_writes_files(strategy):
+    """The generated modelling code of every strategy's export calls no file writer, and names lit-embed's
+    writers only as functions that say lit-embed is needed."""
+    from lit_embed.export.vendor import NEEDS_LIT_EMBED, module_source
+
+    source = module_source(strategy, (REPO / "lit_embed/export/modeling_lit_embed.py").read_text(), ["x.Y"])
+    tree = ast.parse(source)
+    stubs = {node.name for node in tree.body if isinstance(node, ast.FunctionDef)
+             and ast.unparse(node.body[0]) == NEEDS_LIT_EMBED}
+    called = [node.func for node in ast.walk(tree) if isinstance(node, ast.Call)]
+    names = {f.id if isinstance(f, ast.Name) else f.attr for f in called if isinstance(f, (ast.Name, ast.Attribute))}
+    assert not (names - stubs) & WRITERS, (names - stubs) & WRITERS
+    assert {"write_atomic", "atomic_writer", "write_json_atomic", "write_codes"} & (names - stubs) == set()
+    assert "DECLARED_CLASSES = frozenset(['x.Y'])" in source
 
 
 @pytest.mark.parametrize("name", list(CASES))

@@ -48,10 +48,12 @@ class Evil:
 
 
 def env(tmp: Path) -> dict[str, str]:
+    """Offline, with caches in ``tmp``, and ``tmp`` importable (where crafted files put a module of their own)."""
     cache = tmp / "cache"
     return {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
             "HF_DATASETS_CACHE": str(cache / "datasets"), "LIT_EMBED_CACHE": str(cache / "lit_embed"),
-            "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+            "HF_MODULES_CACHE": str(cache / "hf_modules"),
+            "PYTHONPATH": os.pathsep.join([str(REPO), str(tmp), os.environ.get("PYTHONPATH", "")])}
 
 
 @pytest.fixture(scope="module")
@@ -96,7 +98,67 @@ def workspace(tmp_path_factory) -> Path:
     torch.save({k: v for k, v in weights.items() if k not in ("optimizer_states", "lr_schedulers", "loops")},
                root / "weights.ckpt")
     (root / "empty_config.yaml").write_text("")
+    craft_recorded(root)
     return root
+
+
+def craft_recorded(root: Path) -> None:
+    """Files that record options lit-embed must not obey: checkpoints of a tiny classifier, a run's config.yaml, a
+    compress output and an export that name code of their own (``evil_code``, importable from ``root``) or a tokenizer
+    that ships code (``evil_tok``) and grant it trust; each leaves PWNED if its code runs."""
+    import shutil
+
+    import yaml
+
+    from lit_embed.export.command import export
+    from tests.helpers.crafted import (
+        classifier_checkpoint,
+        code_module,
+        code_tokenizer,
+        marking,
+        recording,
+        trusting,
+    )
+
+    marker = root / "PWNED"
+    code_module(root, "evil_code", marker)
+    tokenizer = code_tokenizer(root / "evil_tok", marker)
+    base = classifier_checkpoint(root / "classifier.ckpt")
+    recording(base, root / "runs/trusting/version_0/checkpoints/last.ckpt", trusting(tokenizer))
+    recording(base, root / "runs/foreign/version_0/checkpoints/last.ckpt",
+              lambda raw, model: model["embedding"].update(class_path="evil_code.Evil"))
+    for name, edit in (
+        ("model", lambda raw, model: raw["hyper_parameters"].update(_class_path="evil_code.Evil")),
+        ("data", lambda raw, model: raw["datamodule_hyper_parameters"].update(_class_path="evil_code.Evil")),
+        ("strategy", lambda raw, model: raw["lit_embed"].update(strategy="evil_code.Evil")),
+        ("encoder", lambda raw, model: model["encoder"].update(class_path="evil_code.Evil")),
+        ("function", lambda raw, model: model.update(embedding="evil_code.make")),
+        ("writer", lambda raw, model: model["embedding"].update(class_path="lit_embed.files.write_atomic")),
+    ):
+        recording(base, root / f"class_{name}.ckpt", edit)
+
+    data = base["datamodule_hyper_parameters"]
+    own = {"model": {"class_path": "lit_embed.models.SequenceClassifier", "init_args": {"task": "topics"}},
+           "data": {"class_path": data["_class_path"], "init_args": {"task": "topics", "batch_size": 4, "max_length": 64}},
+           "trainer": {"enable_progress_bar": False, "enable_model_summary": False, "limit_test_batches": 1,
+                       "limit_predict_batches": 1, "max_steps": 1, "default_root_dir": "runs/own"}}
+    (root / "own.yaml").write_text(yaml.safe_dump(own))
+    model = base["lit_embed"]["model"]
+    given = {**own, "model": {**model, "init_args": {**model["init_args"], "trained_tokenizer": str(tokenizer)}},
+             "data": {**own["data"], "init_args": {"task": "topics", "tokenizer": str(tokenizer), "trust_remote_code": True}}}
+    for folder, document, beside in (
+        ("runs/given/version_0", given, "hparams.yaml"),  # a run folder
+        ("runs/given_foreign/version_0", {**own, "trainer": {"callbacks": [{"class_path": "evil_code.Evil"}]}}, ".lock"),
+        ("given_compress", given, "report.json"),  # a compress output
+    ):
+        (root / folder).mkdir(parents=True)
+        (root / folder / beside).write_text("{}")
+        (root / folder / "config.yaml").write_text(yaml.safe_dump(document))
+    shutil.copy(root / "runs/trusting/version_0/checkpoints/last.ckpt", root / "given_compress" / "model.ckpt")
+
+    export(str(root / "classifier.ckpt"), str(root / "exported"))
+    for name in ("modeling_lit_embed.py", "configuration_lit_embed.py"):
+        (root / "exported" / name).write_text(marking(marker) + (root / "exported" / name).read_text())
 
 
 def snapshot(root: Path) -> dict[str, str]:
@@ -112,6 +174,27 @@ def clustered(source: str) -> str:
     return json.dumps({"class_path": "lit_embed.embeddings.SubspaceEmbedding", "init_args": {"num_tables": 3, "assignment": {
         "class_path": "lit_embed.embeddings.ClusterAssignment", "init_args": {"source": source, "method": "kmeans"}}}})
 NOT_READABLE = r"is (truncated or corrupt|not a readable checkpoint)"
+#: Every command that rebuilds a model or data from what a checkpoint records, on a checkpoint or run folder: its
+#: arguments, and the flag that lets a tokenizer run its code there.
+REBUILDERS = {
+    "compress": (lambda ckpt: ["compress", "--ckpt", ckpt, "--out", "out_c"], "--trust_remote_code"),
+    "export": (lambda ckpt: ["export", "--ckpt", ckpt, "--out", "out_c"], "--trust_remote_code"),
+    "analyze": (lambda ckpt: ["analyze", "--ckpt", ckpt, "--out", "out_c", "--max-texts", "2"], "--trust_remote_code"),
+    "test": (lambda ckpt: ["test", "--config", "own.yaml", "--ckpt_path", ckpt], "--data\\.init_args\\.trust_remote_code true"),
+    "predict": (lambda ckpt: ["predict", "--config", "own.yaml", "--ckpt_path", ckpt],
+                "--data\\.init_args\\.trust_remote_code true"),
+    "fine-tuning": (lambda ckpt: ["fit", "--config", "own.yaml", "--model.init_args.checkpoint", ckpt],
+                    "--data\\.init_args\\.trust_remote_code true"),
+}
+TRUST_REFUSED = r"tokenizer '[^']*evil_tok' runs code it ships .* pass "
+
+
+def recorded(key: str, value: str) -> str:
+    """The refusal of a class path ``value`` a file records under ``key``."""
+    import re
+
+    return f"records {re.escape(key)}={re.escape(repr(value))}, a class outside lit-embed, Lightning and the installed plugins"
+
 #: id, command, exit status, what the message must say (a regex).
 CASES = [
     ("empty corpus file", [*DEMO, *SHORT, "--data.init_args.files", "[empty.txt]"], 2, r"empty\.txt"),
@@ -177,6 +260,34 @@ CASES = [
     ("a TPU without torch_xla", [*DEMO, *QUIET, "--trainer.accelerator", "tpu"], 2, r"torch_xla"),
     ("an abbreviated option of compress", ["compress", "--ckpt", CKPT, "--out", "out_c", "--over"], 2,
      r"unrecognized arguments: --over"),
+    *[(f"{command}: trust recorded in a checkpoint", [*argv("runs/trusting")], 2, TRUST_REFUSED + flag)
+      for command, (argv, flag) in REBUILDERS.items()],
+    *[(f"{command}: a foreign class recorded in a checkpoint", [*argv("runs/foreign")], 2,
+       recorded("model.init_args.embedding.class_path", "evil_code.Evil")) for command, (argv, _) in REBUILDERS.items()],
+    ("resume: a foreign class recorded in a checkpoint", ["fit", "--config", "own.yaml", "--ckpt_path", "runs/foreign"], 2,
+     recorded("model.init_args.embedding.class_path", "evil_code.Evil")),
+    *[(f"a foreign {what} recorded in a checkpoint", ["analyze", "--ckpt", f"class_{name}.ckpt", "--out", "out_c"], 2,
+       recorded(key, value)) for what, name, key, value in (
+        ("model class", "model", "model.class_path", "evil_code.Evil"),
+        ("data class", "data", "data.class_path", "evil_code.Evil"),
+        ("strategy in the facts", "strategy", "model.init_args.embedding.class_path", "evil_code.Evil"),
+        ("encoder class", "encoder", "model.init_args.encoder.class_path", "evil_code.Evil"),
+        ("function given for a strategy", "function", "model.init_args.embedding", "evil_code.make"))],
+    ("a lit-embed function recorded as a class", ["analyze", "--ckpt", "class_writer.ckpt", "--out", "out_c"], 2,
+     r"records model\.init_args\.embedding\.class_path='lit_embed\.files\.write_atomic', which is not a class"),
+    ("trust recorded in a run's config.yaml", ["test", "--config", "runs/given/version_0/config.yaml", "--ckpt_path",
+                                              "runs/trusting"], 2, TRUST_REFUSED + "--data\\.init_args\\.trust_remote_code true"),
+    ("a foreign class recorded in a run's config.yaml", ["test", "--config", "runs/given_foreign/version_0/config.yaml",
+                                                        "--ckpt_path", "classifier.ckpt"], 2,
+     recorded("trainer.callbacks[0].class_path", "evil_code.Evil")),
+    ("trust recorded in a compress output's config.yaml", ["test", "--config", "given_compress/config.yaml", "--ckpt_path",
+                                                          "given_compress/model.ckpt"], 2,
+     TRUST_REFUSED + "--data\\.init_args\\.trust_remote_code true"),
+    ("an export's config.json to compress", ["compress", "--ckpt", "exported", "--data", "sample-corpus", "--out", "out_c"], 2,
+     r"'exported' is not a model transformers can read \(.*custom code"),
+    ("an export's config.json as the encoder", [*FINETUNE, *SHORT, "--model.init_args.checkpoint", "null",
+                                               "--model.init_args.encoder.init_args.pretrained", "exported"], 2,
+     r"'exported' is not a model transformers can read \(.*custom code"),
 ]
 
 

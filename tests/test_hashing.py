@@ -201,8 +201,10 @@ def test_lsh_needs_fitting_and_fitting_changes_the_fingerprint(tmp_path):
     first = encoder.fingerprint()
     encoder.fit(CORPUS)
     assert encoder.fingerprint() != first
-    path = encoder.save(tmp_path)
-    assert json.loads(path.read_text())["ngrams"] == strategy.hasher.ngrams()
+    name, text = encoder.artefact()
+    path = tmp_path / name
+    path.write_text(text)
+    assert name == "lsh_ngrams.json" and json.loads(text)["ngrams"] == strategy.hasher.ngrams()
     reused = HashProj(None, 8, hasher=functools.partial(LSHHasher, num_ngrams=100, ngrams=str(path))).text_encoder(None)
     assert reused.fitted and reused.fingerprint() == encoder.fingerprint()
     assert np.array_equal(np.concatenate(reused.encode(CORPUS)), np.concatenate(encoder.encode(CORPUS)))

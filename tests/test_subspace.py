@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import hashlib
+import io
+import os
+import pickle
+
 import numpy as np
 import pytest
 import torch
+from safetensors.numpy import save as safetensors_bytes
 
+from lit_embed.cache import FORMAT, NAME, read_codes
 from lit_embed.checkpoints import state_differences
 from lit_embed.embeddings import ClusterAssignment, DenseEmbedding, RadixAssignment, SubspaceEmbedding
 from lit_embed.embeddings.assignment import cluster_codes, radix_codes, smallest_table_size
@@ -212,16 +219,67 @@ def test_naive_kmeans_tables_of_the_packaged_minilm_grow_beyond_q(minilm_path, t
 def test_cluster_assignment_is_cached_and_deterministic(minilm_path, tmp_path):
     a = ClusterAssignment(source=minilm_path, method="kmeans", max_iter=2, cache_dir=str(tmp_path))
     first = a.codes(30522, 2, 175)
-    cached = list((tmp_path / "assignments").glob("*.npy"))
-    assert len(cached) == 1
+    assert [p.suffix for p in (tmp_path / "assignments").iterdir()] == [".safetensors"]
     again = ClusterAssignment(source=minilm_path, method="kmeans", max_iter=2, cache_dir=str(tmp_path)).codes(30522, 2, 175)
     assert np.array_equal(first, again)
-    for damaged in (cached[0].read_bytes()[:100], b""):  # a copy cut short, an empty file: computed again, not trusted
-        cached[0].write_bytes(damaged)
-        assert np.array_equal(ClusterAssignment(source=minilm_path, method="kmeans", max_iter=2,
-                                                cache_dir=str(tmp_path)).codes(30522, 2, 175), first)
-    np.save(cached[0], np.array([{"a": 1}], dtype=object), allow_pickle=True)  # not ours: never unpickled
-    assert np.array_equal(a.codes(30522, 2, 175), first)
+
+
+class Marker:
+    """Unpickling it runs a command that leaves a file."""
+
+    def __init__(self, path) -> None:
+        self.path = path
+
+    def __reduce__(self):
+        return os.system, (f"touch {self.path}",)
+
+
+def _cached(codes: np.ndarray, key: str, extra: dict | None = None, digest_of: np.ndarray | None = None) -> bytes:
+    """What lit_embed.cache writes for ``codes`` under ``key``, with ``extra`` tensors, or the digest of other codes."""
+    digest = hashlib.sha256((codes if digest_of is None else digest_of).tobytes()).hexdigest()
+    return safetensors_bytes({NAME: codes, **(extra or {})}, metadata={"format": FORMAT, "key": key, "sha256": digest})
+
+
+def _bytes(write) -> bytes:
+    handle = io.BytesIO()
+    write(handle)
+    return handle.getvalue()
+
+
+#: A kind of file in place of the cached codes -> its bytes, from the path, the codes lit-embed wrote and their key.
+MALFORMED = {
+    "truncated": lambda path, codes, key: path.read_bytes()[:100],
+    "empty": lambda path, codes, key: b"",
+    "random bytes": lambda path, codes, key: bytes(range(256)) * 16,
+    "an .npy of the codes": lambda path, codes, key: _bytes(lambda f: np.save(f, codes)),
+    "an .npz of the codes": lambda path, codes, key: _bytes(lambda f: np.savez(f, codes=codes)),
+    "a pickle": lambda path, codes, key: pickle.dumps(Marker(path.parent / "ran")),
+    "another dtype": lambda path, codes, key: _cached(codes.astype(np.int32), key),
+    "another shape": lambda path, codes, key: _cached(codes[:-1], key),
+    "another key's": lambda path, codes, key: _cached(codes, "0" * len(key)),
+    "edited codes": lambda path, codes, key: _cached(codes[::-1].copy(), key, digest_of=codes),
+    "no header": lambda path, codes, key: safetensors_bytes({NAME: codes}),
+    "an extra tensor": lambda path, codes, key: _cached(codes, key, extra={"more": codes}),
+}
+
+
+@pytest.mark.parametrize("kind", ["as written", *MALFORMED])
+def test_a_cache_file_that_is_not_exactly_what_lit_embed_wrote_is_computed_again(kind, tmp_path, monkeypatch):
+    """Never an error, never unpickled: anything but the array lit-embed wrote for that key (dtype, shape, key,
+    content) is computed again and replaced; the file as written is read, not computed."""
+    from lit_embed.embeddings import assignment
+
+    torch.save(torch.randn(64, 4, generator=torch.Generator().manual_seed(0)), tmp_path / "m.pt")
+    cache = tmp_path / "cache"
+    fresh = ClusterAssignment(str(tmp_path / "m.pt"), cache_dir=str(cache)).codes(64, 2, 8)
+    (path,) = (cache / "assignments").iterdir()
+    if kind != "as written":
+        path.write_bytes(MALFORMED[kind](path, fresh, path.stem))
+    computed = []
+    monkeypatch.setattr(assignment, "cluster_codes", lambda *args: computed.append(args) or cluster_codes(*args))
+    assert np.array_equal(ClusterAssignment(str(tmp_path / "m.pt"), cache_dir=str(cache)).codes(64, 2, 8), fresh)
+    assert len(computed) == (kind != "as written") and not (path.parent / "ran").exists()
+    assert np.array_equal(read_codes(path, path.stem, fresh.shape), fresh)  # what lit-embed wrote is there again
 
 
 def test_cluster_source_rows_must_match_the_vocabulary(tmp_path):

@@ -32,13 +32,17 @@ from lit_embed.compress.model_io import (
 from lit_embed.compress.summary import counts, format_summary, rebuilt_cosines
 from lit_embed.compress.vocabulary import check_retention, count_tokens, coverage, split_vocabulary
 from lit_embed.data.sources import load_files, resolve_file
+from lit_embed.embeddings.state import public_class_path
 from lit_embed.embeddings.text import VocabTextEncoder
 from lit_embed.errors import ConfigError, MissingFileError, OutputExistsError
 from lit_embed.files import atomic_folder
 from lit_embed.hub import trusting_remote_code
 from lit_embed.interfaces import TaskData, TaskModel, provides
+from lit_embed.recorded import name_user_classes
 
 CONFIG_SUFFIXES = (".yaml", ".yml")
+#: How compress lets a tokenizer run the code it ships.
+TRUST_FLAG = "--trust_remote_code"
 
 
 @dataclass
@@ -71,6 +75,7 @@ def compress(
     accelerator: str = "auto",
     limit_val_batches: int | None = None,
     overwrite: bool = False,
+    trust_remote_code: bool = False,
 ) -> dict:
     """Compress the input embedding of a fine-tuned model (frequency-aware partial sparse coding or a baseline).
 
@@ -97,6 +102,8 @@ def compress(
         accelerator: where validation (choosing k) and AQ's training run: ``auto``, ``cpu``, ``gpu``.
         limit_val_batches: validate on at most this many batches when choosing k (quick runs).
         overwrite: replace an existing output folder, if it is an earlier output of this command (nothing else).
+        trust_remote_code: let the tokenizer run the code it ships (LINE's Japanese tokenizer); a checkpoint's
+            recorded data never grants it, only this flag or a --data config of your own.
     """
     started = time.perf_counter()
     compression = method_named(method)
@@ -110,12 +117,13 @@ def compress(
             raise OutputExistsError(f"output folder {str(target)!r} exists: choose another --out or pass --overwrite")
         check_replaceable(target.absolute())
 
+    name_user_classes(given_data_config(data))  # the checkpoint may name the classes of your own --data config
     source = load_source(ckpt, model_config, untie)
-    chosen = resolve_data(data, source)
+    chosen = resolve_data(data, source, trust_remote_code)
     if len(ks) > 1 and compression.uses_k:
         check_k_choosable(source, chosen)
     vocab, hidden = source.weight.shape
-    with trusting_remote_code(chosen.trust_remote_code):
+    with trusting_remote_code(chosen.trust_remote_code, TRUST_FLAG):
         encoder = VocabTextEncoder(source.tokenizer, max_vocab_size=vocab)
     split = split_vocabulary(count_tokens(chosen.stream(), encoder, vocab), retention, encoder.tokenizer.all_special_ids)
     task = chosen.module.task if chosen.module is not None else None
@@ -150,7 +158,8 @@ def compress(
     def fill(folder: Path) -> None:
         if source.module is not None:
             source.module.embedding = strategy
-            write_model(folder, source, strategy, chosen.config or source.data_config, out=target.absolute())
+            write_model(folder, source, strategy, chosen.config or source.data_config, out=target.absolute(),
+                        trusted=chosen.trust_remote_code)
         if source.hf_model is not None:
             write_huggingface(folder / "hf", source, strategy)
         report["seconds"] = round(time.perf_counter() - started, 2)
@@ -159,7 +168,7 @@ def compress(
         (folder / "report.json").write_text(json.dumps(report, indent=2) + "\n")
         (folder / "report.md").write_text(format_summary(report))
 
-    with trusting_remote_code(chosen.trust_remote_code):  # the HuggingFace folder saves the tokenizer too
+    with trusting_remote_code(chosen.trust_remote_code, TRUST_FLAG):  # the HuggingFace folder saves the tokenizer too
         atomic_folder(target, overwrite, fill, replaceable=check_replaceable)
     print(format_summary(report), end="")
     print(f"Wrote {target}/")
@@ -197,39 +206,53 @@ def check_k_choosable(source: Source, data: Data) -> None:
                          "not text files: give a single --k")
 
 
-def resolve_data(data, source: Source) -> Data:
-    """The data as a task data module (from a config) or text files; default the checkpoint's own."""
+def resolve_data(data, source: Source, trust_remote_code: bool = False) -> Data:
+    """The data as a task data module (from a config) or text files; default the checkpoint's own (as it records it:
+    :mod:`lit_embed.recorded`). ``trust_remote_code``: the user's flag, which the data's tokenizer takes too."""
     if data is None:
         if source.data_config is None:
             raise ConfigError(f"{source.name!r} records no fine-tuning data: pass --data (a task data config or text files)")
-        return _task_data(source.data_config, "the checkpoint's fine-tuning data")
+        return _task_data(source.data_config, "the checkpoint's fine-tuning data", trust_remote_code)
+    config = given_data_config(data)
     if isinstance(data, dict):
-        return _task_data(data.get("data", data), "inline data config")
+        return _task_data(config, "inline data config", trust_remote_code)
     files = [data] if isinstance(data, str) else list(data)
-    if len(files) == 1 and Path(files[0]).suffix in CONFIG_SUFFIXES:
-        path = Path(files[0]).expanduser()
-        if not path.is_file():
-            raise MissingFileError(f"data config {files[0]!r} does not exist: check the path")
-        config = yaml.safe_load(path.read_text()) or {}
-        config = config.get("data", config) if isinstance(config, dict) else config
-        if isinstance(config, str):  # a full config naming its data piece, relative to itself
-            piece = path.parent / config
-            config = yaml.safe_load(piece.read_text())
-        if not isinstance(config, dict) or "class_path" not in config:
-            raise ConfigError(f"{files[0]!r} is not a data config: it needs a class_path (e.g. lit_embed.data.TaskDataModule) "
-                             f"and init_args, or a data: section holding them")
-        return _task_data(config, files[0])
+    if config is not None:
+        return _task_data(config, files[0], trust_remote_code)
     for name in files:
         resolve_file(name)  # a missing or unsupported file fails here, naming it
-    return Data(label="files: " + ", ".join(files), files=files)
+    return Data(label="files: " + ", ".join(files), files=files, trust_remote_code=trust_remote_code)
 
 
-def _task_data(config: dict, label: str) -> Data:
+def given_data_config(data) -> dict | None:
+    """The data module config ``--data`` gives (inline, or in a YAML file), ``None`` where it gives text files."""
+    if isinstance(data, dict):
+        return data.get("data", data)
+    files = [data] if isinstance(data, str) else list(data or [])
+    if len(files) != 1 or Path(files[0]).suffix not in CONFIG_SUFFIXES:
+        return None
+    path = Path(files[0]).expanduser()
+    if not path.is_file():
+        raise MissingFileError(f"data config {files[0]!r} does not exist: check the path")
+    config = yaml.safe_load(path.read_text()) or {}
+    config = config.get("data", config) if isinstance(config, dict) else config
+    if isinstance(config, str):  # a full config naming its data piece, relative to itself
+        piece = path.parent / config
+        config = yaml.safe_load(piece.read_text())
+    if not isinstance(config, dict) or "class_path" not in config:
+        raise ConfigError(f"{files[0]!r} is not a data config: it needs a class_path (e.g. lit_embed.data.TaskDataModule) "
+                         f"and init_args, or a data: section holding them")
+    return config
+
+
+def _task_data(config: dict, label: str, trust_remote_code: bool) -> Data:
     config = {"class_path": config["class_path"], "init_args": dict(config.get("init_args") or {})}
     module = build_from_config(pl.LightningDataModule, config, "data")
     if not provides(module, TaskData):
         raise ConfigError(f"data module {config['class_path']} is not task data (lit_embed.interfaces.TaskData): pass "
                          f"--data text files or a task data config (lit_embed.data.TaskDataModule)")
+    module.trust_remote_code = module.trust_remote_code or trust_remote_code
+    config["class_path"] = public_class_path(type(module))  # recorded in full, as every recorded class is
     task = module.task.name
     return Data(label=f"{label} (task {task})" if task else label, module=module, config=config,
                 trust_remote_code=module.trust_remote_code)
@@ -250,9 +273,9 @@ def parser():
 
     parsing = ArgumentParser(prog="lit-embed compress", allow_abbrev=False, description=(compress.__doc__ or "").split("\n")[0])
     parsing.add_argument("--config", action=ActionConfigFile, help="a YAML file of these arguments")
-    parsing.add_function_arguments(compress, as_group=False, skip={"untie", "overwrite"})
-    for flag in ("untie", "overwrite"):  # plain flags: --untie, --overwrite (and --no_untie, --no_overwrite)
-        parsing.add_argument(f"--{flag}", action=ActionYesNo, default=False, help=_argument_help(flag))
+    parsing.add_function_arguments(compress, as_group=False, skip={"untie", "overwrite", "trust_remote_code"})
+    for flag in ("untie", "overwrite", "trust_remote_code"):  # flags: --untie, --untie true (a sweep's set), --no_untie
+        parsing.add_argument(f"--{flag}", action=ActionYesNo, nargs="?", default=False, help=_argument_help(flag))
     return parsing
 
 

@@ -22,9 +22,10 @@ from lit_embed.embeddings.base import EmbeddingStrategy
 from lit_embed.embeddings.dense import DenseEmbedding
 from lit_embed.errors import ConfigError, MissingFileError, OutputExistsError
 from lit_embed.folders import start_checkpoint
-from lit_embed.hub import loading_pretrained, remote_code_trusted, resolve_pretrained
+from lit_embed.hub import load_tokenizer, loading_pretrained, resolve_pretrained
 from lit_embed.models.base import EmbeddingModule
 from lit_embed.models.mlm import MaskedLM
+from lit_embed.recorded import WRITTEN_HEADER, name_user_classes, recorded_config, without_trust
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".h5", ".msgpack", ".onnx", ".ot", ".ckpt")
 COMPACT_FILE = "compressed_embedding.safetensors"
@@ -76,6 +77,7 @@ def load_source(name: str, model_config: str | None = None, untie: bool = False)
 
 def _load_checkpoint(path: Path, model_config: str | None, untie: bool) -> Source:
     given = _config_file_model(model_config) if model_config is not None else None
+    name_user_classes(given)  # the checkpoint may name the classes of your own --model_config
     module, raw = load_model(path, config=given, fix="pass --model_config FILE, the config it was trained with")
     if not isinstance(module, EmbeddingModule):
         raise ConfigError(f"checkpoint {str(path)!r} holds a {type(module).__name__}, which has no lit-embed embedding strategy")
@@ -138,9 +140,9 @@ def _load_huggingface(name: str, untie: bool) -> Source:
 
     where = resolve_pretrained(name)
     with loading_pretrained(name, "model"):
-        config = transformers.AutoConfig.from_pretrained(where)
+        config = transformers.AutoConfig.from_pretrained(where, trust_remote_code=False)  # a model's own code never runs
         architecture = getattr(transformers, (config.architectures or ["AutoModel"])[0], transformers.AutoModel)
-        model = architecture.from_pretrained(where, config=config)
+        model = architecture.from_pretrained(where, config=config, trust_remote_code=False)
     table = model.get_input_embeddings()
     if not isinstance(table, nn.Embedding):
         raise ConfigError(f"{name!r} has no input embedding table (nn.Embedding) to compress: give a BERT-like encoder")
@@ -205,11 +207,14 @@ def check_replaceable(out: Path) -> None:
 
 
 def write_model(folder: Path, source: Source, strategy: EmbeddingStrategy, data_config: dict | None,
-                out: Path) -> None:
+                out: Path, trusted: bool = False) -> None:
     """``model.ckpt`` (the compressed lit-embed model) and ``config.yaml`` to validate or test it; those
-    runs log beside it, to ``OUT/version_N`` with results.json, as every shipped config does."""
+    runs log beside it, to ``OUT/version_N`` with results.json, as every shipped config does. Neither records
+    ``trust_remote_code`` (no recorded file grants it): ``trusted`` (the tokenizer ran its own code) puts the
+    flag into the command the header gives."""
     config = json.loads(json.dumps(source.model_config))
     config["init_args"]["embedding"] = strategy_config(strategy)
+    data_config = without_trust(data_config)
     # the model as compress rebuilt it: the compressed strategy, an untied decoder, no start point
     write_checkpoint(folder / "model.ckpt", source.module, config, source.tokenizer, data_config)
     document = {"model": config}
@@ -222,9 +227,10 @@ def write_model(folder: Path, source: Source, strategy: EmbeddingStrategy, data_
         "callbacks": [{"class_path": "lit_embed.callbacks.EfficiencyMonitor"},
                       {"class_path": "lit_embed.callbacks.ResultsWriter"}],
     }
+    trust = " --data.init_args.trust_remote_code true" if trusted else ""
     header = (
-        "# Written by `lit-embed compress`: the compressed model (its weights are in model.ckpt beside this file).\n"
-        "#   lit-embed test --config DIR/config.yaml --ckpt_path DIR/model.ckpt\n"
+        f"{WRITTEN_HEADER} compress`: the compressed model (its weights are in model.ckpt beside this file).\n"
+        f"#   lit-embed test --config DIR/config.yaml --ckpt_path DIR/model.ckpt{trust}\n"
     )
     (folder / "config.yaml").write_text(header + yaml.safe_dump(document, sort_keys=False))
 
@@ -235,7 +241,6 @@ def write_huggingface(folder: Path, source: Source, strategy: EmbeddingStrategy)
     any HuggingFace tool loads it and computes what the compressed model computes), and the compact form
     in ``compressed_embedding.safetensors`` (:func:`load_compact`)."""
     from safetensors.torch import save_file
-    from transformers import AutoTokenizer
 
     folder.mkdir()
     if source.hf_folder is not None:
@@ -249,9 +254,7 @@ def write_huggingface(folder: Path, source: Source, strategy: EmbeddingStrategy)
     with torch.no_grad():
         table.weight.copy_(strategy.full_weight().detach().to(table.weight.dtype))
     model.save_pretrained(folder)
-    tokenizer = AutoTokenizer.from_pretrained(resolve_pretrained(source.tokenizer, what="tokenizer"),
-                                              trust_remote_code=remote_code_trusted())
-    tokenizer.save_pretrained(folder)
+    load_tokenizer(source.tokenizer).save_pretrained(folder)
     state = {k: v.detach().cpu().contiguous() for k, v in strategy.state_dict().items()}
     save_file(state, str(folder / COMPACT_FILE), metadata={"lit_embed_strategy": json.dumps(strategy_config(strategy)),
                                                          "vocab_size": str(strategy.vocab_size),
@@ -259,7 +262,8 @@ def write_huggingface(folder: Path, source: Source, strategy: EmbeddingStrategy)
 
 
 def load_compact(path: str | Path) -> EmbeddingStrategy:
-    """The compressed embedding saved in a HuggingFace output folder (or its ``compressed_embedding.safetensors``)."""
+    """The compressed embedding saved in a HuggingFace output folder (or its ``compressed_embedding.safetensors``),
+    its recorded strategy read as :mod:`lit_embed.recorded` reads every recorded config."""
     from safetensors import safe_open
     from safetensors.torch import load_file
 
@@ -268,7 +272,7 @@ def load_compact(path: str | Path) -> EmbeddingStrategy:
         path = path / COMPACT_FILE
     with safe_open(str(path), framework="pt") as handle:
         meta = handle.metadata()
-    config = json.loads(meta["lit_embed_strategy"])
+    config = recorded_config(json.loads(meta["lit_embed_strategy"]), f"compact embedding {str(path)!r}", "embedding")
     sizes = {"vocab_size": int(meta["vocab_size"]), "hidden_size": int(meta["hidden_size"])}
     config = {"class_path": config["class_path"], "init_args": {**sizes, **config["init_args"]}}
     strategy = build_from_config(EmbeddingStrategy, config, "embedding")

@@ -25,6 +25,7 @@ from lit_embed.data.tasks import Task
 from lit_embed.distributed import apply_global_batch, gather_objects, is_distributed
 from lit_embed.embeddings.text import FittableTextEncoder, TextEncoder, VocabTextEncoder
 from lit_embed.errors import ConfigError
+from lit_embed.files import write_atomic
 from lit_embed.hub import resolve_pretrained, trusting_remote_code
 from lit_embed.interfaces import Collate, TextModel, require
 from lit_embed.runs import run_folder
@@ -101,8 +102,9 @@ class TextDataModule(pl.LightningDataModule):
                 with trusting_remote_code(self.trust_remote_code):
                     self.text_encoder = model.text_encoder(self.tokenizer)  # rebuilt from rank 0's fitted state
         if shared and self._unsaved_fit and self.trainer is not None:
-            if self.trainer.is_global_zero:
-                self.text_encoder.save(run_folder(self.trainer))
+            artefact = self.text_encoder.artefact() if self.trainer.is_global_zero else None
+            if artefact is not None:
+                write_atomic(run_folder(self.trainer) / artefact[0], artefact[1])
             self._unsaved_fit = False
         return self.text_encoder
 

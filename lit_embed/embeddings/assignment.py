@@ -12,16 +12,14 @@ from __future__ import annotations
 import hashlib
 import logging
 import math
-import os
 from abc import ABC, abstractmethod
-from pathlib import Path
 from typing import Literal
 
 import numpy as np
 import torch
 
+from lit_embed.cache import cache_folder, read_codes, write_codes
 from lit_embed.errors import ConfigError
-from lit_embed.files import atomic_writer
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +90,7 @@ class ClusterAssignment(Assignment):
     as the largest index it must hold (``tables_fit_codes``; the k-sub-embedding paper's Table 3 counts
     104k and 154k parameters for Q=100 and 200; equal sizes: 25.6k and 51.2k for Q=50 and 100).
 
-    Computed once and cached on disk, keyed by a digest of the matrix and every argument.
+    Computed once and cached on disk (:mod:`lit_embed.cache`), keyed by a digest of the matrix and every argument.
 
     Args:
         source: a HuggingFace model name or folder (its input embedding matrix), or a matrix file
@@ -122,7 +120,6 @@ class ClusterAssignment(Assignment):
         self.seed = seed
         self.max_iter = max_iter
         self.cache_dir = cache_dir
-        self.cache_folder = Path(cache_dir or os.environ.get("LIT_EMBED_CACHE", "~/.cache/lit_embed")).expanduser()
 
     def __repr__(self) -> str:
         return f"ClusterAssignment(source={self.source!r}, method={self.method!r}, seed={self.seed})"
@@ -143,12 +140,12 @@ class ClusterAssignment(Assignment):
                 f"{num_tokens} tokens: use the matrix of the same tokenizer, or set vocab_size={matrix.shape[0]}"
             )
         key = self._cache_key(matrix, num_tables, table_size)
-        path = self.cache_folder / "assignments" / f"{key}.npy"
-        cached = _read_cached(path, (num_tokens, num_tables))
+        path = cache_folder(self.cache_dir) / "assignments" / f"{key}.safetensors"
+        cached = read_codes(path, key, (num_tokens, num_tables))
         if cached is not None:
             return cached
         codes = cluster_codes(matrix, num_tables, table_size, self.method, self.seed, self.max_iter)
-        save_atomically(path, codes)
+        write_codes(path, key, codes)
         log.info("cluster assignment cached at %s", path)
         return codes
 
@@ -164,27 +161,6 @@ class ClusterAssignment(Assignment):
 #: Bumped when a method's codes change, so that cached codes of the old algorithm are not reused
 #: (kmeans 3: uncapped, as the papers ran it).
 ALGORITHM_VERSIONS = {"equal": 2, "kmeans": 3}
-
-
-def _read_cached(path: Path, shape: tuple[int, int]) -> np.ndarray | None:
-    """Codes cached at ``path``, or ``None`` where there are none usable: a file that does not read as integer codes
-    of ``shape`` (damaged, or not ours; an object array is refused, not unpickled) is computed again."""
-    if not path.is_file():
-        return None
-    try:
-        codes = np.load(path)
-    except (OSError, ValueError, EOFError):
-        codes = None
-    if codes is None or codes.shape != shape or not np.issubdtype(codes.dtype, np.integer):
-        log.warning("ignoring the unreadable cached cluster assignment %s: computing it again", path)
-        return None
-    return codes
-
-
-def save_atomically(path: Path, array: np.ndarray) -> None:
-    """Write ``array`` to ``path`` so that readers see the whole file or none (other ranks may read it)."""
-    with atomic_writer(path) as handle:
-        np.save(handle, array)
 
 
 # -- the clustering ----------------------------------------------------------------------------------

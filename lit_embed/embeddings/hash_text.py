@@ -19,7 +19,6 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from itertools import chain, repeat
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -164,9 +163,9 @@ class HashTextEncoder:
         self._function = self._hasher.function()
         self._clear()
 
-    def save(self, folder: Path) -> Path | None:
-        """Write the fitted state (``lsh_ngrams.json``) into ``folder``."""
-        return self._hasher.save(folder) if self._hasher is not None else None
+    def artefact(self) -> tuple[str, str] | None:
+        """The fitted state as a file to keep beside the run (``lsh_ngrams.json``): its name and text."""
+        return self._hasher.artefact() if self._hasher is not None else None
 
     # -- the TextEncoder protocol ---------------------------------------------------------------------
     def tokens(self, text: str) -> list[str]:

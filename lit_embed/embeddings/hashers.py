@@ -24,7 +24,6 @@ import torch
 
 from lit_embed.embeddings.state import CheckpointSized, init_args_of
 from lit_embed.errors import ConfigError
-from lit_embed.files import write_atomic
 
 
 class WordHash(Protocol):
@@ -64,8 +63,9 @@ class Hasher(CheckpointSized, ABC):
     def fit(self, texts: Iterable[list[str]]) -> None:
         """Fit corpus-dependent state on the tokens of each text (a no-op for hashers without any)."""
 
-    def save(self, folder: Path) -> Path | None:
-        """Write the fitted state beside a run; the path written, or ``None`` when there is none."""
+    def artefact(self) -> tuple[str, str] | None:
+        """The fitted state as a file to keep beside a run (its name and text), or ``None`` when there is none:
+        the data module writes it (no strategy module writes files; an export carries them)."""
         return None
 
     @abstractmethod
@@ -253,11 +253,10 @@ class LSHHasher(Hasher):
         return {"num_ngrams": self.num_ngrams, "max_ngram": self.max_ngram, "seed": self.seed,
                 "ngrams": self.ngrams_file, "fit_texts": self.fit_texts}
 
-    def save(self, folder: Path) -> Path:
-        """Write ``lsh_ngrams.json`` (atomically) for people to read and for ``ngrams:`` to reuse."""
-        path = Path(folder) / self.ARTEFACT
+    def artefact(self) -> tuple[str, str]:
+        """``lsh_ngrams.json``, for people to read and for ``ngrams:`` to reuse."""
         payload = {"format": "lit-embed LSH n-grams", "max_ngram": self.max_ngram, "ngrams": self.ngrams()}
-        return write_atomic(path, json.dumps(payload, ensure_ascii=False))
+        return self.ARTEFACT, json.dumps(payload, ensure_ascii=False)
 
     def function(self) -> LSHHash:
         if not self.fitted:

@@ -28,7 +28,7 @@ def load_embedding_matrix(source: str) -> torch.Tensor:
 
     where = resolve_pretrained(source, what="pretrained model")
     with loading_pretrained(source, "pretrained model"):
-        model = AutoModel.from_pretrained(where)
+        model = AutoModel.from_pretrained(where, trust_remote_code=False)  # a model's own code never runs
     return model.get_input_embeddings().weight.detach().float().clone()
 
 

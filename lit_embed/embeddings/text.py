@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable
-from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 import numpy as np
 
 from lit_embed.errors import ConfigError
-from lit_embed.hub import explain_unreachable, remote_code_trusted, resolve_pretrained
+from lit_embed.hub import load_tokenizer
 
 SPECIAL_NAMES = ("cls", "sep", "pad", "mask", "unk")
 
@@ -37,8 +36,8 @@ class FittableTextEncoder(TextEncoder, Protocol):
     """A text encoder whose codes depend on the corpus (LSH's n-gram vocabulary).
 
     The data module calls :meth:`fit` on the training texts before encoding them, unless
-    ``fitted`` (the state came with the model, e.g. from a checkpoint), and :meth:`save` writes the
-    fitted state beside the run. The state lives in the strategy's persistent buffers, so the
+    ``fitted`` (the state came with the model, e.g. from a checkpoint), and writes the fitted state
+    beside the run (:meth:`artefact`). The state lives in the strategy's persistent buffers, so the
     checkpoint keeps it; fitting is deterministic, so every process fits the same.
     """
 
@@ -47,8 +46,8 @@ class FittableTextEncoder(TextEncoder, Protocol):
     def fit(self, texts: Iterable[str]) -> None:
         """Fit on the corpus's texts; the codes (and the fingerprint) change."""
 
-    def save(self, folder: Path) -> Path | None:
-        """Write the fitted state into ``folder``; the path written."""
+    def artefact(self) -> tuple[str, str] | None:
+        """The fitted state as a file to keep beside the run: its name and text (``None``: nothing to keep)."""
 
 
 class VocabTextEncoder:
@@ -60,18 +59,11 @@ class VocabTextEncoder:
     """
 
     def __init__(self, tokenizer: str | None, max_vocab_size: int | None = None) -> None:
-        from transformers import AutoTokenizer
-
         if tokenizer is None:
             raise ConfigError("this strategy encodes text with a tokenizer: set data.init_args.tokenizer (e.g. roberta-base)")
 
         self.name = tokenizer
-        try:
-            self.tokenizer = AutoTokenizer.from_pretrained(
-                resolve_pretrained(tokenizer, what="tokenizer"), trust_remote_code=remote_code_trusted()
-            )
-        except OSError as error:
-            raise explain_unreachable(tokenizer, "tokenizer", error) from error
+        self.tokenizer = load_tokenizer(tokenizer)
         size = len(self.tokenizer)
         if max_vocab_size is not None and size > max_vocab_size:
             raise ConfigError(

@@ -34,11 +34,14 @@ AUTO_MAP = {
 }
 
 
-def export(ckpt: str, out: str, overwrite: bool = False, tokenizer: str | None = None) -> Path:
-    """Write the export of ``ckpt`` (a .ckpt, a run folder or an experiment folder) to ``out``, atomically."""
+def export(ckpt: str, out: str, overwrite: bool = False, tokenizer: str | None = None,
+           trust_remote_code: bool = False) -> Path:
+    """Write the export of ``ckpt`` (a .ckpt, a run folder or an experiment folder) to ``out``, atomically.
+    ``trust_remote_code``: let the tokenizer run the code it ships (never taken from what the checkpoint records)."""
     from lit_embed.checkpoints import load_model, recorded_tokenizer
     from lit_embed.files import atomic_folder
     from lit_embed.folders import start_checkpoint
+    from lit_embed.hub import trusting_remote_code
 
     path = start_checkpoint(ckpt)
     module, checkpoint = load_model(path)
@@ -51,8 +54,9 @@ def export(ckpt: str, out: str, overwrite: bool = False, tokenizer: str | None =
     tokenizer = tokenizer or recorded_tokenizer(checkpoint)
     if tokenizer is None and strategy.reads_tokenizer:
         raise CheckpointError(f"checkpoint {str(path)!r} records no tokenizer: give the one it was trained with (--tokenizer NAME)")
-    atomic_folder(Path(out), overwrite, lambda folder: _fill(folder, module, checkpoint, path, tokenizer),
-                     replaceable=check_replaceable)
+    with trusting_remote_code(trust_remote_code, "--trust_remote_code"):
+        atomic_folder(Path(out), overwrite, lambda folder: _fill(folder, module, checkpoint, path, tokenizer),
+                      replaceable=check_replaceable)
     return Path(out)
 
 
@@ -63,6 +67,7 @@ def _fill(folder: Path, module, checkpoint: dict, path: Path, tokenizer: str | N
     from lit_embed.export.vendor import module_source
     from lit_embed.files import write_atomic, write_json_atomic
     from lit_embed.interfaces import TaskModel, provides
+    from lit_embed.recorded import class_paths
     from lit_embed.results import versions
 
     strategy = module.embedding
@@ -86,7 +91,8 @@ def _fill(folder: Path, module, checkpoint: dict, path: Path, tokenizer: str | N
     save_file(_weights(module, classifier), str(folder / "model.safetensors"), metadata={"format": "pt"})
     here = Path(__file__).parent
     shutil.copyfile(here / CONFIG_CODE, folder / CONFIG_CODE)
-    write_atomic(folder / MODEL_CODE, module_source(type(strategy), (here / MODEL_CODE).read_text()))
+    write_atomic(folder / MODEL_CODE, module_source(type(strategy), (here / MODEL_CODE).read_text(),
+                                                    declared=class_paths(config.strategy)))
     if tokenizer is not None:
         _save_tokenizer(tokenizer, folder)
     recorded = checkpoint.get("lit_embed") or {}
@@ -123,15 +129,9 @@ def _sized_buffers(strategy) -> dict[str, list[int]]:
 
 
 def _save_tokenizer(name: str, folder: Path) -> None:
-    from transformers import AutoTokenizer
+    from lit_embed.hub import load_tokenizer
 
-    from lit_embed.hub import explain_unreachable, remote_code_trusted, resolve_pretrained
-
-    try:
-        AutoTokenizer.from_pretrained(resolve_pretrained(name, what="tokenizer"),
-                                      trust_remote_code=remote_code_trusted()).save_pretrained(folder)
-    except OSError as error:
-        raise explain_unreachable(name, "tokenizer", error) from error
+    load_tokenizer(name).save_pretrained(folder)
 
 
 def model_card(module, provenance: dict, classifier: bool) -> str:
@@ -214,8 +214,11 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--out", required=True, help="the folder to write (must not exist, unless --overwrite)")
     parser.add_argument("--overwrite", action="store_true", help="replace --out if it is an earlier export")
     parser.add_argument("--tokenizer", help="the tokenizer the weights expect, where the checkpoint records none")
+    parser.add_argument("--trust_remote_code", action="store_true", help="let the tokenizer run the code it ships "
+                        "(LINE's Japanese tokenizer); what the checkpoint records never grants it")
     args = parser.parse_args(argv)
-    out = export(args.ckpt, args.out, overwrite=args.overwrite, tokenizer=args.tokenizer)
+    out = export(args.ckpt, args.out, overwrite=args.overwrite, tokenizer=args.tokenizer,
+                 trust_remote_code=args.trust_remote_code)
     architectures = json.loads((out / "config.json").read_text()).get("architectures") or []
     auto = "AutoModelForSequenceClassification" if "LitEmbedForSequenceClassification" in architectures else "AutoModel"
     print(f"wrote {out}: load it with {auto}.from_pretrained({str(out)!r}, trust_remote_code=True)")

@@ -17,16 +17,41 @@ from transformers.modeling_outputs import SequenceClassifierOutput
 
 from .configuration_lit_embed import LitEmbedConfig
 
+#: The classes ``config.json`` may name: ``lit-embed export`` sets them after this code (those of its strategy).
+DECLARED_CLASSES: frozenset[str] = frozenset()
+
 
 def build_object(config: dict):
-    """The object a ``{"class_path", "init_args"}`` config describes, from this module's classes; a factory
-    (``functools.partial``) where the config leaves required arguments to its owner (a hasher's outputs)."""
-    cls = globals()[config["class_path"].rpartition(".")[2]]
-    args = {key: build_object(value) if isinstance(value, dict) and "class_path" in value else value
-            for key, value in (config.get("init_args") or {}).items()}
+    """The object a ``{"class_path", "init_args"}`` config describes: a class this export declares
+    (:data:`DECLARED_CLASSES`) given plain data, nothing else (loading the model runs this code, and ``config.json``
+    is a file anyone may have edited); a factory (``functools.partial``) where the config leaves required
+    arguments to its owner (a hasher's outputs)."""
+    path = config.get("class_path") if isinstance(config, dict) else None
+    if path not in DECLARED_CLASSES:
+        raise ValueError(f"config.json names {path!r}, which this export does not build (it declares "
+                         f"{sorted(DECLARED_CLASSES)}): the file was edited; export the checkpoint again")
+    cls = globals()[path.rpartition(".")[2]]
+    args = {}
+    for key, value in (config.get("init_args") or {}).items():
+        if isinstance(value, dict) and "class_path" in value:
+            args[key] = build_object(value)
+        elif _plain_data(value):
+            args[key] = value
+        else:
+            raise ValueError(f"config.json gives {path} {key}={value!r}, which is not plain data: export the checkpoint again")
     required = [p.name for p in inspect.signature(cls).parameters.values()
                 if p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
     return functools.partial(cls, **args) if set(required) - set(args) else cls(**args)
+
+
+def _plain_data(value) -> bool:
+    """Whether ``value`` is numbers, strings, booleans and None, in lists and string-keyed dicts (no class config)."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return True
+    if isinstance(value, list):
+        return all(_plain_data(item) for item in value)
+    return isinstance(value, dict) and "class_path" not in value and all(
+        isinstance(key, str) and _plain_data(item) for key, item in value.items())
 
 
 class LitEmbedPreTrainedModel(PreTrainedModel):

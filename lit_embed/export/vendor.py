@@ -3,7 +3,9 @@
 An export must load where lit-embed is not installed, so it carries the code that defines its strategy:
 the lit-embed modules the strategy's module imports (transitively), concatenated in dependency order,
 with their ``lit_embed`` imports taken out (the names live in the one module). What an export never runs
-(the hub, downloading a matrix) is not carried: its names become functions saying lit-embed is needed.
+(the hub, downloading a matrix, writing files: :mod:`lit_embed.files`, :mod:`lit_embed.cache`) is not carried: its
+names become functions saying lit-embed is needed. After the code comes :data:`DECLARED`: the classes the export's
+``config.json`` may name, the only ones its loader builds.
 """
 
 from __future__ import annotations
@@ -11,18 +13,23 @@ from __future__ import annotations
 import ast
 import importlib
 import inspect
+from collections.abc import Iterable
 from pathlib import Path
 
 import lit_embed
 
-#: Modules an export carries where the strategy needs them: the strategies and what they import.
-CARRIED = ("lit_embed.errors", "lit_embed.files")
+#: Modules an export carries where the strategy needs them: the strategies and what they import. Nothing that
+#: writes files: loading an export runs its code.
+CARRIED = ("lit_embed.errors",)
+#: The name of the generated module's set of the classes its config may name.
+DECLARED = "DECLARED_CLASSES"
 CARRIED_PACKAGE = "lit_embed.embeddings."
 NEEDS_LIT_EMBED = "raise ImportError('this needs lit-embed installed: pip install lit-embed')"
 
 
-def module_source(strategy_class: type, tail: str) -> str:
-    """One module: the modules that define ``strategy_class`` (dependencies first), then ``tail``."""
+def module_source(strategy_class: type, tail: str, declared: Iterable[str] = ()) -> str:
+    """One module: the modules that define ``strategy_class`` (dependencies first), then ``tail``, then
+    :data:`DECLARED`: the class paths ``declared`` (those the strategy's config names)."""
     order = _dependency_order(strategy_class.__module__)
     defined: dict[str, str] = {}
     parts = ["from __future__ import annotations", ""]
@@ -33,7 +40,8 @@ def module_source(strategy_class: type, tail: str) -> str:
                 raise RuntimeError(f"{name} and {defined[defined_name]} both define {defined_name}: the export would mix them")
             defined[defined_name] = name
         parts += [f"# ---- {name} (lit-embed {lit_embed.__version__}) ----", source, ""]
-    parts += ["# ---- the transformers model ----", _without_future(tail)]
+    parts += ["# ---- the transformers model ----", _without_future(tail), "",
+              f"{DECLARED} = frozenset({sorted(declared)!r})  # what config.json may name: this export's strategy", ""]
     return "\n".join(parts)
 
 

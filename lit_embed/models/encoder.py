@@ -169,7 +169,7 @@ def _load_pretrained(name: str, pooler: bool) -> nn.Module:
         return transformers.AutoModel.from_config(config)
     where = resolve_pretrained(name)
     with loading_pretrained(name, "pretrained encoder"):
-        config = transformers.AutoConfig.from_pretrained(where)
+        config = transformers.AutoConfig.from_pretrained(where, trust_remote_code=False)  # a model's own code never runs
         model_class = auto_model_class(config)
         accepts_pooler = "add_pooling_layer" in inspect.signature(model_class.__init__).parameters
         # float32 master weights whatever the hub stored (transformers loads fp16/bf16 files as they are, and

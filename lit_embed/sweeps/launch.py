@@ -77,6 +77,8 @@ def commands(run: Run, launch: Launch, paths: dict[str, str] | None = None) -> l
         args += ["--seed", str(run.seed)]
     args += ["--out", str(run.folder)]
     test = ["test", "--config", str(run.folder / "config.yaml"), "--ckpt_path", str(run.folder / "model.ckpt")]
+    if any(key == "trust_remote_code" and str(value).lower() == "true" for key, value in run.overrides()):
+        test += ["--data.init_args.trust_remote_code", "true"]  # compress's output records no trust (lit_embed.recorded)
     if gpus:
         args += ["--accelerator", "gpu"]
         test += ["--trainer.accelerator", "gpu", "--trainer.devices", "1"]

@@ -5,7 +5,8 @@
 Each job ``{"folder", "auto", "inputs" | "texts", "out"}`` loads ``folder`` with ``transformers.<auto>``
 (``trust_remote_code=True``), runs it on ``inputs`` (tensors as lists) or on ``texts`` (hash strategies'
 ``model.encode_texts``, else the folder's tokenizer)
-and saves the inputs and the hidden states (``AutoModel``) or logits to ``out`` (``torch.save``).
+and saves the inputs and the hidden states (``AutoModel``) or logits to ``out`` (``torch.save``). A job with
+``"refused": true`` only loads, and saves ``{"error": the message of what loading raised, or None}``.
 """
 
 import importlib.abc
@@ -25,6 +26,14 @@ import torch  # noqa: E402
 import transformers  # noqa: E402
 
 for job in json.loads(open(sys.argv[1]).read()):
+    if job.get("refused"):
+        try:
+            getattr(transformers, job["auto"]).from_pretrained(job["folder"], trust_remote_code=True)
+            error = None
+        except Exception as raised:  # what a tampered config.json makes the export's own code refuse
+            error = str(raised)
+        torch.save({"error": error}, job["out"])
+        continue
     model = getattr(transformers, job["auto"]).from_pretrained(job["folder"], trust_remote_code=True).eval()
     if "texts" in job and job["auto"] == "AutoModel":  # a hash strategy: the folder hashes words itself
         inputs = model.encode_texts(job["texts"])
