@@ -24,8 +24,8 @@ import safetensors.torch
 import torch
 import transformers
 
-from lit_embed.errors import DiskFullError
-from lit_embed.files import atomic_writer
+from lit_embed.errors import DiskFullError, OutputExistsError
+from lit_embed.files import atomic_writer, check_output
 from tests.helpers import CONFIGS, REPO
 from tests.helpers.disk import BALLAST, fill, small_disk
 
@@ -392,6 +392,30 @@ def test_a_checkpoint_folder_held_by_a_live_run_is_refused(tmp_path):
     finally:
         os.killpg(first.pid, signal.SIGKILL)
         first.communicate()
+
+
+@pytest.mark.parametrize(("given", "refused"), [
+    ("out", "is"), ("out/hf", "holds"), ("out/hf/model.safetensors", "holds"), ("link_into_out", "holds"),
+    ("link_to_out", "is"), ("sibling", None), (".", None), ("out_2", None), ("all-MiniLM-L6-v2", None), ("nowhere/x", None),
+])
+def test_an_output_is_never_what_the_command_reads_nor_holds_it(tmp_path, monkeypatch, given, refused):
+    """What --overwrite (or analyze's --out) would replace: an input inside it, or the folder itself, is refused
+    (symlinks followed); an --out beside or inside an input, and names that are no local path, are not."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "out" / "hf").mkdir(parents=True)
+    (tmp_path / "out" / "hf" / "model.safetensors").write_bytes(b"weights")
+    (tmp_path / "sibling").mkdir()
+    (tmp_path / "out_2").mkdir()
+    (tmp_path / "link_into_out").symlink_to(tmp_path / "out" / "hf")
+    (tmp_path / "link_to_out").symlink_to(tmp_path / "out")
+    accepted = []
+    if refused is None:
+        check_output(Path("out"), True, accepted.append, [given])
+        assert accepted == [(tmp_path / "out").absolute()]
+    else:
+        with pytest.raises(OutputExistsError, match=rf"--out '{tmp_path}/out' {refused} '{given}', which this command reads"):
+            check_output(Path("out"), True, accepted.append, [given])
+        assert not accepted
 
 
 def test_a_full_disk_names_the_device_and_keeps_the_old_file(tmp_path):
