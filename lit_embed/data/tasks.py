@@ -331,6 +331,9 @@ def _task_of(definition: TaskDefinition) -> Task:
                           f"(hub: NAME), one of the two")
     if definition.regression and definition.labels is not None:
         raise ConfigError(f"task {name!r} is a regression (one score per text): leave labels unset")
+    if definition.labels is not None and len(definition.labels) < 2:
+        raise ConfigError(f"task {name!r}: labels {list(definition.labels)} name fewer than two, and a classification "
+                          f"needs two or more: list them all, or set regression: true for scores")
     metrics = tuple(definition.metrics or (("spearman", "pearson") if definition.regression else ("accuracy",)))
     data_files, held_out, train, sets = None, (), "train", {"validation": "validation", "test": "test"}
     if definition.files is not None:
