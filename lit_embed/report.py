@@ -36,7 +36,7 @@ from lit_embed.files import write_atomic
 from lit_embed.results import RESULTS_FILE, check_same_backbone, find_run_dirs, is_score, load_results
 from lit_embed.sweeps.plan import MANIFEST, is_sweep_folder
 from lit_embed.sweeps.tables import sweep_runs
-from lit_embed.tables import FORMATS, MISSING, Table, render
+from lit_embed.tables import FORMATS, MISSING, Table, mean_std, render
 
 
 @dataclass(frozen=True)
@@ -79,11 +79,6 @@ def benchmark_of(task: str) -> str | None:
     return next((name for name, tasks in BENCHMARK_TABLES.items() if task in tasks), None)
 
 
-def mean_std(values: list[float]) -> tuple[float, float | None]:
-    """Mean and sample standard deviation (``None`` for a single value)."""
-    return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else None
-
-
 RowKey = tuple[str, str]  # (label, task variant: XNLI's protocol, else "")
 
 
@@ -109,7 +104,7 @@ class BenchmarkScores:
         mean = statistics.fmean(statistics.fmean(c.values()) for c in cells)
         complete = set.intersection(*(set(c) for c in cells))
         per_seed = [statistics.fmean(c[seed] for c in cells) for seed in complete]
-        return mean, statistics.stdev(per_seed) if len(per_seed) > 1 else None
+        return mean, mean_std(per_seed)[1] if per_seed else None
 
 
 class Report:

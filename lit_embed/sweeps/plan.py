@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import re
 import unicodedata
 from dataclasses import dataclass, field
@@ -58,8 +59,9 @@ class Select:
     mode: str = "max"
 
     def best(self, scores: dict) -> object:
-        """The key of the best score (``None`` values left out; ties: the first)."""
-        scored = [(key, value) for key, value in scores.items() if value is not None]
+        """The key of the best score (``None`` and non-finite values left out: an undefined score chooses nothing;
+        ties: the first)."""
+        scored = [(key, value) for key, value in scores.items() if value is not None and math.isfinite(value)]
         if not scored:
             return None
         pick = max if self.mode == "max" else min
