@@ -141,17 +141,19 @@ def _local(given: str | os.PathLike | None) -> Path | None:
 
 
 @contextlib.contextmanager
-def writing(path: str | os.PathLike) -> Iterator[None]:
-    """Run the block that writes ``path`` (a file or a folder); a full disk met inside it, however wrapped, becomes
-    :class:`~lit_embed.errors.DiskFullError` naming ``path`` and its device. For writes that cannot be atomic (a log
-    appended to, a library's own files); atomic writes go through :func:`atomic_writer` and :func:`atomic_folder`."""
+def writing(path: str | os.PathLike | Callable[[], str | os.PathLike]) -> Iterator[None]:
+    """Run the block that writes ``path`` (a file or a folder, or a function giving it, asked only on a full disk); a
+    full disk met inside it, however wrapped, becomes :class:`~lit_embed.errors.DiskFullError` naming ``path`` and its
+    device. For writes that cannot be atomic (a log appended to, a library's own files); atomic writes go through
+    :func:`atomic_writer` and :func:`atomic_folder`."""
     try:
         yield
     except DiskFullError:
         raise
     except BaseException as error:
         if disk_full(error):
-            raise DiskFullError(str(path), device_of(Path(path))) from None
+            where = Path(path() if callable(path) else path)
+            raise DiskFullError(str(where), device_of(where)) from None
         raise
 
 

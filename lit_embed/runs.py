@@ -48,30 +48,30 @@ class RunLogger(TensorBoardLogger):
         return claim_version(self.root_dir)
 
     # TensorBoard appends to its event file from a thread of its own and raises a full disk, unnamed, at the next
-    # write: each writing call names the run folder and its device instead.
+    # write: each writing call names the run folder and its device instead (asked for only then: asking claims it).
     @rank_zero_only
     def log_metrics(self, metrics, step=None) -> None:
-        with writing(self.log_dir):
+        with writing(lambda: self.log_dir):
             super().log_metrics(metrics, step)
 
     @rank_zero_only
     def log_hyperparams(self, params, metrics=None, step=None) -> None:
-        with writing(self.log_dir):
+        with writing(lambda: self.log_dir):
             super().log_hyperparams(params, metrics, step)
 
     @rank_zero_only
     def log_graph(self, model, input_array=None) -> None:
-        with writing(self.log_dir):
+        with writing(lambda: self.log_dir):
             super().log_graph(model, input_array)
 
     @rank_zero_only
     def save(self) -> None:
-        with writing(self.log_dir):
+        with writing(lambda: self.log_dir):
             super().save()
 
     @rank_zero_only
     def finalize(self, status: str) -> None:
-        with writing(self.log_dir):
+        with writing(lambda: self.log_dir):
             super().finalize(status)
 
 
