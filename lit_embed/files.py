@@ -111,17 +111,18 @@ def atomic_folder(out: Path, overwrite: bool, fill: Callable[[Path], None], repl
 
 
 def check_output(out: Path, overwrite: bool, replaceable: Callable[[Path], None],
-                 inputs: Iterable[str | os.PathLike | None] = ()) -> None:
+                 inputs: Iterable[str | os.PathLike | None] = (), option: str = "--out") -> None:
     """Refuse an existing ``out`` unless ``overwrite`` is given and ``replaceable`` accepts it; and refuse, whether it
     exists or not, an ``out`` that is one of ``inputs`` or holds one (symlinks resolved): replacing it would delete
-    what the command reads. ``compress``, ``export`` and ``analyze`` check their ``--out`` with this."""
+    what the command reads. ``compress``, ``export`` and ``analyze`` check their ``--out`` with this, ``report`` its
+    ``--output`` (``option``, as messages name it)."""
     out = Path(out).expanduser().absolute()
     where = out.resolve()
     for given in inputs:
         found = _local(given)
         if found is not None and (found == where or where in found.parents):
-            raise OutputExistsError(f"--out {str(out)!r} {'is' if found == where else 'holds'} {str(given)!r}, which this "
-                                    f"command reads: the output would replace it; choose another --out")
+            raise OutputExistsError(f"{option} {str(out)!r} {'is' if found == where else 'holds'} {str(given)!r}, which "
+                                    f"this command reads: the output would replace it; choose another {option}")
     if out.exists():
         if not overwrite:
             raise OutputExistsError(f"output folder {str(out)!r} exists: choose another --out or pass --overwrite")

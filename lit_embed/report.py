@@ -32,7 +32,7 @@ from pathlib import Path
 from lit_embed.accounting import compression, human
 from lit_embed.data.tasks import BENCHMARK_TABLES, TASKS, get_task
 from lit_embed.errors import ConfigError
-from lit_embed.files import write_atomic
+from lit_embed.files import check_output, write_atomic
 from lit_embed.results import RESULTS_FILE, check_same_backbone, find_run_dirs, is_score, load_results
 from lit_embed.sweeps.plan import MANIFEST, is_sweep_folder
 from lit_embed.sweeps.tables import sweep_runs
@@ -434,7 +434,10 @@ def main(argv: list[str]) -> int:
     coverage = coverage_tables(args.run_dirs)
     tables = Report(runs, baseline, args.digits).tables() if runs or not (sweep_tables or coverage) else []
     text = render(tables + sweep_tables + coverage, args.format)
-    if args.output:
+    if args.output:  # never over a file it read (a results.json, a sweep's plan, a compress report)
+        read = [*(d / RESULTS_FILE for d in dirs), *(Path(r["run_dir"]) / RESULTS_FILE for r in runs),
+                *(Path(s) / MANIFEST for s in sweeps), *(f for p in args.run_dirs for f in Path(p).rglob("report.json"))]
+        check_output(Path(args.output), True, lambda out: None, read, option="--output")
         write_atomic(args.output, text)
     else:
         print(text, end="")

@@ -415,3 +415,26 @@ def test_undefined_and_diverged_metrics_are_read_and_shown_as_such(tmp_path, cap
     out = capsys.readouterr().out
     assert "| 3se | nan ± nan |" in out and "inf" in out, out
     assert Select().best({"a": NAN, "b": 0.5, "c": None}) == "b" and Select("val/loss", "min").best({"a": -INF}) is None
+
+
+@pytest.mark.parametrize("target", ["results.json", "sweep.json", "report.json"])
+def test_report_never_writes_its_output_over_a_file_it_read(target, tmp_path, capsys):
+    """--output replaces a file: never one report read (a run's results.json, a sweep's plan, a compress output's
+    report.json); beside them it writes."""
+    from lit_embed.sweeps.plan import MANIFEST, load_sweep, manifest
+
+    run = write_run(tmp_path, "x", "cola", 0, {"test/matthews": 0.4})
+    sweep_file = tmp_path / "sweep.yaml"
+    sweep_file.write_text(json.dumps({"folder": str(tmp_path / "sweep"), "stages": {"a": {"config": str(REPO / "configs" / "demo.yaml")}}}))
+    write_json_atomic(tmp_path / "sweep" / MANIFEST, manifest(load_sweep(sweep_file)))
+    write_json_atomic(tmp_path / "compressed" / "report.json", {"source": "x", "method": "unk", "task": "cola", "retention": 0.5,
+                                                                "coverage": {"tokens": 0.9, "sentences": 0.5, "examples": 10}})
+    read = {"results.json": run / RESULTS_FILE, "sweep.json": tmp_path / "sweep" / MANIFEST,
+            "report.json": tmp_path / "compressed" / "report.json"}[target]
+    before = read.read_bytes()
+    assert main(["report", str(tmp_path), "-o", str(read)]) == 2
+    error = capsys.readouterr().err
+    assert f"--output '{read}' is '{read}', which this command reads" in error, error
+    assert read.read_bytes() == before
+    assert main(["report", str(tmp_path), "-o", str(run / "tables.md")]) == 0
+    assert "### " in (run / "tables.md").read_text()
