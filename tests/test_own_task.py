@@ -170,8 +170,8 @@ def test_a_label_unseen_in_training_and_an_empty_split_fail_with_exit_2(tmp_path
 #: id, the label of every row of train, validation and test (None: three labels), the definition's changes, the
 #: message (exit 2, before any training); None: the run trains.
 ONE_VALUE = [
-    ("a training file of one label", ("sport", None, None), {}, r"r\.csv: every training row of task 'single' has the "
-     r"label 'sport' in column 'topic', and a classification needs two labels or more"),
+    ("a training file of one label", ("sport", None, None), {}, r"r\.csv: every row of the train split has the label "
+     r"'sport' in column 'topic' \(24 rows\), and a classification needs two labels or more to learn"),
     ("given labels, a training split of one", ("sport", None, None), {"labels": ["sport", "food", "music"]},
      r"train\.csv: every row of the train split has the label 'sport' in column 'topic' \(30 rows\), and a "
      r"classification needs two labels or more to learn"),

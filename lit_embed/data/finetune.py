@@ -571,10 +571,6 @@ def training_labels(task: Task) -> tuple[str, ...]:
     values = {v.strip() if isinstance(v, str) else v for v in rows[task.label_column]} - {None, ""}
     if not values:
         raise ConfigError(f"{origin}: task {task.name!r} finds no labels in column {task.label_column!r}: fill them in")
-    if len(values) == 1:
-        raise ConfigError(f"{origin}: every training row of task {task.name!r} has the label {next(iter(values))!r} in "
-                          f"column {task.label_column!r}, and a classification needs two labels or more to learn: give "
-                          f"it rows of other labels, or set regression: true for scores")
     if all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in values):
         return tuple(str(v) for v in sorted(values))
     if any(not isinstance(v, str) for v in values):
