@@ -33,7 +33,7 @@ from torch import Tensor
 from lit_embed.checkpoints import load_model, recorded_tokenizer
 from lit_embed.data.collate import PadCollator
 from lit_embed.errors import ConfigError, OutputExistsError
-from lit_embed.files import atomic_folder, write_atomic, write_json_atomic
+from lit_embed.files import atomic_folder, check_output, write_atomic, write_json_atomic, writing
 from lit_embed.folders import start_checkpoint
 from lit_embed.hub import trusting_remote_code
 from lit_embed.models.base import EmbeddingModule
@@ -331,8 +331,9 @@ def save_analysis(result: dict, out_dir: str | os.PathLike, writer=None, step: i
     }
     paths.append(write_json_atomic(out / "analysis.json", summary))
     if writer is not None:
-        for name, figure in figures.items():
-            writer.add_figure(f"analysis/{name}", figure, global_step=step)
+        with writing(writer.log_dir):  # TensorBoard's event file, appended to
+            for name, figure in figures.items():
+                writer.add_figure(f"analysis/{name}", figure, global_step=step)
     return paths
 
 
@@ -398,6 +399,10 @@ def main(argv: list[str]) -> int:
     if args.max_texts < 1 or args.points < 1:
         raise ConfigError(f"--max-texts={args.max_texts} and --points={args.points} must be positive")
     ckpt = start_checkpoint(args.ckpt)
+    run_dir = ckpt.parent.parent if ckpt.parent.name == "checkpoints" else ckpt.parent
+    out = Path(args.out) if args.out else run_dir / ANALYSIS_DIR
+    inputs = [args.ckpt, ckpt, args.text, args.tokenizer]  # what it reads: never inside the --out it replaces
+    check_output(out, True, _earlier_analysis, inputs)  # before the work
     model, checkpoint = load_model(ckpt)
     if not isinstance(model, EmbeddingModule):
         raise ConfigError(f"{args.ckpt} holds a {type(model).__name__}, not a lit-embed EmbeddingModule: nothing to analyse")
@@ -409,23 +414,23 @@ def main(argv: list[str]) -> int:
         raise ConfigError(f"--text {args.text} holds no text: give a file with at least one non-empty line")
     with trusting_remote_code(args.trust_remote_code, "--trust_remote_code"):
         result = analyse(model, texts, tokenizer, points=args.points)
-    run_dir = ckpt.parent.parent if ckpt.parent.name == "checkpoints" else ckpt.parent
-    out = Path(args.out) if args.out else run_dir / ANALYSIS_DIR
     # The folder appears whole (a stop or a full disk midway leaves the earlier one, or none), then the figures go to
     # TensorBoard, only inside the run's own event folder: anywhere else they would show as a stray run.
     figures = draw(result)
-    atomic_folder(out, True, lambda folder: save_analysis(result, folder, figures=figures), replaceable=_earlier_analysis)
+    atomic_folder(out, True, lambda folder: save_analysis(result, folder, figures=figures), replaceable=_earlier_analysis,
+                  inputs=[*inputs, tokenizer])
     paths = [out / name for name in sorted(ANALYSIS_FILES)]
     is_run = any(run_dir.glob("events.out.tfevents.*"))
     if not args.no_tensorboard and is_run:
         from torch.utils.tensorboard import SummaryWriter
 
-        writer = SummaryWriter(log_dir=str(run_dir))
-        try:
-            for name, figure in figures.items():
-                writer.add_figure(f"analysis/{name}", figure, global_step=int(checkpoint.get("global_step", 0)))
-        finally:
-            writer.close()
+        with writing(run_dir):  # TensorBoard appends to its event file: on a full disk, name the run folder
+            writer = SummaryWriter(log_dir=str(run_dir))
+            try:
+                for name, figure in figures.items():
+                    writer.add_figure(f"analysis/{name}", figure, global_step=int(checkpoint.get("global_step", 0)))
+            finally:
+                writer.close()
     print(json.dumps(_printable(result), indent=2))
     print("\n".join(f"wrote {p}" for p in paths))
     if not args.no_tensorboard and not is_run:

@@ -9,9 +9,9 @@ signal exits 128 + its number (SIGTERM 143, SIGINT 130); anything else is a bug 
 from __future__ import annotations
 
 import contextvars
-import errno
 import importlib
 import sys
+import threading
 from pathlib import Path
 
 from lit_embed import __version__
@@ -123,11 +123,25 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or argv[0] in ("-h", "--help", "--version"):
         print(version() if argv and argv[0] == "--version" else usage(), end="", file=sys.stdout if argv else sys.stderr)
         return 0 if argv else 2
-    previous = install_signal_handlers()
+    previous, hook = install_signal_handlers(), threading.excepthook
+    threading.excepthook = _quiet_full_disk(hook)
     try:  # in a context of its own: what a command allows (lit_embed.hub, lit_embed.recorded) ends with it
         return contextvars.copy_context().run(_run, argv)
     finally:
         restore_signal_handlers(previous)
+        threading.excepthook = hook
+
+
+def _quiet_full_disk(hook):
+    """A thread's exception hook that prints no traceback for a full disk: a writer's thread (TensorBoard's) meets it
+    and its next write raises it again in the command, which says it in one line. Anything else goes to ``hook``."""
+    def handle(args) -> None:
+        from lit_embed.files import disk_full
+
+        if not disk_full(args.exc_value):
+            hook(args)
+
+    return handle
 
 
 def _run(argv: list[str]) -> int:
@@ -198,12 +212,14 @@ def user_message(error: BaseException) -> str | None:
     Looks through what ``error`` was raised from: jsonargparse re-raises a constructor's error as its own
     ``ValueError``, torch.save a full disk as a ``RuntimeError``.
     """
+    from lit_embed.files import disk_full, full_disk_message
+
     seen = 0
     while error is not None and seen < 10:
         if isinstance(error, UserError) or _is_misconfiguration(error):
             return _explain(error)
-        if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
-            return f"no space left on the device writing {error.filename or 'a file'}: free space or write elsewhere"
+        if disk_full(error):  # a write outside lit-embed's writers (a library's own file)
+            return full_disk_message(error)
         if isinstance(error, (PermissionError, IsADirectoryError, NotADirectoryError)) and error.filename:
             return f"{error.strerror}: {error.filename}"
         if isinstance(error, ModuleNotFoundError) and not (error.name or "").startswith("lit_embed"):

@@ -2,7 +2,10 @@
 
 Every file lit-embed writes that another process (or a later command) reads goes through
 :func:`atomic_writer`: checkpoints, results.json, reports, cluster codes, LSH n-grams, plots; every output
-folder (``compress``, ``export``) through :func:`atomic_folder`.
+folder (``compress``, ``export``, ``analyze``) through :func:`atomic_folder`; what cannot be atomic (a log
+appended to, TensorBoard's event files) through :func:`writing`. A full disk met by any of them is one
+:class:`~lit_embed.errors.DiskFullError` naming the file and its device, however the library that wrote
+wrapped it.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import os
 import shutil
 import socket
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -48,8 +51,8 @@ def atomic_writer(path: str | os.PathLike, mode: str = "wb") -> Iterator[IO]:
     except BaseException as error:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(temporary)
-        if _disk_full(error):
-            raise DiskFullError(str(path), device_of(path.parent)) from None
+        if disk_full(error):
+            raise DiskFullError(str(path), device_of(path)) from None
         raise
     _sync_folder(path.parent)
     for stale in path.parent.glob(f"{glob.escape(prefix)}{glob.escape(host)}.*.tmp"):
@@ -59,31 +62,32 @@ def atomic_writer(path: str | os.PathLike, mode: str = "wb") -> Iterator[IO]:
                 stale.unlink()
 
 
-def atomic_folder(out: Path, overwrite: bool, fill: Callable[[Path], None], replaceable: Callable[[Path], None]) -> None:
+def atomic_folder(out: Path, overwrite: bool, fill: Callable[[Path], None], replaceable: Callable[[Path], None],
+                  inputs: Iterable[str | os.PathLike | None] = ()) -> None:
     """Build ``out`` in a temporary folder beside it with ``fill``, then rename it into place.
 
-    On any error the temporary folder is removed and ``out`` is left as it was (absent, or untouched).
-    ``overwrite`` replaces only what ``replaceable`` accepts (it raises for anything else: an earlier output of
-    the same command holding nothing foreign, say). Temporary folders that killed runs left beside ``out``
+    On any error the temporary folder is removed and ``out`` is left as it was (absent, or untouched); a full
+    disk names ``out`` and its device, whichever file inside it (or library) met it. ``overwrite`` replaces only
+    what ``replaceable`` accepts (it raises for anything else: an earlier output of the same command holding
+    nothing foreign, say), and never a folder holding one of ``inputs``, what the command reads
+    (:func:`check_output`). Temporary folders that killed runs left beside ``out``
     (``.NAME.building-HOST-PID``) are removed once their process is gone.
     """
     out = Path(out).expanduser().absolute()
+    inputs = list(inputs)
 
     def check() -> None:  # before the work, and again before the rename: a folder may appear meanwhile
-        if out.exists():
-            if not overwrite:
-                raise OutputExistsError(f"output folder {str(out)!r} exists: choose another --out or pass --overwrite")
-            replaceable(out)
+        check_output(out, overwrite, replaceable, inputs)
 
     check()
-    out.parent.mkdir(parents=True, exist_ok=True)
     host = socket.gethostname()
-    _remove_stale(out.parent, f".{out.name}.building-{host}-")
-    _remove_stale(out.parent, f".{out.name}.replaced-{host}-")
     building = out.parent / f".{out.name}.building-{host}-{os.getpid()}"
-    shutil.rmtree(building, ignore_errors=True)
-    building.mkdir()
     try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        _remove_stale(out.parent, f".{out.name}.building-{host}-")
+        _remove_stale(out.parent, f".{out.name}.replaced-{host}-")
+        shutil.rmtree(building, ignore_errors=True)
+        building.mkdir()
         fill(building)
         check()
         if out.exists():
@@ -99,11 +103,58 @@ def atomic_folder(out: Path, overwrite: bool, fill: Callable[[Path], None], repl
                     raise
                 raise OutputExistsError(f"output folder {str(out)!r} was written by another process meanwhile: "
                                         f"choose another --out") from None
+    except BaseException as error:
+        shutil.rmtree(building, ignore_errors=True)
+        if disk_full(error):  # the user's folder, not the hidden one, whichever file (or library) met it
+            raise DiskFullError(str(out), device_of(out)) from None
+        raise
+
+
+def check_output(out: Path, overwrite: bool, replaceable: Callable[[Path], None],
+                 inputs: Iterable[str | os.PathLike | None] = (), option: str = "--out") -> None:
+    """Refuse an existing ``out`` unless ``overwrite`` is given and ``replaceable`` accepts it; and refuse, whether it
+    exists or not, an ``out`` that is one of ``inputs`` or holds one (symlinks resolved): replacing it would delete
+    what the command reads. ``compress``, ``export`` and ``analyze`` check their ``--out`` with this, ``report`` its
+    ``--output`` (``option``, as messages name it)."""
+    out = Path(out).expanduser().absolute()
+    where = out.resolve()
+    for given in inputs:
+        found = _local(given)
+        if found is not None and (found == where or where in found.parents):
+            raise OutputExistsError(f"{option} {str(out)!r} {'is' if found == where else 'holds'} {str(given)!r}, which "
+                                    f"this command reads: the output would replace it; choose another {option}")
+    if out.exists():
+        if not overwrite:
+            raise OutputExistsError(f"output folder {str(out)!r} exists: choose another --out or pass --overwrite")
+        replaceable(out)
+
+
+def _local(given: str | os.PathLike | None) -> Path | None:
+    """``given`` resolved (symlinks followed) where it is a file or folder here; ``None`` for anything else (a hub
+    name, a path too long to be one)."""
+    if given is None or str(given) == "":
+        return None
+    try:
+        path = Path(given).expanduser()
+        return path.resolve() if path.exists() else None
+    except (OSError, ValueError):
+        return None
+
+
+@contextlib.contextmanager
+def writing(path: str | os.PathLike | Callable[[], str | os.PathLike]) -> Iterator[None]:
+    """Run the block that writes ``path`` (a file or a folder, or a function giving it, asked only on a full disk); a
+    full disk met inside it, however wrapped, becomes :class:`~lit_embed.errors.DiskFullError` naming ``path`` and its
+    device. For writes that cannot be atomic (a log appended to, a library's own files); atomic writes go through
+    :func:`atomic_writer` and :func:`atomic_folder`."""
+    try:
+        yield
     except DiskFullError:
-        shutil.rmtree(building, ignore_errors=True)
-        raise DiskFullError(str(out), device_of(out.parent)) from None  # the user's folder, not the hidden one
-    except BaseException:
-        shutil.rmtree(building, ignore_errors=True)
+        raise
+    except BaseException as error:
+        if disk_full(error):
+            where = Path(path() if callable(path) else path)
+            raise DiskFullError(str(where), device_of(where)) from None
         raise
 
 
@@ -125,19 +176,43 @@ def process_alive(pid: int) -> bool:
     return True
 
 
-def _disk_full(error: BaseException | None) -> bool:
-    """Whether ``error`` or what caused it is "no space left on device" (torch.save wraps it in a RuntimeError)."""
+#: What an OS error of a full disk or quota reads as, where a library kept only its text (safetensors' and
+#: tokenizers' Rust errors: "No space left on device (os error 28)").
+_DISK_FULL_TEXTS = tuple(os.strerror(code) for code in (errno.ENOSPC, errno.EDQUOT))
+
+
+def disk_full(error: BaseException | None) -> bool:
+    """Whether ``error``, or what caused it, is "no space left on device" or "disk quota exceeded": an ``OSError``
+    (torch.save wraps it in a ``RuntimeError``), or a library's error that kept only its text (safetensors'
+    ``SafetensorError``)."""
+    return any((isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT))
+               or any(text in str(e) for text in _DISK_FULL_TEXTS) for e in _chain(error))
+
+
+def full_disk_message(error: BaseException) -> str:
+    """The line for a full disk met outside lit-embed's writers: the file and its device where the error names them
+    (a copy's destination, else its file), or that it names none."""
+    named = next((e.filename2 or e.filename for e in _chain(error)
+                  if isinstance(e, OSError) and isinstance(e.filename2 or e.filename, (str, bytes, os.PathLike))), None)
+    if named is None:
+        return f"no space left on a device, writing a file the error does not name ({error}): free space or write elsewhere"
+    path = Path(os.fsdecode(named))
+    return str(DiskFullError(str(path), device_of(path)))
+
+
+def _chain(error: BaseException | None) -> Iterator[BaseException]:
+    """``error`` and what it was raised from or during, nearest first."""
     seen = 0
-    while error is not None and seen < 5:
-        if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
-            return True
+    while error is not None and seen < 10:
+        yield error
         error, seen = error.__cause__ or error.__context__, seen + 1
-    return False
 
 
-def device_of(folder: Path) -> str:
-    """The mount point holding ``folder`` (what ``df`` names), for messages."""
-    folder = folder.absolute()
+def device_of(path: Path) -> str:
+    """The mount point holding ``path`` (what ``df`` names), for messages; ``path`` need not exist yet."""
+    folder = Path(path).absolute()
+    while not folder.exists() and folder.parent != folder:
+        folder = folder.parent
     with contextlib.suppress(OSError):
         device = os.stat(folder).st_dev
         while folder.parent != folder and os.stat(folder.parent).st_dev == device:
@@ -166,4 +241,5 @@ def write_json_atomic(path: str | os.PathLike, data: Any) -> Path:
     return write_atomic(path, json.dumps(data, indent=2, default=str) + "\n")
 
 
-__all__ = ["atomic_folder", "atomic_writer", "device_of", "process_alive", "write_atomic", "write_json_atomic"]
+__all__ = ["atomic_folder", "atomic_writer", "check_output", "device_of", "disk_full", "full_disk_message", "process_alive",
+           "write_atomic", "write_json_atomic", "writing"]

@@ -20,14 +20,13 @@ logger that claims a run's folder is :class:`lit_embed.runs.RunLogger`.
 from __future__ import annotations
 
 import contextlib
-import errno
 import os
 import shutil
 import socket
 from pathlib import Path
 
-from lit_embed.errors import CheckpointError, DiskFullError, MissingFileError, RunBusyError
-from lit_embed.files import device_of
+from lit_embed.errors import CheckpointError, MissingFileError, RunBusyError
+from lit_embed.files import writing
 
 try:
     import fcntl
@@ -64,12 +63,11 @@ def hold(folder: str | os.PathLike, what: str = "run folder", holds_runs: bool =
         os.close(fd)
         _refuse(folder, what, folder / lock)
     try:
-        os.ftruncate(fd, 0)
-        os.write(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode())
-    except OSError as error:
+        with writing(folder / lock):
+            os.ftruncate(fd, 0)
+            os.write(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode())
+    except OSError:
         os.close(fd)
-        if error.errno in (errno.ENOSPC, errno.EDQUOT):
-            raise DiskFullError(str(folder / lock), device_of(folder)) from None
         raise
     _held[str(folder)] = fd
 

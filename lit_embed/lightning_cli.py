@@ -21,7 +21,7 @@ from pathlib import Path
 import pytorch_lightning as pl
 from jsonargparse import Namespace
 from pytorch_lightning.callbacks import ModelSummary, ProgressBar
-from pytorch_lightning.cli import LightningArgumentParser, LightningCLI
+from pytorch_lightning.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 
 from lit_embed._compat import subcommand_parser
 from lit_embed.callbacks.console import LayerSummary, progress_bar
@@ -40,6 +40,7 @@ from lit_embed.checkpoints import (
 # Configs may name lit-embed's classes short (class_path: TaskDataModule): jsonargparse finds imported subclasses.
 from lit_embed.data import CorpusDataModule, TaskDataModule, XNLIDataModule  # noqa: F401
 from lit_embed.errors import CheckpointError, ConfigError, MissingFileError
+from lit_embed.files import write_atomic
 from lit_embed.folders import CHECKPOINTS, newest_checkpoint, run_of, start_checkpoint
 from lit_embed.interfaces import TaskData, provides
 from lit_embed.models import MaskedLM, SequenceClassifier, ShuffleRandom  # noqa: F401
@@ -75,6 +76,22 @@ class RecordedConfigParser(LightningArgumentParser):
                                  ext_vars=ext_vars, env=env, defaults=defaults, **kwargs)
 
 
+class AtomicSaveConfig(SaveConfigCallback):
+    """LightningCLI's ``config.yaml`` in the run folder, written atomically (:func:`~lit_embed.files.write_atomic`): a
+    resumed run rewrites it, and a full disk must leave the earlier one whole and name the file and its device."""
+
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        if self.already_saved:
+            return
+        log_dir = trainer.log_dir if self.save_to_log_dir else None  # a broadcast: every rank asks
+        if trainer.is_global_zero:
+            if log_dir is not None:
+                write_atomic(Path(log_dir) / self.config_filename, self.parser.dump(self.config, skip_none=False))
+            self.save_config(trainer, pl_module, stage)
+            self.already_saved = True
+        self.already_saved = trainer.strategy.broadcast(self.already_saved)
+
+
 class LitEmbedCLI(LightningCLI):
     """LightningCLI in subclass mode; configs compose by naming piece files (see ``configs/``).
 
@@ -83,6 +100,7 @@ class LitEmbedCLI(LightningCLI):
     """
 
     def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("save_config_callback", AtomicSaveConfig)
         kwargs.setdefault("save_config_kwargs", {"overwrite": True})
         kwargs.setdefault("parser_kwargs", {**PARSER_KWARGS, **{name: dict(PARSER_KWARGS) for name in SUBCOMMANDS}})
         kwargs.setdefault("trainer_defaults", {"logger": {"class_path": "lit_embed.runs.RunLogger"},

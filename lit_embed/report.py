@@ -32,11 +32,11 @@ from pathlib import Path
 from lit_embed.accounting import compression, human
 from lit_embed.data.tasks import BENCHMARK_TABLES, TASKS, get_task
 from lit_embed.errors import ConfigError
-from lit_embed.files import write_atomic
+from lit_embed.files import check_output, write_atomic
 from lit_embed.results import RESULTS_FILE, check_same_backbone, find_run_dirs, is_score, load_results
 from lit_embed.sweeps.plan import MANIFEST, is_sweep_folder
 from lit_embed.sweeps.tables import sweep_runs
-from lit_embed.tables import FORMATS, MISSING, Table, render
+from lit_embed.tables import FORMATS, MISSING, Table, mean_std, render
 
 
 @dataclass(frozen=True)
@@ -79,11 +79,6 @@ def benchmark_of(task: str) -> str | None:
     return next((name for name, tasks in BENCHMARK_TABLES.items() if task in tasks), None)
 
 
-def mean_std(values: list[float]) -> tuple[float, float | None]:
-    """Mean and sample standard deviation (``None`` for a single value)."""
-    return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else None
-
-
 RowKey = tuple[str, str]  # (label, task variant: XNLI's protocol, else "")
 
 
@@ -109,7 +104,7 @@ class BenchmarkScores:
         mean = statistics.fmean(statistics.fmean(c.values()) for c in cells)
         complete = set.intersection(*(set(c) for c in cells))
         per_seed = [statistics.fmean(c[seed] for c in cells) for seed in complete]
-        return mean, statistics.stdev(per_seed) if len(per_seed) > 1 else None
+        return mean, mean_std(per_seed)[1] if per_seed else None
 
 
 class Report:
@@ -439,7 +434,10 @@ def main(argv: list[str]) -> int:
     coverage = coverage_tables(args.run_dirs)
     tables = Report(runs, baseline, args.digits).tables() if runs or not (sweep_tables or coverage) else []
     text = render(tables + sweep_tables + coverage, args.format)
-    if args.output:
+    if args.output:  # never over a file it read (a results.json, a sweep's plan, a compress report)
+        read = [*(d / RESULTS_FILE for d in dirs), *(Path(r["run_dir"]) / RESULTS_FILE for r in runs),
+                *(Path(s) / MANIFEST for s in sweeps), *(f for p in args.run_dirs for f in Path(p).rglob("report.json"))]
+        check_output(Path(args.output), True, lambda out: None, read, option="--output")
         write_atomic(args.output, text)
     else:
         print(text, end="")

@@ -8,9 +8,11 @@ library versions, the final metrics, the parameter figures and the timings (see
 from __future__ import annotations
 
 import json
+import math
 import os
 import platform
 from collections.abc import Collection
+from dataclasses import dataclass
 from pathlib import Path
 
 from lit_embed.errors import ConfigError, MissingFileError
@@ -18,8 +20,8 @@ from lit_embed.errors import ConfigError, MissingFileError
 RESULTS_FILE = "results.json"
 #: Bumped when the layout of ``results.json`` changes incompatibly.
 RESULTS_FORMAT = 1
-#: What every ``results.json`` holds (``status``, added later, defaults to ``complete``).
-REQUIRED_KEYS = ("label",)
+#: Every status a run's ``results.json`` records (absent: ``complete``, as files written before it was added).
+STATUSES = ("complete", "interrupted")
 #: The last component of a metric name that is a score (higher is better): PRR is defined for these.
 SCORE_METRICS = ("accuracy", "f1", "matthews", "pearson", "spearman", "exact_match")
 #: Stages whose metrics are evaluations (PRR is computed for these, not for training metrics).
@@ -52,7 +54,9 @@ def is_score(name: str, scores: Collection[str] = ()) -> bool:
 
 
 def load_results(run_dir: str | os.PathLike) -> dict:
-    """The results of one run folder, with ``run_dir`` set; a clear error when there are none."""
+    """The results of one run folder, with ``run_dir`` set; a clear error when there are none, or when the file is not
+    a ``results.json`` of the shape :data:`SHAPE` gives (the one place its keys' types are checked: report and the
+    sweeps read them as given here)."""
     path = Path(run_dir) / RESULTS_FILE
     if not path.is_file():
         raise MissingFileError(
@@ -60,18 +64,113 @@ def load_results(run_dir: str | os.PathLike) -> dict:
             f"lit_embed.callbacks.ResultsWriter callback (the shipped trainer configs enable it): "
             f"rerun it, or leave the folder out"
         )
+    fix = "it was not written by this lit-embed's ResultsWriter (or was edited): rerun the run, or leave the folder out"
     try:
-        data = json.loads(path.read_text())
-    except json.JSONDecodeError as error:
-        raise ConfigError(f"{path} is not valid JSON ({error}): rerun the run or delete the file") from error
+        data = json.loads(path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError as error:
+        raise ConfigError(f"{path} is not UTF-8 text (byte {error.start}): {fix}") from None
+    except RecursionError:
+        raise ConfigError(f"{path} nests its values too deep to read: {fix}") from None
+    except ValueError as error:  # not JSON, or a number too long to read
+        raise ConfigError(f"{path} is not valid JSON ({error}): {fix}") from None
     if not isinstance(data, dict) or data.get("format") != RESULTS_FORMAT:
         found = data.get("format") if isinstance(data, dict) else type(data).__name__
         raise ConfigError(f"{path} has format {found!r}, expected {RESULTS_FORMAT}: it was not written by this lit-embed")
-    missing = [key for key in REQUIRED_KEYS if key not in data]
-    if missing:
-        raise ConfigError(f"{path} lacks {', '.join(missing)}: it was not written by ResultsWriter; rerun the run or leave it out")
+    problem = SHAPE.problem(data, "")
+    if problem is not None:
+        raise ConfigError(f"{path}: {problem}: {fix}")
     data["run_dir"] = str(run_dir)
     return data
+
+
+# -- the shape of results.json: every key report and the sweeps read, with its type --------------------------------
+
+#: The largest whole number read (a count, a seed): beyond it a count is no count, and floats cannot hold it.
+LARGEST = 2**63
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What a value must be; :meth:`problem` says where and how a value is not (``None``: it is)."""
+
+    kind: type | tuple[type, ...] = object  # the JSON type: str, int, (int, float), dict, list
+    shown: str = "anything"                  # its name in messages
+    nullable: bool = False
+    finite: bool = True                      # a number: NaN and infinities refused
+    keys: dict[str, Shape] | None = None     # a mapping's keys (others are kept unread)
+    required: tuple[str, ...] = ()
+    values: Shape | None = None              # every value of a mapping, every item of a list
+    choices: tuple[str, ...] = ()
+
+    def problem(self, value, key: str) -> str | None:
+        where = f"key {key!r}" if key else "the file"
+        if value is None:
+            return None if self.nullable else f"{where} is null, not {self.shown}"
+        if isinstance(value, bool) or not isinstance(value, self.kind):
+            return f"{where} is {_described(value)}, not {self.shown}{' (or null)' if self.nullable else ''}"
+        if isinstance(value, int) and not -LARGEST < value < LARGEST:
+            return f"{where} is {_described(value)}, out of range (at most 2**63 in size)"
+        if isinstance(value, float) and self.finite and not math.isfinite(value):
+            return f"{where} is {value}, not {self.shown}"
+        if self.choices and value not in self.choices:
+            return f"{where} is {value!r}, not one of {', '.join(map(repr, self.choices))}"
+        if isinstance(value, dict):
+            missing = [name for name in self.required if name not in value]
+            if missing:
+                return f"{where} lacks {', '.join(repr(f'{key}.{m}' if key else m) for m in missing)}"
+            for name, item in value.items():
+                shape = (self.keys or {}).get(name, self.values)
+                found = None if shape is None else shape.problem(item, f"{key}.{name}" if key else name)
+                if found is not None:
+                    return found
+        if isinstance(value, list) and self.values is not None:
+            for index, item in enumerate(value):
+                found = self.values.problem(item, f"{key}[{index}]")
+                if found is not None:
+                    return found
+        return None
+
+
+def _described(value) -> str:
+    """A JSON value as a message shows it."""
+    if isinstance(value, bool):
+        return f"{str(value).lower()} (a boolean)"
+    if isinstance(value, str):
+        return f"the text {value[:40]!r}"
+    if isinstance(value, int) and abs(value) >= 10**20:
+        return f"a number of {len(str(abs(value)))} digits"
+    if isinstance(value, (int, float)):
+        return f"the number {value}"
+    return {dict: "a mapping", list: "a list"}.get(type(value), type(value).__name__)
+
+
+TEXT = Shape(str, "text")
+WHOLE = Shape(int, "a whole number")
+NUMBER = Shape((int, float), "a finite number")
+#: A metric may be undefined (NaN: a correlation of constant predictions) or have diverged (a loss of inf).
+METRIC = Shape((int, float), "a number", finite=False)
+TIMING = Shape(dict, "a mapping", nullable=True, keys={"ms_per_sample": Shape((int, float), "a finite number", nullable=True)})
+SHAPE = Shape(dict, "a mapping", required=("label",), keys={
+    "label": TEXT,
+    "status": Shape(str, "text", choices=STATUSES),
+    "command": Shape(str, "text", nullable=True),
+    "task": Shape(str, "text", nullable=True),
+    "seed": Shape(int, "a whole number", nullable=True),
+    "paper": Shape(str, "text", nullable=True),
+    "backbone": Shape(dict, "a mapping", nullable=True, required=("arch", "layers", "hidden", "heads", "ffn"), keys={
+        "arch": TEXT, "layers": WHOLE, "hidden": WHOLE, "heads": WHOLE, "ffn": WHOLE}),
+    "parameters": Shape(dict, "a mapping", nullable=True,
+                        required=("total_params", "embedding_params", "pcr_all", "pcr_emb", "poep"), keys={
+        "total_params": WHOLE, "embedding_params": WHOLE, "pcr_all": NUMBER, "pcr_emb": NUMBER, "poep": NUMBER}),
+    "efficiency": Shape(dict, "a mapping", nullable=True, keys={
+        "train": TIMING, "infer": TIMING, "peak_memory_mb": Shape((int, float), "a finite number", nullable=True),
+        "device": TEXT}),
+    "metrics": Shape(dict, "a mapping of metric names to numbers", values=METRIC),
+    "scores": Shape(list, "a list of metric names", nullable=True, values=TEXT),
+    "checkpoint": Shape(dict, "a mapping", nullable=True, keys={
+        "monitor": Shape(str, "text", nullable=True), "best": Shape(str, "text", nullable=True),
+        "best_score": Shape((int, float), "a number", nullable=True, finite=False)}),
+})
 
 
 def find_run_dirs(paths: list[str]) -> list[Path]:

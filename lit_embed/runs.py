@@ -10,6 +10,7 @@ from pytorch_lightning.loggers import TensorBoardLogger
 from pytorch_lightning.utilities.rank_zero import rank_zero_only
 
 from lit_embed._compat import set_save_dir
+from lit_embed.files import writing
 from lit_embed.folders import claim_version, hold
 
 
@@ -45,6 +46,33 @@ class RunLogger(TensorBoardLogger):
         if rank_zero_only.rank != 0:
             return super()._get_next_version()  # a guess; Lightning broadcasts rank 0's folder where it matters
         return claim_version(self.root_dir)
+
+    # TensorBoard appends to its event file from a thread of its own and raises a full disk, unnamed, at the next
+    # write: each writing call names the run folder and its device instead (asked for only then: asking claims it).
+    @rank_zero_only
+    def log_metrics(self, metrics, step=None) -> None:
+        with writing(lambda: self.log_dir):
+            super().log_metrics(metrics, step)
+
+    @rank_zero_only
+    def log_hyperparams(self, params, metrics=None, step=None) -> None:
+        with writing(lambda: self.log_dir):
+            super().log_hyperparams(params, metrics, step)
+
+    @rank_zero_only
+    def log_graph(self, model, input_array=None) -> None:
+        with writing(lambda: self.log_dir):
+            super().log_graph(model, input_array)
+
+    @rank_zero_only
+    def save(self) -> None:
+        with writing(lambda: self.log_dir):
+            super().save()
+
+    @rank_zero_only
+    def finalize(self, status: str) -> None:
+        with writing(lambda: self.log_dir):
+            super().finalize(status)
 
 
 def run_folder(trainer) -> Path:

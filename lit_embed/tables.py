@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import csv
 import io
+import math
+import statistics
 from dataclasses import dataclass, field
 
 from lit_embed.errors import ConfigError
@@ -18,6 +20,15 @@ class Table:
     header: list[str]
     rows: list[list[str]]
     notes: list[str] = field(default_factory=list)
+
+
+def mean_std(values: list[float]) -> tuple[float, float | None]:
+    """Mean and sample standard deviation of a cell's values (``None`` for a single value); NaN where one is not
+    finite (an undefined score, a diverged loss: results.json may hold them), as ``statistics`` cannot take them."""
+    mean = statistics.fmean(values)
+    if len(values) < 2:
+        return mean, None
+    return mean, statistics.stdev(values) if all(map(math.isfinite, values)) else math.nan
 
 
 def render(tables: list[Table], fmt: str = "md") -> str:

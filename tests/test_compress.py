@@ -25,6 +25,7 @@ from lit_embed.compress.model_io import load_source
 from lit_embed.compress.summary import tensor_bytes
 from lit_embed.compress.vocabulary import coverage, split_vocabulary
 from lit_embed.embeddings import AdditiveQuantizedEmbedding, PCAEmbedding, SparseCodedEmbedding, UnkEmbedding
+from lit_embed.files import device_of
 from lit_embed.report import coverage_tables
 from tests.helpers import CONFIGS, REPO
 from tests.helpers.cli import params_json
@@ -423,7 +424,8 @@ def test_output_folder_is_complete_or_untouched(finetuned, tmp_path, monkeypatch
 
     monkeypatch.setattr("safetensors.torch.save_file", broken)  # the last file written
     assert compress(*args, "--overwrite") == 2
-    assert "no space left on the device writing model.safetensors" in capsys.readouterr().err
+    # the output folder and its device, not the file inside it (nor the hidden folder it was built in)
+    assert f"no space left on {device_of(tmp_path)} writing {out}: free space" in capsys.readouterr().err
     assert {p.name: p.read_bytes() for p in out.rglob("*") if p.is_file()} == earlier and not list(tmp_path.glob(".out.*"))
     monkeypatch.undo()
     assert compress(*args, "--overwrite") == 0  # an earlier output of compress, holding nothing else: replaced

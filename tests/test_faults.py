@@ -8,6 +8,7 @@ bug's traceback run as separate ``lit-embed`` processes.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -23,7 +24,10 @@ import safetensors.torch
 import torch
 import transformers
 
+from lit_embed.errors import DiskFullError, OutputExistsError
+from lit_embed.files import atomic_writer, check_output
 from tests.helpers import CONFIGS, REPO
+from tests.helpers.disk import BALLAST, fill, small_disk
 
 DRIVER = REPO / "tests" / "helpers" / "cli_driver.py"
 QUIET = ["--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false"]
@@ -99,6 +103,19 @@ def workspace(tmp_path_factory) -> Path:
                root / "weights.ckpt")
     (root / "empty_config.yaml").write_text("")
     craft_recorded(root)
+    # earlier outputs that hold what a later command reads: --overwrite must not replace them
+    compressed = root / "compressed"
+    transformers.BertModel(tiny).save_pretrained(compressed / "hf")
+    (compressed / "hf" / "texts.txt").write_text("the sea is calm\n")
+    (compressed / "report.json").write_text(json.dumps({"source": "all-MiniLM-L6-v2", "method": "unk", "vocabulary": {}}))
+    (root / "hf_link").symlink_to(compressed / "hf")
+    exported = root / "prior_export"
+    (exported / "tokenizer").mkdir(parents=True)
+    (exported / "lit_embed_export.json").write_text(json.dumps({"format": 1, "source": str(good)}))
+    (exported / "last.ckpt").write_bytes(data)
+    prior = root / "prior_analysis"
+    prior.mkdir()
+    (prior / "analysis.json").write_text(json.dumps({"strategy": "SubspaceEmbedding"}))
     return root
 
 
@@ -288,6 +305,27 @@ CASES = [
     ("an export's config.json as the encoder", [*FINETUNE, *SHORT, "--model.init_args.checkpoint", "null",
                                                "--model.init_args.encoder.init_args.pretrained", "exported"], 2,
      r"'exported' is not a model transformers can read \(.*custom code"),
+    # what a command reads is never inside the --out it replaces (symlinks followed), nor that folder itself
+    ("compress --overwrite of the output its --ckpt is in", ["compress", "--ckpt", "compressed/hf", "--data", "sample-corpus",
+                                                             "--out", "compressed", "--overwrite"], 2,
+     r"--out '\S*/compressed' holds 'compressed/hf', which this command reads"),
+    ("compress --overwrite of the output a symlinked --ckpt points into", [
+        "compress", "--ckpt", "hf_link", "--data", "sample-corpus", "--out", "compressed", "--overwrite"], 2,
+     r"--out '\S*/compressed' holds 'hf_link'"),
+    ("compress --overwrite of the output its --data is in", ["compress", "--ckpt", "all-MiniLM-L6-v2", "--data",
+                                                             "compressed/hf/texts.txt", "--out", "compressed", "--overwrite"], 2,
+     r"holds 'compressed/hf/texts\.txt'"),
+    ("compress --overwrite of its --ckpt itself", ["compress", "--ckpt", "compressed", "--data", "sample-corpus", "--out",
+                                                   "compressed", "--overwrite"], 2, r"--out '\S*/compressed' is 'compressed'"),
+    ("export --overwrite of the export its --ckpt is in", ["export", "--ckpt", "prior_export/last.ckpt", "--out", "prior_export",
+                                                           "--overwrite"], 2, r"--out '\S*/prior_export' holds 'prior_export/last\.ckpt'"),
+    ("export --overwrite of the export its --tokenizer is in", ["export", "--ckpt", CKPT, "--tokenizer", "prior_export/tokenizer",
+                                                                "--out", "prior_export", "--overwrite"], 2,
+     r"holds 'prior_export/tokenizer'"),
+    ("analyze --out holding its --text", ["analyze", "--ckpt", CKPT, "--text", "prior_analysis/analysis.json", "--out",
+                                          "prior_analysis"], 2, r"--out '\S*prior_analysis' holds 'prior_analysis/analysis\.json'"),
+    ("analyze --out its own run folder", ["analyze", "--ckpt", "runs/demo/version_0", "--out", "runs/demo/version_0"], 2,
+     r"--out '\S*/runs/demo/version_0' is 'runs/demo/version_0'"),
 ]
 
 
@@ -467,21 +505,130 @@ def test_a_checkpoint_folder_held_by_a_live_run_is_refused(tmp_path):
         first.communicate()
 
 
-def test_a_full_disk_names_the_device_and_keeps_the_old_file(tmp_path):
-    """A checkpoint save onto a full filesystem (a 1 MB tmpfs, where this machine lets us mount one)."""
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(disk)], capture_output=True).returncode:
-        pytest.skip("cannot mount a small tmpfs here")
-    try:
-        (disk / "last.ckpt").write_bytes(b"the previous checkpoint")
-        from lit_embed.errors import DiskFullError
-        from lit_embed.files import atomic_writer
+@pytest.mark.parametrize(("given", "refused"), [
+    ("out", "is"), ("out/hf", "holds"), ("out/hf/model.safetensors", "holds"), ("link_into_out", "holds"),
+    ("link_to_out", "is"), ("sibling", None), (".", None), ("out_2", None), ("all-MiniLM-L6-v2", None), ("nowhere/x", None),
+])
+def test_an_output_is_never_what_the_command_reads_nor_holds_it(tmp_path, monkeypatch, given, refused):
+    """What --overwrite (or analyze's --out) would replace: an input inside it, or the folder itself, is refused
+    (symlinks followed); an --out beside or inside an input, and names that are no local path, are not."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "out" / "hf").mkdir(parents=True)
+    (tmp_path / "out" / "hf" / "model.safetensors").write_bytes(b"weights")
+    (tmp_path / "sibling").mkdir()
+    (tmp_path / "out_2").mkdir()
+    (tmp_path / "link_into_out").symlink_to(tmp_path / "out" / "hf")
+    (tmp_path / "link_to_out").symlink_to(tmp_path / "out")
+    accepted = []
+    if refused is None:
+        check_output(Path("out"), True, accepted.append, [given])
+        assert accepted == [(tmp_path / "out").absolute()]
+    else:
+        with pytest.raises(OutputExistsError, match=rf"--out '{tmp_path}/out' {refused} '{given}', which this command reads"):
+            check_output(Path("out"), True, accepted.append, [given])
+        assert not accepted
 
+
+def test_a_full_disk_names_the_device_and_keeps_the_old_file(tmp_path):
+    """A checkpoint save onto a full filesystem."""
+    with small_disk(tmp_path / "disk", "1m") as disk:
+        (disk / "last.ckpt").write_bytes(b"the previous checkpoint")
         with pytest.raises(DiskFullError, match=f"no space left on {disk} writing {disk}/last.ckpt"):
             with atomic_writer(disk / "last.ckpt") as handle:
                 torch.save({"weights": torch.zeros(1_000_000)}, handle)
         assert (disk / "last.ckpt").read_bytes() == b"the previous checkpoint"
         assert [p.name for p in disk.iterdir()] == ["last.ckpt"]
-    finally:
-        subprocess.run(["umount", str(disk)], capture_output=True)
+
+
+# -- every writer on a full disk ---------------------------------------------------------------------------------
+
+
+def fill_at(hook: str) -> dict:
+    return {"class_path": "tests.helpers.probes.FillDisk", "init_args": {"folder": "DISK", "at": hook}}
+
+
+CHECKPOINT_LAST = {"class_path": "pytorch_lightning.callbacks.ModelCheckpoint", "init_args": {"save_last": True}}
+RESULTS_WRITER = {"class_path": "lit_embed.callbacks.ResultsWriter"}
+FOUR_STEPS = [*QUIET, "--trainer.max_steps", "4", "--trainer.val_check_interval", "2", "--trainer.limit_val_batches", "2",
+              "--data.init_args.batch_size", "4", "--trainer.default_root_dir", "DISK/runs"]
+COMPRESS_MINILM = ["compress", "--ckpt", "all-MiniLM-L6-v2", "--data", "sample-corpus", "--method", "unk", "--out", "DISK/c"]
+#: id, the bytes left free when the command starts (``None``: the run fills its disk itself, FillDisk), the command
+#: (DISK: a filesystem of its own), the file its message must name (a regex, under DISK).
+FULL_DISK = [
+    ("export", 0, ["export", "--ckpt", CKPT, "--out", "DISK/export"], r"export"),
+    ("analyze", 0, ["analyze", "--ckpt", CKPT, "--max-texts", "4", "--points", "50", "--no-tensorboard", "--out",
+                    "DISK/analysis"], r"analysis"),
+    ("compress, the model's own files on a nearly full disk", 200_000, COMPRESS_MINILM, r"c"),
+    ("compress, the weights (safetensors) on a full disk", 3_000_000, COMPRESS_MINILM, r"c"),
+    ("fit, a checkpoint", None, [*DEMO, *FOUR_STEPS, "--trainer.callbacks",
+                                 json.dumps([fill_at("on_train_start"), CHECKPOINT_LAST, RESULTS_WRITER])],
+     r"runs/version_0/checkpoints/\S+\.ckpt"),
+    ("fit, results.json", None, [*DEMO, *FOUR_STEPS, "--trainer.callbacks",
+                                 json.dumps([CHECKPOINT_LAST, fill_at("on_train_end"), RESULTS_WRITER])],
+     r"runs/version_0/results\.json"),
+    ("predict, predictions", None, ["predict", "--config", str(CONFIGS / "demo.yaml"), "--ckpt_path", CKPT, *QUIET,
+                                    "--data.init_args.predict_input", "masks.txt", "--trainer.default_root_dir", "DISK/runs",
+                                    "--trainer.callbacks", json.dumps([fill_at("on_predict_start")])],
+     r"runs/version_0/predictions\.jsonl"),
+    ("sweep, a run's status", None, ["sweep", "--config", "DISK.sweep.yaml", "--run", "fit/run"],
+     r"sweep/logs/fit/run/status\.json"),
+]
+
+
+@pytest.fixture(scope="module")
+def full_disks(workspace, tmp_path_factory):
+    """Every case of :data:`FULL_DISK` on a filesystem of its own, run once in a fresh process."""
+    root = tmp_path_factory.mktemp("disks")
+    cases, disks = [], {}
+    with contextlib.ExitStack() as mounts:
+        for number, (case, left, argv, _) in enumerate(FULL_DISK):
+            disk = disks[case] = mounts.enter_context(small_disk(root / str(number), "16m"))
+            if left is not None:
+                fill(disk, leave=left)
+            sweep = {"folder": f"{disk}/sweep", "stages": {"fit": {"config": str(CONFIGS / "demo.yaml"), "set": {
+                "trainer.max_steps": 2, "trainer.limit_val_batches": 1, "trainer.enable_progress_bar": False,
+                "data.init_args.batch_size": 4, "trainer.callbacks": [fill_at("on_train_start"), RESULTS_WRITER]}}}}
+            (root / f"{number}.sweep.yaml").write_text(json.dumps(sweep).replace('"DISK"', json.dumps(str(disk))))
+            argv = [a.replace("DISK.sweep.yaml", str(root / f"{number}.sweep.yaml")).replace("DISK", str(disk)) for a in argv]
+            cases.append({"id": case, "argv": argv, "cwd": str(workspace)})
+        (workspace / "masks.txt").write_text("The cat sat on the <mask>.\n")
+        listing = root / "cases.json"
+        listing.write_text(json.dumps(cases))
+        done = subprocess.run([sys.executable, str(DRIVER), str(listing)], cwd=workspace, env=env(workspace),
+                              capture_output=True, text=True, timeout=900)
+        assert done.returncode == 0, done.stderr[-3000:]
+        results = {r["id"]: r for r in map(json.loads, done.stdout.splitlines()) if r}
+        left = {case: sorted(str(p.relative_to(disk)) for p in disk.rglob("*") if p.name != BALLAST)
+                for case, disk in disks.items()}
+        kept = {case: _whole(disk) for case, disk in disks.items()}
+        yield {"results": results, "disks": disks, "left": left, "kept": kept}
+    (workspace / "masks.txt").unlink()
+
+
+def _whole(disk: Path) -> dict[str, bool]:
+    """Whether each checkpoint and JSON file on ``disk`` reads whole."""
+    whole = {}
+    for path in disk.rglob("*"):
+        if path.suffix == ".ckpt":
+            whole[path.name] = bool(torch.load(path, weights_only=True).get("state_dict"))
+        elif path.suffix == ".json":
+            whole[path.name] = isinstance(json.loads(path.read_text()), dict)
+    return whole
+
+
+@pytest.mark.parametrize(("case", "left", "argv", "named"), FULL_DISK, ids=[c[0] for c in FULL_DISK])
+def test_every_writer_on_a_full_disk_names_the_file_and_its_device_and_half_writes_nothing(case, left, argv, named,
+                                                                                            full_disks):
+    import re
+
+    result, disk = full_disks["results"][case], full_disks["disks"][case]
+    assert result["status"] == 2, result["stderr"][-3000:]
+    assert "Traceback" not in result["stderr"], result["stderr"][-3000:]
+    assert re.search(rf"error: no space left on {disk} writing {disk}/{named}: free space", result["stderr"]), \
+        result["stderr"][-2000:]
+    files = full_disks["left"][case]
+    assert not [f for f in files if f.endswith(".tmp") or ".building-" in f], files  # no temporary file stays
+    if left is not None:  # an output folder: absent, as before the command
+        assert files == [], files
+    assert all(full_disks["kept"][case].values()), full_disks["kept"][case]  # what was written is whole
+    assert not [f for f in files if f.endswith(("results.json", "predictions.jsonl"))], files

@@ -167,9 +167,57 @@ def test_a_label_unseen_in_training_and_an_empty_split_fail_with_exit_2(tmp_path
     assert not list(tmp_path.rglob("*.ckpt"))
 
 
+#: id, the label of every row of train, validation and test (None: three labels), the definition's changes, the
+#: message (exit 2, before any training); None: the run trains.
+ONE_VALUE = [
+    ("a training file of one label", ("sport", None, None), {}, r"r\.csv: every row of the train split has the label "
+     r"'sport' in column 'topic' \(24 rows\), and a classification needs two labels or more to learn"),
+    ("given labels, a training split of one", ("sport", None, None), {"labels": ["sport", "food", "music"]},
+     r"train\.csv: every row of the train split has the label 'sport' in column 'topic' \(30 rows\), and a "
+     r"classification needs two labels or more to learn"),
+    ("one label given", (None, None, None), {"labels": ["sport"]}, r"labels \['sport'\] name fewer than two"),
+    ("a constant regression target", (2.5, None, None), {"regression": True},
+     r"train\.csv: every row of the train split has the score 2\.5 in column 'topic'.*a regression learns nothing"),
+    ("a regression target that is no number", ("high", None, None), {"regression": True},
+     r"train\.csv: single: row \d+ has label 'high' in column 'topic'; the task's scores are numbers"),
+    ("a validation split of one label, scored by matthews", (None, "sport", None), {"metrics": ["accuracy", "matthews"]},
+     r"dev\.csv: every row of the validation split has the label 'sport'.*metric 'matthews' needs two labels or more"),
+    ("a test split of one label, scored by auroc", (None, None, "food"), {"metrics": ["accuracy", "auroc_macro"]},
+     r"test\.csv: every row of the test split has the label 'food'.*metric 'auroc_macro' needs two labels"),
+    ("a constant validation score, spearman", (None, 3.0, None), {"regression": True},
+     r"dev\.csv: every row of the validation split has the score 3\.0.*metric 'spearman' needs two scores"),
+    ("a validation split of one label, scored by accuracy alone", (None, "sport", None), {}, None),
+]
+
+
+@pytest.mark.parametrize(("case", "labels", "change", "message"), ONE_VALUE, ids=[c[0] for c in ONE_VALUE])
+def test_labels_of_one_value_are_refused_before_training_where_they_cannot_train_or_be_scored(
+        tmp_path, monkeypatch, capsys, case, labels, change, message):
+    """A training split whose labels (or scores) all have one value cannot train; an evaluation split of one value
+    cannot be scored by a correlation, agreement or ranking metric (torchmetrics failed after training, leaving a run
+    folder). Refused with exit 2 naming the file and the column, and nothing is left; accuracy scores one label."""
+    monkeypatch.chdir(tmp_path)
+    regression = change.get("regression", False)
+    three = (1.0, 2.0, 4.0) if regression else ("sport", "food", "music")
+    files = {split: write_csv(tmp_path / f"{name}.csv", rows, labels=three if label is None else (label,), seed=seed)
+             for split, name, rows, label, seed in zip(("train", "validation", "test"), ("train", "dev", "test"),
+                                                       (30, 9, 9), labels, (0, 1, 2))}
+    if case == "a training file of one label":
+        files = write_csv(tmp_path / "r.csv", 30, labels=("sport",))
+    task = definition("single", files, **change)
+    status = main(["fit", "--config", finetune_config(tmp_path, task), "--trainer.max_steps", "1"])
+    error = capsys.readouterr().err
+    if message is None:
+        assert status == 0, error
+        return
+    assert status == 2, error
+    assert re.search(message, error, flags=re.S), error
+    assert not list((tmp_path / "runs").rglob("version_*")) and not list(tmp_path.rglob("*.ckpt"))
+
+
 def test_predict_input_is_texts_a_text_file_a_table_or_a_split_and_wrong_shapes_are_refused(tmp_path):
     files = write_csv(tmp_path / "r.csv", rows=20)
-    pair = definition("pairs", files, text_columns=["review", "topic"], labels=["a"])
+    pair = definition("pairs", files, text_columns=["review", "topic"], labels=["a", "b"])
     (tmp_path / "pairs.txt").write_text("first\tsecond\nonly one part\n")
     with pytest.raises(ConfigError, match=r"text 2 has 1 part\(s\); task 'pairs' reads 2 \(review, topic\): a tab"):
         TaskDataModule(pair, predict_input=str(tmp_path / "pairs.txt"))._predict_rows()

@@ -243,6 +243,18 @@ def test_register_task_refuses_a_taken_or_unreachable_name(fresh):
     assert tasks.register_task(dataclasses.replace(topics, name="my_topics")) is tasks.get_task("My-Topics")
 
 
+@pytest.mark.parametrize("name", ["..", "../runs", ".hidden", "a/b", "/tmp/x", "a\\b", "topics\n", "_x", "x y"])
+def test_a_task_name_is_never_a_path(fresh, name):
+    """Task names name rows, sweep folders and cached files: a plugin's (register_task) and a config's own
+    (TaskDefinition) are lower case letters, digits and _, so never '..', a path, a hidden or a control character."""
+    topics = tasks.TASKS["topics"]
+    with pytest.raises(ConfigError, match=f"task name {re.escape(repr(name))} is not the form configs find"):
+        tasks.register_task(dataclasses.replace(topics, name=name))
+    with pytest.raises(ConfigError, match=f"task name {re.escape(repr(name))} is not the form configs find"):
+        tasks.define_task({"name": name, "files": "f.csv", "text_columns": ["text"], "label_column": "label"})
+    assert name not in tasks.TASKS and tasks._key(name) not in tasks.TASKS
+
+
 def test_readme_stanza_declares_the_group_that_is_loaded():
     tomllib = pytest.importorskip("tomllib")
     stanza = re.findall(r"```toml\n(.*?)```", (REPO / "README.md").read_text(), flags=re.S)

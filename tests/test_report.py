@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import csv
 import io
+import json
+import re
 import statistics
 from pathlib import Path
 
@@ -292,3 +294,147 @@ def test_a_tasks_own_higher_is_better_metrics_are_scores(tmp_path, capsys):
     assert main(["report", str(run)]) == 0
     out = capsys.readouterr().out
     assert "| mine (reviews) | 50.0 | 0.25 |" in out and "x 100: test/cohen_kappa; the others as logged" in out
+
+
+# -- results.json of the wrong shape: every key report and the sweeps read, x the wrong types ------------------------
+
+#: A results.json with every key report and the sweeps read, each holding what ResultsWriter writes there.
+WHOLE_RESULTS = {
+    "format": 1, "status": "complete", "command": "fit", "label": "3se", "task": "rte", "seed": 1, "paper": "hashformers",
+    "backbone": ROBERTA_S, "parameters": parameters(SUB3),
+    "efficiency": {"train": {"ms_per_sample": 1.5}, "infer": {"ms_per_sample": 0.5}, "peak_memory_mb": 120.0,
+                   "device": "cpu"},
+    "metrics": {"test/accuracy": 0.7, "val/score": 0.72}, "scores": ["accuracy"],
+    "checkpoint": {"monitor": "val/score", "mode": "max", "best": "checkpoints/best.ckpt", "best_score": 0.72},
+    "config": {"model": {"class_path": "lit_embed.models.SequenceClassifier"}},
+}
+#: Each key (a path into the file) and what it holds, written out here as the test's own statement of the format
+#: ("?": null allowed too).
+KEYS = {
+    ("label",): "text", ("status",): "status", ("command",): "text?", ("task",): "text?", ("seed",): "whole?",
+    ("paper",): "text?", ("backbone",): "mapping?", ("parameters",): "mapping?", ("efficiency",): "mapping?",
+    ("metrics",): "mapping", ("scores",): "list?", ("checkpoint",): "mapping?",
+    **{("backbone", key): "text" if key == "arch" else "whole" for key in ROBERTA_S},
+    ("parameters", "total_params"): "whole", ("parameters", "embedding_params"): "whole",
+    **{("parameters", key): "number" for key in ("pcr_all", "pcr_emb", "poep")},
+    ("efficiency", "train"): "mapping?", ("efficiency", "infer"): "mapping?",
+    ("efficiency", "train", "ms_per_sample"): "number?", ("efficiency", "infer", "ms_per_sample"): "number?",
+    ("efficiency", "peak_memory_mb"): "number?", ("efficiency", "device"): "text",
+    ("metrics", "test/accuracy"): "metric", ("scores", 0): "text",
+    ("checkpoint", "monitor"): "text?", ("checkpoint", "best"): "text?", ("checkpoint", "best_score"): "metric?",
+}
+NAN, INF = float("nan"), float("inf")
+#: Values of the wrong type for each kind (null left out where it is allowed); huge and non-finite numbers too.
+WRONG = {
+    "text": [None, 1, 2.5, True, ["x"], {"a": 1}],
+    "status": [None, "done", 1, ["complete"]],
+    "whole": [None, "3", 1.5, True, [1], {}, 10**30, -(10**30), NAN, INF],
+    "number": [None, "x", True, [1.0], {}, NAN, INF, -INF, 10**30],
+    "metric": [None, "0.7", False, [0.7], {"v": 0.7}, 10**30],
+    "mapping": [None, "x", 1, 0.5, True, ["a"]],
+    "list": ["accuracy", 1, {"a": 1}, True],
+}
+
+
+def shown(path: tuple) -> str:
+    """The key as the message names it: ``parameters.total_params``, ``scores[0]``."""
+    return "".join(f"[{p}]" if isinstance(p, int) else (f".{p}" if i else p) for i, p in enumerate(path))
+
+
+def malformed(path: tuple, value) -> dict:
+    import copy
+
+    results = copy.deepcopy(WHOLE_RESULTS)
+    *parents, last = path
+    holder = results
+    for part in parents:
+        holder = holder[part]
+    holder[last] = value
+    return results
+
+
+@pytest.mark.parametrize("path", list(KEYS), ids=[shown(p) for p in KEYS])
+def test_a_results_json_of_the_wrong_shape_is_refused_naming_the_file_and_the_key(path, tmp_path, capsys):
+    """Every key report and the sweeps read, given every wrong type (and huge or non-finite numbers where a count or a
+    figure must be finite): exit 2 naming the file and the key, never a traceback; a sweep takes the run as not done.
+    The file as ResultsWriter writes it, and null where null is allowed, are read."""
+    from lit_embed.sweeps.outcomes import finished_results
+
+    kind = KEYS[path]
+    wrong = [v for v in WRONG[kind.rstrip("?")] if not (v is None and kind.endswith("?"))]
+    run = tmp_path / "run"
+    for value in wrong:
+        write_json_atomic(run / RESULTS_FILE, malformed(path, value))
+        assert main(["report", str(run)]) == 2, value
+        error = capsys.readouterr().err
+        assert f"{run / RESULTS_FILE}: key {shown(path)!r} " in error and "Traceback" not in error, (value, error)
+        sweep_run = type("Run", (), {"folder": tmp_path})()  # the sweep's reader looks in version folders under it
+        (tmp_path / "version_0").mkdir(exist_ok=True)
+        write_json_atomic(tmp_path / "version_0" / RESULTS_FILE, malformed(path, value))
+        assert finished_results(sweep_run) is None, value
+    accepted = [WHOLE_RESULTS] + ([malformed(path, None)] if kind.endswith("?") else [])
+    for results in accepted:
+        write_json_atomic(run / RESULTS_FILE, results)
+        assert main(["report", str(run)]) == 0, capsys.readouterr().err
+        capsys.readouterr()
+
+
+@pytest.mark.parametrize(("case", "content", "message"), [
+    ("not UTF-8", b'{"format": 1, "label": "caf\xe9"}', r"results\.json is not UTF-8 text \(byte 27\)"),
+    ("nested absurdly deep", b"[" * 100_000 + b"]" * 100_000, r"results\.json nests its values too deep to read"),
+    ("a number too long to read", b'{"format": 1, "label": "x", "seed": 1' + b"0" * 5000 + b"}",
+     r"results\.json is not valid JSON \(Exceeds the limit"),
+    ("a list, not a mapping", b'[{"format": 1}]', r"results\.json has format 'list', expected 1"),
+    ("a count of 1e999", json.dumps(malformed(("parameters", "total_params"), 1e999)).encode(),
+     r"key 'parameters\.total_params' is the number inf, not a whole number"),
+    ("a NaN percentage", json.dumps(malformed(("parameters", "poep"), NAN)).encode(),
+     r"key 'parameters\.poep' is nan, not a finite number"),
+])
+def test_a_results_json_that_cannot_be_read_is_refused_naming_the_file(case, content, message, tmp_path, capsys):
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / RESULTS_FILE).write_bytes(content)
+    assert main(["report", str(tmp_path / "run")]) == 2
+    error = capsys.readouterr().err
+    assert re.search(message, error) and "Traceback" not in error, error
+
+
+def test_undefined_and_diverged_metrics_are_read_and_shown_as_such(tmp_path, capsys):
+    """A metric may be NaN (a correlation of constant predictions) or infinite (a diverged loss): ResultsWriter writes
+    them, report shows them ("nan", "inf"), averaged with others into NaN, and nested data report does not read (a
+    config) may be as deep as JSON allows; a sweep does not choose a grid point by an undefined score."""
+    from lit_embed.sweeps.plan import Select
+
+    deep: object = "leaf"
+    for _ in range(500):
+        deep = {"x": deep}
+    for seed, value in ((1, NAN), (2, 0.7)):
+        results = {**malformed(("metrics", "test/accuracy"), value), "seed": seed, "config": deep}
+        results["metrics"]["val/loss"] = INF
+        write_json_atomic(tmp_path / f"seed{seed}" / RESULTS_FILE, results)
+    assert main(["report", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "| 3se | nan ± nan |" in out and "inf" in out, out
+    assert Select().best({"a": NAN, "b": 0.5, "c": None}) == "b" and Select("val/loss", "min").best({"a": -INF}) is None
+
+
+@pytest.mark.parametrize("target", ["results.json", "sweep.json", "report.json"])
+def test_report_never_writes_its_output_over_a_file_it_read(target, tmp_path, capsys):
+    """--output replaces a file: never one report read (a run's results.json, a sweep's plan, a compress output's
+    report.json); beside them it writes."""
+    from lit_embed.sweeps.plan import MANIFEST, load_sweep, manifest
+
+    run = write_run(tmp_path, "x", "cola", 0, {"test/matthews": 0.4})
+    sweep_file = tmp_path / "sweep.yaml"
+    sweep_file.write_text(json.dumps({"folder": str(tmp_path / "sweep"), "stages": {"a": {"config": str(REPO / "configs" / "demo.yaml")}}}))
+    write_json_atomic(tmp_path / "sweep" / MANIFEST, manifest(load_sweep(sweep_file)))
+    write_json_atomic(tmp_path / "compressed" / "report.json", {"source": "x", "method": "unk", "task": "cola", "retention": 0.5,
+                                                                "coverage": {"tokens": 0.9, "sentences": 0.5, "examples": 10}})
+    read = {"results.json": run / RESULTS_FILE, "sweep.json": tmp_path / "sweep" / MANIFEST,
+            "report.json": tmp_path / "compressed" / "report.json"}[target]
+    before = read.read_bytes()
+    assert main(["report", str(tmp_path), "-o", str(read)]) == 2
+    error = capsys.readouterr().err
+    assert f"--output '{read}' is '{read}', which this command reads" in error, error
+    assert read.read_bytes() == before
+    assert main(["report", str(tmp_path), "-o", str(run / "tables.md")]) == 0
+    assert "### " in (run / "tables.md").read_text()

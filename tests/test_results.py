@@ -148,7 +148,7 @@ def test_results_writer_refuses_a_baseline_of_another_backbone(tmp_path):
     model = MaskedLM(Encoder(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64), vocab_size=100)
     trainer = SimpleNamespace(loggers=[])
     other = {"format": 1, "label": "bert", "backbone": {"arch": "bert", "layers": 12, "hidden": 768, "heads": 12, "ffn": 3072},
-             "parameters": {"total_params": 1, "embedding_params": 1}}
+             "parameters": {"total_params": 1, "embedding_params": 1, "pcr_all": 0.0, "pcr_emb": 0.0, "poep": 1.0}}
     write_json_atomic(tmp_path / "bert" / RESULTS_FILE, other)
     with pytest.raises(ValueError, match=r"has backbone bert 12x768 .* but this run has roberta 1x32"):
         ResultsWriter(baseline=str(tmp_path / "bert")).setup(trainer, model, "fit")

@@ -123,6 +123,63 @@ def test_bad_sweep_files_are_named_with_the_fix(tmp_path, capsys, document, mess
     assert message in capsys.readouterr().err
 
 
+#: Names that would not be one folder of the sweep's own, and the rule each breaks.
+UNSAFE_NAMES = [("..", "is the name of a folder itself or of its parent"), (".", "is the name of a folder itself or of its parent"),
+                (".hidden", "starts with '.'"), ("a/b", "holds a path separator"), ("/tmp/x", "holds a path separator"),
+                ("a\\b", "holds a path separator"), ("", "is empty"), ("a\x07b", "holds a control character")]
+
+
+@pytest.mark.parametrize("place", ["stage", "axis", "value", "value of a list", "search value"])
+@pytest.mark.parametrize(("name", "rule"), UNSAFE_NAMES, ids=[repr(n) for n, _ in UNSAFE_NAMES])
+def test_names_that_become_folders_stay_inside_the_sweep_folder(tmp_path, capsys, place, name, rule):
+    """A stage, an axis or a value names a folder of the sweep: one that would leave it (or hide in it) is refused
+    with exit 2, naming it and the rule; nothing is written. A value of a list has its separators and control
+    characters made '_' (it shows a config value; '' shows as '_'), so only '.', '..' and a leading '.' stay to refuse."""
+    stage = {"config": FINETUNE}
+    if place == "axis":
+        stage["axes"] = {name: {"a": {}}}
+    elif place == "value":
+        stage["axes"] = {"model": {name: {}}}
+    elif place == "value of a list":
+        stage["axes"] = {"model.init_args.optim.lr": [name]}
+    elif place == "search value":
+        stage["search"] = {"model.init_args.optim.lr": [name, 0.1]}
+    stages = {name if place == "stage" else "a": stage}
+    status = main(["sweep", "--config", str(sweep_file(tmp_path, {"stages": stages})), "--dry-run"])
+    error = capsys.readouterr().err
+    sanitised = place in ("value of a list", "search value") and name not in (".", "..", ".hidden")
+    if sanitised:
+        assert status == 0, error
+        return
+    assert status == 2, error
+    named = {"stage": "stage", "axis": "axis name", "value": "value", "value of a list": "value of axis",
+             "search value": "value of axis"}[place]
+    assert named in error and repr(name) in error, error
+    assert rule in error or "a stage name is letters" in error or "may hold only letters" in error, error
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_symlink_out_of_the_sweep_folder_is_refused_and_a_plan_that_leaves_it_is_not_read(tmp_path, capsys):
+    """A run folder must resolve inside its sweep folder: a stage folder that is a symlink elsewhere is refused. A
+    plan (sweep.json) naming a stage '..' is not read by report: its runs would be another sweep's."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "a").symlink_to(elsewhere)
+    path = sweep_file(tmp_path, {"stages": {"a": {"config": FINETUNE}}})
+    assert main(["sweep", "--config", str(path), "--dry-run"]) == 2
+    error = capsys.readouterr().err
+    assert f"resolves to {elsewhere}/run, outside the sweep folder {tmp_path / 'out'}" in error, error
+    (tmp_path / "out" / "a").unlink()
+    plan = manifest(load_sweep(path))
+    plan["stages"][0]["name"] = ".."
+    write_json_atomic(tmp_path / "out" / MANIFEST, plan)
+    finish(load_sweep(path).runs[0], 0.9)  # a finished run where the plan's '..' points
+    assert main(["report", str(tmp_path / "out")]) == 2
+    error = capsys.readouterr().err
+    assert f"{tmp_path / 'out' / MANIFEST} is not a sweep plan" in error and "stage name '..'" in error, error
+
+
 # -- what is done, best of the grid, stages -----------------------------------------------------------------------
 
 

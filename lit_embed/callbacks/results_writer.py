@@ -16,7 +16,7 @@ from lit_embed._compat import keep_hparams_tab_for_final_figures, tensorboard_fi
 from lit_embed.accounting import parameter_report, performance_retention, speed_up
 from lit_embed.callbacks.efficiency import EfficiencyMonitor
 from lit_embed.errors import ConfigError
-from lit_embed.files import write_json_atomic
+from lit_embed.files import write_json_atomic, writing
 from lit_embed.interfaces import TaskModel, provides
 from lit_embed.models.base import EmbeddingModule
 from lit_embed.results import (
@@ -321,6 +321,7 @@ def _write_hparams_tab(logger: TensorBoardLogger, params: dict[str, Any], metric
 
     experiment, start, end = hparams(params, metrics)
     writer = tensorboard_file_writer(logger)
-    for summary in (experiment, start, end):
-        writer.add_summary(summary)
-    writer.flush()
+    with writing(logger.log_dir):  # TensorBoard's event file, appended to
+        for summary in (experiment, start, end):
+            writer.add_summary(summary)
+        writer.flush()

@@ -7,7 +7,6 @@
 from __future__ import annotations
 
 import inspect
-import json
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -34,8 +33,8 @@ from lit_embed.compress.vocabulary import check_retention, count_tokens, coverag
 from lit_embed.data.sources import load_files, resolve_file
 from lit_embed.embeddings.state import public_class_path
 from lit_embed.embeddings.text import VocabTextEncoder
-from lit_embed.errors import ConfigError, MissingFileError, OutputExistsError
-from lit_embed.files import atomic_folder
+from lit_embed.errors import ConfigError, MissingFileError
+from lit_embed.files import atomic_folder, check_output, write_atomic, write_json_atomic
 from lit_embed.hub import trusting_remote_code
 from lit_embed.interfaces import TaskData, TaskModel, provides
 from lit_embed.recorded import name_user_classes
@@ -112,14 +111,15 @@ def compress(
     if not ks or min(ks) < 1:
         raise ConfigError(f"k={k} must be at least 1 (the paper: 1 to 5 for sparse coding, 1 to 10 for PCA)")
     target = Path(out).expanduser()
-    if target.exists():  # before the work: refuse what could not be replaced at the end
-        if not overwrite:
-            raise OutputExistsError(f"output folder {str(target)!r} exists: choose another --out or pass --overwrite")
-        check_replaceable(target.absolute())
+    given = [ckpt, model_config, *_strings(data)]
+    check_output(target, overwrite, check_replaceable, given)  # before the work: refuse what could not be replaced
 
     name_user_classes(given_data_config(data))  # the checkpoint may name the classes of your own --data config
     source = load_source(ckpt, model_config, untie)
     chosen = resolve_data(data, source, trust_remote_code)
+    # everything read: the checkpoint or model folder, its tokenizer, the data's files and folders
+    inputs = [*given, source.name, source.tokenizer, source.hf_folder, *chosen.files,
+              *_strings(chosen.config), *_strings(source.model_config)]
     if len(ks) > 1 and compression.uses_k:
         check_k_choosable(source, chosen)
     vocab, hidden = source.weight.shape
@@ -165,11 +165,11 @@ def compress(
         report["seconds"] = round(time.perf_counter() - started, 2)
         report["files"] = {str(p.relative_to(folder)): p.stat().st_size for p in sorted(folder.rglob("*"))
                            if p.is_file() and p.name in ("model.ckpt", "model.safetensors", "compressed_embedding.safetensors")}
-        (folder / "report.json").write_text(json.dumps(report, indent=2) + "\n")
-        (folder / "report.md").write_text(format_summary(report))
+        write_json_atomic(folder / "report.json", report)
+        write_atomic(folder / "report.md", format_summary(report))
 
     with trusting_remote_code(chosen.trust_remote_code, TRUST_FLAG):  # the HuggingFace folder saves the tokenizer too
-        atomic_folder(target, overwrite, fill, replaceable=check_replaceable)
+        atomic_folder(target, overwrite, fill, replaceable=check_replaceable, inputs=inputs)
     print(format_summary(report), end="")
     print(f"Wrote {target}/")
     return report
@@ -256,6 +256,17 @@ def _task_data(config: dict, label: str, trust_remote_code: bool) -> Data:
     task = module.task.name
     return Data(label=f"{label} (task {task})" if task else label, module=module, config=config,
                 trust_remote_code=module.trust_remote_code)
+
+
+def _strings(value) -> list[str]:
+    """Every string in an argument or config (mappings and lists walked): the paths among them are what it reads."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [s for item in value.values() for s in _strings(item)]
+    if isinstance(value, (list, tuple)):
+        return [s for item in value for s in _strings(item)]
+    return []
 
 
 def _file_texts(files: list[str]) -> Iterator[str]:

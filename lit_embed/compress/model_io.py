@@ -21,6 +21,7 @@ from lit_embed.checkpoints import build_from_config, load_model, recorded_tokeni
 from lit_embed.embeddings.base import EmbeddingStrategy
 from lit_embed.embeddings.dense import DenseEmbedding
 from lit_embed.errors import ConfigError, MissingFileError, OutputExistsError
+from lit_embed.files import write_atomic
 from lit_embed.folders import start_checkpoint
 from lit_embed.hub import load_tokenizer, loading_pretrained, resolve_pretrained
 from lit_embed.models.base import EmbeddingModule
@@ -232,7 +233,7 @@ def write_model(folder: Path, source: Source, strategy: EmbeddingStrategy, data_
         f"{WRITTEN_HEADER} compress`: the compressed model (its weights are in model.ckpt beside this file).\n"
         f"#   lit-embed test --config DIR/config.yaml --ckpt_path DIR/model.ckpt{trust}\n"
     )
-    (folder / "config.yaml").write_text(header + yaml.safe_dump(document, sort_keys=False))
+    write_atomic(folder / "config.yaml", header + yaml.safe_dump(document, sort_keys=False))
 
 
 def write_huggingface(folder: Path, source: Source, strategy: EmbeddingStrategy) -> None:

@@ -213,12 +213,17 @@ class TaskDataModule(TextDataModule):
         train_rows, heldout = self._train_rows(with_heldout=True) if needs_train else (None, None)
         if stage in (None, "fit"):
             self.train_set = self._encode(train_rows, build, "train")
+            self._check_spread(self.train_set, train_rows, "train")
         if stage in (None, "fit", "validate"):
             rows = {"": heldout} if heldout is not None else self._load_all(self.validation_sources())
             self.eval_sets["val"] = {name: self._encode(r, build, name, index=True) for name, r in rows.items()}
+            for name, r in rows.items():
+                self._check_spread(self.eval_sets["val"][name], r, name or "validation")
         if stage in (None, "fit", "test"):  # fit: a test label outside the label set stops the run before it trains
             rows = self._load_all(self.test_sources())
             self.eval_sets["test"] = {name: self._encode(r, build, name, index=True) for name, r in rows.items()}
+            for name, r in rows.items():
+                self._check_spread(self.eval_sets["test"][name], r, name or "test")
         if stage == "predict":
             self.predict_rows = self._predict_rows()
             self.predict_set = self._encode(self.predict_rows, build, "predict", index=True, labels=False)
@@ -357,6 +362,34 @@ class TaskDataModule(TextDataModule):
                 raise
             raise ConfigError(f"{origin}: {error}") from None
         return mapped.with_format("numpy")
+
+    def _check_spread(self, encoded, rows: datasets.Dataset, split: str) -> None:
+        """Refuse, before any training, labels that cannot train or be scored: a training split whose labels (or
+        regression scores) all have one value, or an evaluation split with one where a task's metric needs two
+        (a correlation, agreement or ranking: torchmetrics would fail on it, or give a number that means nothing)."""
+        from lit_embed.models.metrics import needs_two_values
+
+        values = np.unique(np.asarray(encoded["labels"]))
+        if len(values) != 1:
+            return
+        training = split == "train"
+        needing = [m for m in self.task.metrics if needs_two_values(m)]
+        if not training and not needing:
+            return
+        task = self.task
+        origin = self._origins.get(dataset_fingerprint(rows)) or f"task {task.name!r}"
+        value = values[0].item() if task.regression else task.labels[int(values[0])]
+        kind = "score" if task.regression else "label"
+        if training:
+            why = ("a regression learns nothing from scores that do not vary" if task.regression
+                   else "a classification needs two labels or more to learn")
+            fix = f"give it rows of other {kind}s"
+        else:
+            why = f"metric {needing[0]!r} needs two {kind}s or more to score it"
+            fix = (f"give it rows of other {kind}s, or only metrics that one {kind} defines "
+                   f"({'mean_squared_error' if task.regression else 'accuracy'})")
+        raise ConfigError(f"{origin}: every row of the {split} split has the {kind} {value!r} in column "
+                          f"{task.label_column!r} ({len(encoded)} rows), and {why}: {fix}")
 
     def _loader(self, dataset, batch_size: int) -> DataLoader:
         return DataLoader(
@@ -643,9 +676,8 @@ class ExampleBuilder:
             for row, value in zip(indices, values):
                 number = _as_float(value)
                 if number is None or not low <= number <= high:
-                    raise ConfigError(
-                        f"{task.name}: row {row} has label {value!r}; the task's scores are numbers in [{low}, {high}]"
-                    )
+                    raise ConfigError(f"{task.name}: row {row} has label {value!r} in column {task.label_column!r}; the "
+                                      f"task's scores are numbers in [{low}, {high}]")
                 out.append(number)
             return out
         ours = {name: i for i, name in enumerate(task.labels)}

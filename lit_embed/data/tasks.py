@@ -204,9 +204,24 @@ BENCHMARK_TABLES: dict[str, tuple[str, ...]] = {
 }
 
 
+#: What a task's name is: lower case letters, digits and ``_``, not first.
+TASK_NAME = re.compile(r"[a-z0-9][a-z0-9_]*")
+
+
 def _key(name: str) -> str:
     """The table's key for a task name: lower case, ``_`` for ``-`` (``SST-2`` and ``sts-b`` are ``sst2``, ``stsb``)."""
     return name.lower().replace("-", "_").replace("sst_2", "sst2").replace("sts_b", "stsb")
+
+
+def _checked_name(name: str) -> str:
+    """``name`` as the table keys it, refused unless it is that key already and :data:`TASK_NAME`'s form (a task name
+    names runs' rows, sweep folders and cached files: never a path, a hidden name or a control character)."""
+    key = _key(name)
+    if name != key or not TASK_NAME.fullmatch(key):
+        named = re.sub(r"[^a-z0-9]+", "_", key).strip("_") or "my_task"
+        raise ConfigError(f"task name {name!r} is not the form configs find: name it {named!r} (lower case letters, "
+                          f"digits and _)")
+    return key
 
 
 def register_task(task: Task) -> Task:
@@ -217,11 +232,9 @@ def register_task(task: Task) -> Task:
     """
     if not isinstance(task, Task):
         raise TypeError(f"register_task takes a lit_embed.data.tasks.Task, not {type(task).__name__}")
-    key = _key(task.name)
-    if not key.strip():
+    if not task.name.strip():
         raise ConfigError("a task needs a name: give Task(name=...) the name configs will use")
-    if task.name != key:
-        raise ConfigError(f"task name {task.name!r} is not the form configs find: name it {key!r}")
+    key = _checked_name(task.name)
     if key in TASKS:
         known = TASKS[key]
         raise ConfigError(
@@ -296,11 +309,7 @@ def define_task(definition: TaskDefinition | dict) -> Task:
             definition = TaskDefinition(**definition)
         except TypeError as error:
             raise ConfigError(f"task definition {definition!r} does not fit lit_embed.data.tasks.TaskDefinition: {error}") from None
-    key = _key(definition.name)
-    if definition.name != key or not re.fullmatch(r"[a-z0-9][a-z0-9_]*", key):
-        named = re.sub(r"[^a-z0-9]+", "_", key).strip("_") or "my_task"
-        raise ConfigError(f"task name {definition.name!r} is not the form configs find: name it {named!r} (lower case "
-                          f"letters, digits and _)")
+    key = _checked_name(definition.name)
     known = TASKS.get(key)
     if known is not None:
         if known.definition is not None and _same_definition(known.definition, definition.plain()):
@@ -322,6 +331,9 @@ def _task_of(definition: TaskDefinition) -> Task:
                           f"(hub: NAME), one of the two")
     if definition.regression and definition.labels is not None:
         raise ConfigError(f"task {name!r} is a regression (one score per text): leave labels unset")
+    if definition.labels is not None and len(definition.labels) < 2:
+        raise ConfigError(f"task {name!r}: labels {list(definition.labels)} name fewer than two, and a classification "
+                          f"needs two or more: list them all, or set regression: true for scores")
     metrics = tuple(definition.metrics or (("spearman", "pearson") if definition.regression else ("accuracy",)))
     data_files, held_out, train, sets = None, (), "train", {"validation": "validation", "test": "test"}
     if definition.files is not None:

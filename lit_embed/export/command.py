@@ -56,7 +56,7 @@ def export(ckpt: str, out: str, overwrite: bool = False, tokenizer: str | None =
         raise CheckpointError(f"checkpoint {str(path)!r} records no tokenizer: give the one it was trained with (--tokenizer NAME)")
     with trusting_remote_code(trust_remote_code, "--trust_remote_code"):
         atomic_folder(Path(out), overwrite, lambda folder: _fill(folder, module, checkpoint, path, tokenizer),
-                      replaceable=check_replaceable)
+                      replaceable=check_replaceable, inputs=[ckpt, path, tokenizer])
     return Path(out)
 
 

@@ -27,6 +27,9 @@ METRICS = ("accuracy", "f1", "matthews", "pearson", "spearman")
 _REGRESSION_METRICS = ("pearson", "spearman")
 #: A multiclass metric's average, named after it (``f1_score_macro``); torchmetrics' default otherwise.
 AVERAGES = ("macro", "weighted", "micro")
+#: Metrics of a correlation, agreement or ranking, undefined on targets of one value (torchmetrics' names end so).
+NEED_TWO_VALUES = ("matthews", "pearson", "spearman", "corrcoef", "cohen_kappa", "auroc", "average_precision", "r2_score",
+                   "explained_variance")
 
 
 def task_metric(name: str, preds: Tensor, target: Tensor, num_classes: int | None) -> Tensor:
@@ -55,6 +58,13 @@ def task_metric(name: str, preds: Tensor, target: Tensor, num_classes: int | Non
     if not isinstance(value, Tensor) or value.numel() != 1:
         raise ConfigError(f"metric {name!r} gives {value!r}, not one number: pick another metric or average")
     return value.float().reshape(())
+
+
+def needs_two_values(name: str) -> bool:
+    """Whether metric ``name`` is undefined on an evaluation set whose targets all have one value (:data:`NEED_TWO_VALUES`:
+    ``matthews``, ``auroc_macro``, ``binary_auroc``...)."""
+    base, _, average = name.rpartition("_")
+    return (base if average in AVERAGES else name).endswith(NEED_TWO_VALUES)
 
 
 def check_metrics(names: tuple[str, ...], num_classes: int | None, owner: str) -> None:

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from lit_embed.errors import ConfigError, RunBusyError
-from lit_embed.files import write_json_atomic
+from lit_embed.files import write_json_atomic, writing
 from lit_embed.folders import hold
 from lit_embed.sweeps.outcomes import (
     OUTPUT_FILE,
@@ -267,12 +267,13 @@ def _start(sweep: Sweep, run: Run, launch: Launch, gpus: list[str]) -> subproces
         env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
     argv = [sys.executable, "-m", "lit_embed.cli", *run_argv(sweep, run, launch)]
     log = book(run) / OUTPUT_FILE
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with log.open("ab") as out:
-        out.write(f"\n=== {datetime.datetime.now().isoformat(timespec='seconds')} {shlex.join(argv)}\n".encode())
-        out.flush()
-        return subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                                start_new_session=True)
+    with writing(log):  # appended to, not replaced: a full disk names it
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with log.open("ab") as out:
+            out.write(f"\n=== {datetime.datetime.now().isoformat(timespec='seconds')} {shlex.join(argv)}\n".encode())
+            out.flush()
+            return subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                                    start_new_session=True)
 
 
 def run_argv(sweep: Sweep, run: Run, launch: Launch) -> list[str]:

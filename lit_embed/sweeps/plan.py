@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import re
+import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -57,8 +59,9 @@ class Select:
     mode: str = "max"
 
     def best(self, scores: dict) -> object:
-        """The key of the best score (``None`` values left out; ties: the first)."""
-        scored = [(key, value) for key, value in scores.items() if value is not None]
+        """The key of the best score (``None`` and non-finite values left out: an undefined score chooses nothing;
+        ties: the first)."""
+        scored = [(key, value) for key, value in scores.items() if value is not None and math.isfinite(value)]
         if not scored:
             return None
         pick = max if self.mode == "max" else min
@@ -192,7 +195,7 @@ def load_sweep(path: str | Path, folder: str | Path | None = None) -> Sweep:
         stages.append(stage)
     sweep = Sweep(path, folder, stages)
     for stage in stages:
-        stage.runs = [Run(stage, values, _seed(values), folder / stage.name / _name(values)) for values in _combinations(stage)]
+        stage.runs = _runs(stage, folder, where)
         _check_names(stage, where)
     by_name = {s.name: s for s in stages}
     for stage in stages:
@@ -307,6 +310,45 @@ def _combinations(stage: Stage) -> list[tuple[Value, ...]]:
     return [(*values, *seed) for values in grid for seed in seeds]
 
 
+def _runs(stage: Stage, folder: Path, where: str) -> list[Run]:
+    """The stage's runs, each in a folder of its own inside the sweep folder ``folder``: its stage, axis and value
+    names are plain folder names, and no symlink leads a run folder out of ``folder`` (where another sweep would
+    find it and count it as its own)."""
+    _check_component(stage.name, "stage name", where)
+    for axis in stage.axes + stage.search:
+        _check_component(axis[0].short, "axis name", f"{where}, stage {stage.name!r}")
+        for value in axis:
+            _check_component(value.name, f"value of axis {axis[0].axis!r}", f"{where}, stage {stage.name!r}")
+    runs = [Run(stage, values, _seed(values), folder / stage.name / _name(values)) for values in _combinations(stage)]
+    root = folder.resolve()
+    for run in runs:
+        found = run.folder.resolve()
+        if root not in found.parents:
+            raise ConfigError(f"{where}, stage {stage.name!r}: run folder {run.folder} resolves to {found}, outside the "
+                              f"sweep folder {root} (a symlink leads out of it): remove the link, or give the sweep "
+                              f"another folder")
+    return runs
+
+
+def _check_component(name: str, what: str, where: str) -> None:
+    """Refuse a name that would not be one folder of its own: empty, ``.`` or ``..``, a path (a separator, which an
+    absolute path starts with), hidden (a leading ``.``) or holding a control character."""
+    if not name:
+        rule = "is empty"
+    elif name in (".", ".."):
+        rule = "is the name of a folder itself or of its parent"
+    elif "/" in name or "\\" in name:
+        rule = "holds a path separator"
+    elif name.startswith("."):
+        rule = "starts with '.', which hides a folder"
+    elif any(unicodedata.category(c) == "Cc" for c in name):
+        rule = "holds a control character"
+    else:
+        return
+    raise ConfigError(f"{where}: {what} {name!r} {rule}: it becomes a folder inside the sweep folder, so give it a plain "
+                      f"name (letters, digits, '_', '+', '-', and '.' after the first character)")
+
+
 def _seed(values: tuple[Value, ...]) -> int | None:
     return next((int(v.name) for v in values if v.axis == SEED_AXIS), None)
 
@@ -406,7 +448,7 @@ def read_manifest(folder: str | Path) -> Sweep:
 
             stage = Stage(spec["name"], spec["command"], [], {}, axes(spec["axes"]), axes(spec["search"]), spec["seeds"],
                           Select(**spec["select"]), spec["label"], 0, {})
-            stage.runs = [Run(stage, values, _seed(values), folder / stage.name / _name(values)) for values in _combinations(stage)]
+            stage.runs = _runs(stage, folder, str(path))
             stages.append(stage)
     except (OSError, ValueError, KeyError, TypeError) as error:
         raise ConfigError(f"{path} is not a sweep plan lit-embed can read ({error}): run `lit-embed sweep` again to rewrite it") from None

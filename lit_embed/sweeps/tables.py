@@ -3,12 +3,11 @@ row's name and seed, and tables of the grid search and of the runs still missing
 
 from __future__ import annotations
 
-import statistics
 from pathlib import Path
 
 from lit_embed.sweeps.outcomes import STATES, Grid, Outcome, counts, grids, outcome
 from lit_embed.sweeps.plan import Stage, Sweep, read_manifest
-from lit_embed.tables import MISSING, Table
+from lit_embed.tables import MISSING, Table, mean_std
 
 
 def sweep_runs(folder: str | Path) -> tuple[list[dict], list[Table]]:
@@ -45,7 +44,8 @@ def grid_table(stage: Stage, found: list[Grid], outcomes: dict[str, Outcome]) ->
                 cells.append(MISSING)
                 continue
             values = list(seeds.values())
-            text = f"{statistics.fmean(values):.4g}" + (f" ± {statistics.stdev(values):.2g}" if len(values) > 1 else "")
+            mean, spread = mean_std(values)
+            text = f"{mean:.4g}" + (f" ± {spread:.2g}" if spread is not None else "")
             cells.append(text + ("*" if len(values) < grid.expected[point] else ""))
         cells.append(grid.best or MISSING)
         rows.append(cells)

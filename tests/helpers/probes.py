@@ -80,3 +80,27 @@ class SignalAt(pl.Callback):
         metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val/")}
         with self.record.open("a") as out:
             out.write(json.dumps({"step": trainer.global_step, "batches": self.batches, "metrics": sorted(metrics)}) + "\n")
+
+
+class FillDisk(pl.Callback):
+    """Fills the filesystem of ``folder`` (:func:`tests.helpers.disk.fill`) at the hook ``at`` of a run: every write
+    after it meets a full disk."""
+
+    def __init__(self, folder: str, at: str = "on_train_start") -> None:
+        self.folder = folder
+        self.at = at
+
+    def _reached(self, hook: str) -> None:
+        from tests.helpers.disk import fill
+
+        if hook == self.at:
+            fill(self.folder)
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        self._reached("on_train_start")
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        self._reached("on_train_end")
+
+    def on_predict_start(self, trainer, pl_module) -> None:
+        self._reached("on_predict_start")
