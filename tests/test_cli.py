@@ -10,7 +10,7 @@ import pytest
 from lit_embed.accounting import parameter_report
 from lit_embed.cli import main
 from lit_embed.lightning_cli import LitEmbedCLI
-from tests.helpers import CONFIGS, TINY_CANINE
+from tests.helpers import CONFIGS, TINY_CANINE, TINY_CANINE_TABLES
 from tests.helpers.cli import params_json, run_params
 
 ON_CPU = ["--trainer.accelerator", "cpu", "--trainer.devices", "1", "--trainer.strategy", "auto",
@@ -46,7 +46,7 @@ def offline_overrides(path: Path, minilm_path: str) -> list[str]:
     overrides = []
     encoder = config["model"]["init_args"].get("encoder")
     if encoder == "../../backbone/canine_c.yaml":  # google/canine-c: a tiny CANINE in its place
-        overrides += ["--model.init_args.encoder", TINY_CANINE, "--model.init_args.embedding.init_args.num_buckets", "97"]
+        overrides += ["--model.init_args.encoder", TINY_CANINE, "--model.init_args.embedding", TINY_CANINE_TABLES]
     if isinstance(encoder, dict) and encoder.get("init_args", {}).get("pretrained"):
         overrides += ["--model.init_args.encoder.init_args.pretrained", minilm_path, "--model.init_args.vocab_size", "30522"]
     data = config.get("data")

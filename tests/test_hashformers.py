@@ -30,7 +30,7 @@ from lit_embed.embeddings import (
 from lit_embed.embeddings.hash_text import unpack_bits
 from lit_embed.errors import ConfigError
 from lit_embed.models import ShuffleRandom
-from tests.helpers import CONFIGS, REPO, TINY_CANINE, tiny_encoder
+from tests.helpers import CONFIGS, REPO, TINY_CANINE, TINY_CANINE_TABLES, tiny_encoder
 from tests.helpers.cli import fit_demo, run_params
 from tests.helpers.papers import CANINE_C_COUNTED, CANINE_C_MODULES, EMB_1K_COUNTED, TABLE_2
 
@@ -206,8 +206,7 @@ def test_canine_takes_the_pretrained_hash_tables_and_embeds_as_transformers_does
 def test_canine_c_fine_tunes_on_characters_through_the_cli_and_reports(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     args = ["fit", "--config", str(CONFIGS / "experiments" / "hashformers" / "canine_c.yaml"),
-            "--model.init_args.encoder", TINY_CANINE, "--model.init_args.embedding",
-            '{"class_path": "lit_embed.embeddings.CanineHashEmbedding", "init_args": {"num_buckets": 97, "counted_buckets": null}}',
+            "--model.init_args.encoder", TINY_CANINE, "--model.init_args.embedding", TINY_CANINE_TABLES,
             "--model.init_args.baseline_encoder", "null", "--model.init_args.task", "topics",
             "--data.init_args.task", "topics", "--data.init_args.max_length", "96", "--data.init_args.batch_size", "4",
             "--trainer.accelerator", "cpu", "--trainer.precision", "32-true", "--trainer.max_steps", "2",
