@@ -39,7 +39,8 @@ def experiment_configs() -> list[Path]:
 
 def offline_overrides(path: Path, minilm_path: str) -> list[str]:
     """A config whose encoder is a hub model (``pretrained:``) builds here with the packaged MiniLM in its place,
-    and one whose corpus is files the user downloads (CC-100) with the shipped sample corpus in their place."""
+    and one whose corpus is files the user downloads (CC-100) with the shipped sample corpus, read whole, in their
+    place."""
     import yaml
 
     config = yaml.safe_load(path.read_text())
@@ -54,6 +55,8 @@ def offline_overrides(path: Path, minilm_path: str) -> list[str]:
     files = (data.get("init_args") or {}).get("files")
     if files and files != ["sample-corpus"]:
         overrides += ["--data.init_args.files", "[sample-corpus]"]
+        if (data.get("init_args") or {}).get("token_budgets"):  # budgets name the files replaced
+            overrides += ["--data.init_args.token_budgets", "null"]
     return overrides
 
 
