@@ -32,6 +32,7 @@ def parameter_report(model, baseline: dict[str, int] | None = None) -> dict:
     by default the dense strategy on the same backbone and vocabulary.
     """
     own, base = model.parameter_counts(), baseline or model.baseline_counts()
+    held = model.module_counts()
     report = {
         "strategy": type(model.embedding).__name__,
         "vocab_size": model.embedding.vocab_size,
@@ -43,6 +44,8 @@ def parameter_report(model, baseline: dict[str, int] | None = None) -> dict:
     }
     report.update(compression(own["embedding_params"], own["total_params"], base["embedding_params"], base["total_params"]))
     report["baseline_poep"] = base["embedding_params"] / base["total_params"]
+    report.update(module_total_params=held["total_params"], module_embedding_params=held["embedding_params"],
+                  counting_rules=model.counting_rules())
     return report
 
 
@@ -66,5 +69,10 @@ def format_parameters(report: dict) -> str:
         ("PCR_Emb", f"{100 * report['pcr_emb']:.2f}%"),
         ("PoEP", f"{100 * report['poep']:.2f}% (baseline {100 * report['baseline_poep']:.2f}%)"),
     ]
+    rules = report.get("counting_rules") or []
+    if rules:  # the figures above are the papers' counts: the modules' own beside them, and the rules between
+        rows.append(("held by the modules", f"{report['module_total_params']:,} total, "
+                                            f"{report['module_embedding_params']:,} embedding"))
+        rows += [("counted as" if i == 0 else "", rule) for i, rule in enumerate(rules)]
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)

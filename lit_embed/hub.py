@@ -61,6 +61,11 @@ def shapes_only() -> Iterator[None]:
         _SHAPE_ONLY.reset(token)
 
 
+def counting_only() -> bool:
+    """Whether models are being built inside :func:`shapes_only`, to be counted: their weights are never read."""
+    return _SHAPE_ONLY.get()
+
+
 def known_architecture(name: str) -> dict | None:
     """The architecture to build ``name`` from inside :func:`shapes_only`, else ``None``."""
     return KNOWN_ARCHITECTURES.get(name) if _SHAPE_ONLY.get() else None

@@ -8,7 +8,8 @@
   speed-up against the baseline, and peak memory;
 * the final metrics of pre-training runs and of tasks outside the benchmarks;
 * the coverage of each task's test data by the common tokens V_C per retention (sparse-coding Tables 5
-  and 6), from the ``report.json`` of ``lit-embed compress`` outputs under the folders given.
+  and 6), and the cosine similarity of the rebuilt to the original embeddings per method and k (its
+  Table 9), from the ``report.json`` of ``lit-embed compress`` outputs under the folders given.
 
 A table row is a run's ``label``: give the runs of one model the same label across tasks and seeds.
 A cell holds one run per seed, in every table (pre-training runs too): two runs of one label, task and
@@ -431,7 +432,8 @@ def main(argv: list[str]) -> int:
             baseline = known[0]  # as reported (a sweep's run: labelled with its row's name)
         else:
             runs.append(baseline)
-    coverage = coverage_tables(args.run_dirs)
+    compressed = compress_reports(args.run_dirs)
+    coverage = coverage_tables(compressed) + cosine_tables(compressed)
     tables = Report(runs, baseline, args.digits).tables() if runs or not (sweep_tables or coverage) else []
     text = render(tables + sweep_tables + coverage, args.format)
     if args.output:  # never over a file it read (a results.json, a sweep's plan, a compress report)
@@ -444,24 +446,84 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-def coverage_tables(paths: list[str]) -> list[Table]:
-    """Sparse-coding Tables 5 and 6: token and sentence coverage of each task's test data by V_C, one row per
-    retention, from the ``lit-embed compress`` outputs (``report.json``) under ``paths``; means over outputs."""
-    cells: dict[tuple[float, str], list[dict]] = defaultdict(list)
+def compress_reports(paths: list[str]) -> list[dict]:
+    """The ``report.json`` of every ``lit-embed compress`` output of a task under ``paths``."""
+    reports = []
     for path in paths:
         for file in sorted(Path(path).rglob("report.json")):
             report = json.loads(file.read_text())
-            if isinstance(report, dict) and report.get("coverage") and report.get("task"):
-                cells[(report["retention"], report["task"])].append(report["coverage"])
+            if isinstance(report, dict) and report.get("task") and "retention" in report:
+                reports.append(report)
+    return reports
+
+
+def _task_headers(tasks: list[str]) -> list[str]:
+    return [TASKS[t].header or t.upper() if t in TASKS else t for t in tasks]
+
+
+def coverage_tables(reports: list[dict]) -> list[Table]:
+    """Sparse-coding Tables 5 and 6: token and sentence coverage of each task's test data by V_C, one row per
+    retention, from ``lit-embed compress`` outputs' reports; means over outputs."""
+    cells: dict[tuple[float, str], list[dict]] = defaultdict(list)
+    for report in reports:
+        if report.get("coverage"):
+            cells[(report["retention"], report["task"])].append(report["coverage"])
     if not cells:
         return []
     tasks = list(dict.fromkeys(task for _, task in sorted(cells, key=lambda key: key[1])))
-    headers = [TASKS[t].header or t.upper() if t in TASKS else t for t in tasks]
     tables = []
     for kind, title in (("tokens", "Token coverage of the test data by V_C (%)"),
                         ("sentences", "Sentence coverage of the test data only by V_C (%)")):
         rows = [[f"{retention:g}", *(f"{100 * statistics.mean(c[kind] for c in cells[(retention, t)]):.2f}"
                                      if (retention, t) in cells else MISSING for t in tasks)]
                 for retention in sorted({r for r, _ in cells})]
-        tables.append(Table(title, ["r(V_C)", *headers], rows, ["from lit-embed compress outputs; a sentence is an example"]))
+        tables.append(Table(title, ["r(V_C)", *_task_headers(tasks)], rows,
+                            ["from lit-embed compress outputs; a sentence is an example"]))
     return tables
+
+
+#: How Table 9 names the paper's methods (any other method: its own name).
+COSINE_ROW_NAMES = {"unk": "<unk>", "sparse_coding": "", "pca": "PCA", "aq": "AQ"}
+#: The token sets of a method that rebuilds common rows too (AQ), in Table 9's order.
+TOKEN_SETS = (("all", "(V_C ∪ V_R)"), ("common", "(V_C)"), ("rare", "(V_R)"))
+
+
+def cosine_tables(reports: list[dict]) -> list[Table]:
+    """Sparse-coding Table 9: the mean cosine similarity of rebuilt to original embeddings (x 100), one table per
+    retention, a column per task, a row per method and k (every k an output tried). A method that keeps the common
+    rows exactly (``<unk>``, sparse coding, PCA) is shown on the rare rows it rebuilds; one that rebuilds them all
+    (AQ) on all, common and rare rows. Cells are means over the outputs (seeds) of a task."""
+    cells: dict[tuple[float, str, str], list[float]] = defaultdict(list)
+    for report in reports:
+        by_k = report.get("cosine_by_k") or {"": report.get("cosine")}
+        for k, cosine in by_k.items():
+            if not cosine:
+                continue
+            name = " ".join(part for part in (COSINE_ROW_NAMES.get(report["method"], report["method"]),
+                                              f"k={k}" if k else "") if part)
+            sets = (("rare", ""),) if cosine.get("common_rows_identical") else TOKEN_SETS
+            for kind, suffix in sets:
+                if cosine.get(kind) is not None:
+                    row = " ".join(part for part in (name, suffix) if part)
+                    cells[(report["retention"], row, report["task"])].append(cosine[kind])
+    tables = []
+    for retention in sorted({r for r, _, _ in cells}):
+        keys = [key for key in cells if key[0] == retention]
+        tasks = sorted({task for _, _, task in keys})
+        rows = list(dict.fromkeys(row for _, row, _ in sorted(keys, key=_cosine_row_order)))
+        body = [[row, *(f"{100 * statistics.mean(cells[(retention, row, t)]):.2f}" if (retention, row, t) in cells
+                        else MISSING for t in tasks)] for row in rows]
+        tables.append(Table(f"Cosine similarity of the rebuilt embeddings to the original ones, r(V_C) = {retention:g} "
+                            f"(x 100)", ["", *_task_headers(tasks)], body,
+                            ["from lit-embed compress outputs: the rare tokens' rows where a method keeps the common "
+                             "ones exactly, else all, common (V_C) and rare (V_R) rows"]))
+    return tables
+
+
+def _cosine_row_order(key: tuple[float, str, str]) -> tuple:
+    """Table 9's order: <unk>, k=1..., PCA, AQ and other methods, each by its k."""
+    row = key[1]
+    first = ["<unk>", "k=", "PCA", "AQ"]
+    rank = next((i for i, start in enumerate(first) if row.startswith(start)), len(first))
+    k = row.split("k=", 1)[1].split()[0] if "k=" in row else ""
+    return rank, row.split("k=")[0], int(k) if k.isdigit() else -1, row

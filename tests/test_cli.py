@@ -10,7 +10,7 @@ from safetensors.numpy import load_file
 from lit_embed.accounting import parameter_report
 from lit_embed.cli import main
 from lit_embed.lightning_cli import LitEmbedCLI
-from tests.helpers import CONFIGS, TINY_CANINE
+from tests.helpers import CONFIGS, TINY_CANINE, TINY_CANINE_TABLES
 from tests.helpers.cli import params_json, run_params
 
 ON_CPU = ["--trainer.accelerator", "cpu", "--trainer.devices", "1", "--trainer.strategy", "auto",
@@ -39,14 +39,15 @@ def experiment_configs() -> list[Path]:
 
 def offline_overrides(path: Path, minilm_path: str) -> list[str]:
     """A config whose encoder is a hub model (``pretrained:``) builds here with the packaged MiniLM in its place,
-    and one whose corpus is files the user downloads (CC-100) with the shipped sample corpus in their place."""
+    and one whose corpus is files the user downloads (CC-100) with the shipped sample corpus, read whole, in their
+    place."""
     import yaml
 
     config = yaml.safe_load(path.read_text())
     overrides = []
     encoder = config["model"]["init_args"].get("encoder")
     if encoder == "../../backbone/canine_c.yaml":  # google/canine-c: a tiny CANINE in its place
-        overrides += ["--model.init_args.encoder", TINY_CANINE, "--model.init_args.embedding.init_args.num_buckets", "97"]
+        overrides += ["--model.init_args.encoder", TINY_CANINE, "--model.init_args.embedding", TINY_CANINE_TABLES]
     if isinstance(encoder, dict) and encoder.get("init_args", {}).get("pretrained"):
         overrides += ["--model.init_args.encoder.init_args.pretrained", minilm_path, "--model.init_args.vocab_size", "30522"]
     data = config.get("data")
@@ -54,6 +55,8 @@ def offline_overrides(path: Path, minilm_path: str) -> list[str]:
     files = (data.get("init_args") or {}).get("files")
     if files and files != ["sample-corpus"]:
         overrides += ["--data.init_args.files", "[sample-corpus]"]
+        if (data.get("init_args") or {}).get("token_budgets"):  # budgets name the files replaced
+            overrides += ["--data.init_args.token_budgets", "null"]
     return overrides
 
 

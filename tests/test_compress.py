@@ -26,7 +26,7 @@ from lit_embed.compress.summary import tensor_bytes
 from lit_embed.compress.vocabulary import coverage, split_vocabulary
 from lit_embed.embeddings import AdditiveQuantizedEmbedding, PCAEmbedding, SparseCodedEmbedding, UnkEmbedding
 from lit_embed.files import device_of
-from lit_embed.report import coverage_tables
+from lit_embed.report import compress_reports, cosine_tables, coverage_tables
 from tests.helpers import CONFIGS, REPO
 from tests.helpers.cli import params_json
 
@@ -231,6 +231,30 @@ def test_each_method_end_to_end(method, compressed, tmp_path, monkeypatch, capsy
     assert "Sentence coverage of the test data only by V_C (%)" in capsys.readouterr().out
 
 
+def test_report_gives_table_9_from_the_compress_outputs_of_each_method(compressed, tmp_path, monkeypatch, capsys):
+    """Sparse-coding Table 9's layout: a row per method and k, the rare rows' cosine where common rows are kept exactly,
+    AQ's on all, common and rare rows; x 100, a column per task."""
+    reports = {method: read_report(compressed(method)) for method in ("unk", "sparse_coding", "pca", "aq")}
+    monkeypatch.chdir(tmp_path)
+    capsys.readouterr()
+    assert main(["report", *(str(compressed(method)) for method in ("aq", "pca", "unk", "sparse_coding"))]) == 0
+    out = capsys.readouterr().out
+    table = out.split("### Cosine similarity of the rebuilt embeddings to the original ones, r(V_C) = 0.5 (x 100)\n")[1]
+    rows = [line for line in table.strip().split("\n\n")[0].splitlines() if line.startswith("| ")][1:]
+
+    def cell(method: str, kind: str) -> str:
+        return f"{100 * reports[method]['cosine'][kind]:.2f}"
+
+    assert rows == [
+        f"| <unk> | {cell('unk', 'rare')} |",
+        f"| k=2 | {cell('sparse_coding', 'rare')} |",
+        f"| PCA k=2 | {cell('pca', 'rare')} |",
+        f"| AQ (V_C ∪ V_R) | {cell('aq', 'all')} |",
+        f"| AQ (V_C) | {cell('aq', 'common')} |",
+        f"| AQ (V_R) | {cell('aq', 'rare')} |",
+    ]
+
+
 def test_outputs_equal_the_original_on_sentences_of_common_tokens(finetuned, compressed):
     original = load_source(str(finetuned)).module.eval()
     model = load_compressed(compressed("sparse_coding"))
@@ -260,7 +284,7 @@ def test_coverage_of_the_test_data_is_that_of_the_common_tokens_kept(finetuned, 
     assert report["tokens"] == pytest.approx(sum(i in common for x in ids for i in x) / sum(map(len, ids)))
     assert report["sentences"] == pytest.approx(sum(all(i in common for i in x) for x in ids) / len(ids))
     assert 0 < report["sentences"] < report["tokens"] < 1  # retention 0.5 leaves some test tokens rare
-    tokens, sentences = coverage_tables([str(compressed("sparse_coding").parent)])  # lit-embed report's tables
+    tokens, sentences = coverage_tables(compress_reports([str(compressed("sparse_coding").parent)]))  # report's tables
     assert tokens.header == sentences.header == ["r(V_C)", "TOPICS"]
     assert tokens.rows == [["0.5", f"{100 * report['tokens']:.2f}"]]
     assert sentences.rows == [["0.5", f"{100 * report['sentences']:.2f}"]]
@@ -297,6 +321,20 @@ def test_offline_example_chooses_k_on_validation_and_tests(finetuned, tmp_path, 
     best = max(validation["scores"].values())
     assert validation["scores"][str(report["k"])] == best and 0.0 <= validation["original"] <= 1.0
     assert report["retention"] == 0.5 and report["vocabulary"]["kept"] == round(0.5 * report["vocabulary"]["seen"])
+    # Every candidate's cosines (Table 9's rows k=1 to k=5), the chosen one's as "cosine".
+    by_k = report["cosine_by_k"]
+    assert sorted(by_k) == ["1", "2", "3", "4", "5"] and by_k[str(report["k"])] == report["cosine"]
+    source = load_source(str(finetuned))
+    common = torch.tensor(sorted(load_compressed(out).embedding.common_ids().tolist()))
+    for k, strategy in sparse_code(source.weight, common, [1, 4]).items():
+        rebuilt = strategy(torch.arange(len(source.weight))).detach()
+        rare = torch.ones(len(source.weight), dtype=torch.bool)
+        rare[common] = False
+        cosine = F.cosine_similarity(rebuilt[rare].double(), source.weight[rare].double(), dim=-1).mean()
+        assert by_k[str(k)]["rare"] == pytest.approx(float(cosine), abs=1e-6)
+    (table,) = cosine_tables(compress_reports([str(out)]))
+    assert table.header == ["", "TOPICS"]
+    assert table.rows == [[f"k={k}", f"{100 * by_k[str(k)]['rare']:.2f}"] for k in range(1, 6)]
     monkeypatch.chdir(tmp_path)
     assert main(["test", "--config", str(out / "config.yaml"), "--ckpt_path", str(out / "model.ckpt"),
                  "--trainer.limit_test_batches", "2", *QUIET]) == 0

@@ -397,6 +397,35 @@ def test_print_config_shows_the_papers_schedule_the_run_will_use(tmp_path, monke
     assert (printed["trainer"]["val_check_interval"], printed["trainer"]["check_val_every_n_epoch"]) == (48, None)
 
 
+def printed_optim(capsys, *configs: Path) -> dict:
+    """The optimiser of the composed ``configs`` as ``--print_config`` shows it (nothing is built or downloaded)."""
+    import yaml
+
+    with pytest.raises(SystemExit) as exit:
+        main(["fit", *(a for c in configs for a in ("--config", str(c))), "--print_config"])
+    assert exit.value.code == 0
+    return yaml.safe_load(capsys.readouterr().out)["model"]["init_args"]["optim"]
+
+
+def test_sparse_coding_fine_tunes_glue_and_jglue_with_one_optimiser(tmp_path, monkeypatch, capsys):
+    """The paper gives only learning rates (2e-5 GLUE, 5e-5 JGLUE): its GLUE files, a GLUE file under its protocol and
+    its JGLUE files all take the same AdamW and schedule otherwise, not the k-sub-embedding files' settings."""
+    monkeypatch.chdir(tmp_path)
+    protocol = CONFIGS / "protocol/sparse_coding.yaml"
+    glue = {f"glue/{p.stem} + protocol": printed_optim(capsys, p, protocol)
+            for p in sorted((CONFIGS / "experiments/finetune/glue").glob("*.yaml"))}
+    glue.update({f"sparse_coding/{p.stem}": printed_optim(capsys, p)
+                 for p in sorted((CONFIGS / "experiments/sparse_coding").glob("*.yaml")) if p.stem != "minilm_topics"})
+    jglue = {f"jglue/{p.stem}": printed_optim(capsys, p) for p in sorted((CONFIGS / "experiments/finetune/jglue").glob("*.yaml"))}
+    assert len(glue) == 9 + 6 and len(jglue) == 4
+    assert {name: optim.pop("lr") for name, optim in glue.items()} == dict.fromkeys(glue, 2e-5)
+    assert {name: optim.pop("lr") for name, optim in jglue.items()} == dict.fromkeys(jglue, 5e-5)
+    paper = {"weight_decay": 0.0, "betas": [0.9, 0.999], "eps": 1e-8, "warmup": 0, "schedule": "linear", "num_cycles": 1}
+    assert {**glue, **jglue} == dict.fromkeys([*glue, *jglue], paper)
+    k_sub = printed_optim(capsys, CONFIGS / "experiments/finetune/glue/rte.yaml")  # the file alone: Table 6's
+    assert (k_sub["weight_decay"], k_sub["betas"], k_sub["warmup"]) == (0.01, [0.9, 0.98], 0.06)
+
+
 def test_glue_configs_cover_the_nine_tasks():
     names = {p.stem for p in (CONFIGS / "experiments/finetune/glue").glob("*.yaml")}
     assert names == {"cola", "sst2", "mrpc", "qqp", "stsb", "mnli", "qnli", "rte", "wnli"}

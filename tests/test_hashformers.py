@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -28,9 +30,9 @@ from lit_embed.embeddings import (
 from lit_embed.embeddings.hash_text import unpack_bits
 from lit_embed.errors import ConfigError
 from lit_embed.models import ShuffleRandom
-from tests.helpers import CONFIGS, TINY_CANINE, tiny_encoder
+from tests.helpers import CONFIGS, REPO, TINY_CANINE, TINY_CANINE_TABLES, tiny_encoder
 from tests.helpers.cli import fit_demo, run_params
-from tests.helpers.papers import CANINE_C_COUNTED, TABLE_2
+from tests.helpers.papers import CANINE_C_COUNTED, CANINE_C_MODULES, EMB_1K_COUNTED, TABLE_2
 
 DEMO = CONFIGS / "demo_hashformer.yaml"
 
@@ -58,7 +60,7 @@ def hash_codes(strategy, texts: list[str]) -> torch.Tensor:
     ("strategy", "expected"),
     [
         (functools.partial(HashEmbedding, num_buckets=50265), 38_603_520),  # 38.6M, BERT's
-        (functools.partial(HashEmbedding, num_buckets=1038), 797_184),  # 797.2K
+        (functools.partial(HashEmbedding, num_buckets=1000), 768_000),  # 768.0K: the text's 1K
         (HashPool, 797_184),  # (13 + 1024 + 1) x 768
         (HashAdd, 197_376),  # (2 x 128 + 1) x 768 = 197.4K
         (HashProj, 99_072),  # (128 + 1) x 768 = 99.1K
@@ -86,7 +88,11 @@ def test_every_hashformers_experiment_is_in_table_2():
     assert {p.stem for p in (CONFIGS / "experiments" / "hashformers").glob("*.yaml")} == set(TABLE_2)
 
 
-@pytest.mark.parametrize("name", sorted(set(TABLE_2) - {"canine_c"}))
+#: Table 2 rows lit-embed counts otherwise, each with its own test below.
+COUNTED_OTHERWISE = {"canine_c", "md5_emb1k", "lsh_emb1k"}
+
+
+@pytest.mark.parametrize("name", sorted(set(TABLE_2) - COUNTED_OTHERWISE))
 def test_params_reproduce_table_2(name):
     total, embedding, pcr_all, pcr_emb, poep = TABLE_2[name]
     report = run_params(CONFIGS / "experiments" / "hashformers" / f"{name}.yaml")
@@ -100,22 +106,79 @@ def test_params_reproduce_table_2(name):
     assert 100 * report["poep"] == pytest.approx(poep, abs=0.1)
 
 
-def test_params_count_canine_c_from_its_architecture_offline():
-    """CANINE-C's counts are google/canine-c's shapes (transformers' CanineModel from its config), its hash tables
-    counted as the embedding; they differ from Table 2's 121.0M / 12.3M (the README says why)."""
+@pytest.mark.parametrize("name", ["md5_emb1k", "lsh_emb1k"])
+def test_emb_1k_has_the_texts_1000_rows_where_table_2_repeats_pools_row(name):
+    report = run_params(CONFIGS / "experiments" / "hashformers" / f"{name}.yaml")
+    assert report["embedding_params"] == 1000 * 768 and report["counting_rules"] == []
+    assert (human(report["total_params"]), human(report["embedding_params"])) == EMB_1K_COUNTED
+    assert TABLE_2[name] == TABLE_2[name.replace("emb1k", "pool")]  # the misprint: Pool's row, word for word
+    assert round(100 * report["pcr_emb"], 2) == 98.01 and round(100 * report["poep"], 3) == 0.885
+
+
+def test_params_count_canine_c_as_its_authors_and_hashformers_do_offline(capsys):
+    """google/canine-c's modules (transformers' CanineModel from its config) less the position rows CANINE's README
+    leaves out, and its embedding as HashFormers' eq. 10: Table 2's row within its rounding, with the rules printed."""
     import transformers
 
     from lit_embed.hub import KNOWN_ARCHITECTURES
 
-    report = run_params(CONFIGS / "experiments" / "hashformers" / "canine_c.yaml")
+    config = CONFIGS / "experiments" / "hashformers" / "canine_c.yaml"
+    report = run_params(config)
     shape = {k: v for k, v in KNOWN_ARCHITECTURES["google/canine-c"].items() if k != "model_type"}
     with torch.device("meta"):
         model = transformers.CanineModel(transformers.CanineConfig(**shape))
-    assert report["total_params"] == sum(p.numel() for p in model.parameters())
-    assert report["embedding_params"] == 8 * 16384 * 96 == sum(
-        p.numel() for name, p in model.named_parameters() if "HashBucketCodepointEmbedder" in name)
+    held = sum(p.numel() for p in model.parameters())
+    tables = sum(p.numel() for name, p in model.named_parameters() if "HashBucketCodepointEmbedder" in name)
+    assert (report["module_total_params"], report["module_embedding_params"]) == (held, 8 * 16384 * 96) == (held, tables)
+    assert (human(held), human(tables)) == CANINE_C_MODULES
+    assert report["total_params"] == held - (16384 - 2048) * 768
+    assert report["embedding_params"] == 16000 * 768
     assert (human(report["total_params"]), human(report["embedding_params"])) == CANINE_C_COUNTED
     assert human(report["baseline_total_params"]) == "124.6M" and human(report["baseline_embedding_params"]) == "38.6M"
+    total, embedding, pcr_all, pcr_emb, poep = TABLE_2["canine_c"]
+    assert abs(report["total_params"] - counted(total)) < 0.1e6  # 121.07M: CANINE's README says "121M"
+    assert embedding == CANINE_C_COUNTED[1]
+    for figure, published in (("pcr_all", pcr_all), ("pcr_emb", pcr_emb), ("poep", poep)):
+        assert 100 * report[figure] == pytest.approx(published, abs=0.1)  # the paper rounds its counts first
+    assert len(report["counting_rules"]) == 2
+    assert main(["params", "--config", str(config)]) == 0
+    out = capsys.readouterr().out
+    assert "121,072,896 (121.1M)" in out and "12,288,000 (12.3M)" in out
+    assert "held by the modules  132,082,944 total, 12,582,912 embedding" in out
+    assert "only the first 2,048 of 16,384 position rows are trained: 14,336 x 768 are not counted" in out
+    assert "HashFormers eq. 10: 16,000 hash buckets x 768 (the tables hold 8 x 16,384 x 96)" in out
+    command = f"$ lit-embed params --config {config.relative_to(REPO)}\n"
+    shown = (REPO / "README.md").read_text().split(command, 1)[1].split("```", 1)[0]
+    assert shown.splitlines() == out.splitlines()  # the README's output is what params prints
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--model.init_args.embedding.init_args.counted_buckets", "20000"],
+         "counted_buckets=20000 must lie in [1, num_buckets=16384]"),
+        (["--model.init_args.encoder.init_args.trained_positions", "0"], "trained_positions=0 must lie in [1, 16384]"),
+        (["--model.init_args.encoder.init_args.trained_positions", "16385"],
+         "trained_positions=16385 must lie in [1, 16384]"),
+    ],
+    ids=["more buckets counted than held", "no trained positions", "more trained positions than rows"],
+)
+def test_counting_rules_refuse_figures_the_modules_cannot_hold(extra, message, capsys):
+    config = CONFIGS / "experiments" / "hashformers" / "canine_c.yaml"
+    assert main(["params", "--config", str(config), *extra]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_counting_rules_apply_to_any_backbone_and_leave_others_alone():
+    """trained_positions is a backbone's rule, not CANINE's: a RoBERTa-shaped encoder counts as its rows say."""
+    full = tiny_encoder()
+    partial = tiny_encoder(trained_positions=16)
+    assert full.num_parameters() == sum(p.numel() for p in full.parameters()) and full.counting_rule() is None
+    assert full.num_parameters() - partial.num_parameters() == (66 - 16) * 32
+    assert "only the first 16 of 66 position rows are trained" in partial.counting_rule()
+    model = ShuffleRandom(partial, embedding=HashProj, baseline_vocab_size=1000)
+    assert model.parameter_counts()["total_params"] == model.module_counts()["total_params"] - 50 * 32
+    assert len(model.counting_rules()) == 2  # the backbone's, then Appendix B's special rows
 
 
 def test_canine_takes_the_pretrained_hash_tables_and_embeds_as_transformers_does(tmp_path):
@@ -143,7 +206,7 @@ def test_canine_takes_the_pretrained_hash_tables_and_embeds_as_transformers_does
 def test_canine_c_fine_tunes_on_characters_through_the_cli_and_reports(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     args = ["fit", "--config", str(CONFIGS / "experiments" / "hashformers" / "canine_c.yaml"),
-            "--model.init_args.encoder", TINY_CANINE, "--model.init_args.embedding.init_args.num_buckets", "97",
+            "--model.init_args.encoder", TINY_CANINE, "--model.init_args.embedding", TINY_CANINE_TABLES,
             "--model.init_args.baseline_encoder", "null", "--model.init_args.task", "topics",
             "--data.init_args.task", "topics", "--data.init_args.max_length", "96", "--data.init_args.batch_size", "4",
             "--trainer.accelerator", "cpu", "--trainer.precision", "32-true", "--trainer.max_steps", "2",
@@ -170,7 +233,9 @@ def test_specials_get_their_row_and_words_the_shared_row():
     out = proj(codes)
     table = proj.special.weight
     assert torch.equal(out[0], table[0]) and torch.equal(out[1], table[2])
-    assert torch.equal(out[2], torch.zeros(6))  # <pad> is a fixed zero row
+    assert torch.equal(out[2], table[1]) and table[1].abs().sum() > 0  # <pad>: drawn like every row, as the authors'
+    out.sum().backward()
+    assert not table.grad[1].any()  # ... and never trained
     bits = unpack_bits(codes[3:, 1:], 128).double()
     assert torch.allclose(out[3], proj.word_vectors(bits)[0].float() + table[5])
     proformer = ProFormerEmbedding(None, 6, hasher=functools.partial(LSHHasher, num_ngrams=50))
@@ -191,11 +256,11 @@ def test_proj_is_the_pearson_correlation_with_each_axis():
 
 
 def test_add_and_pool_follow_their_equations():
-    add = HashAdd(None, 4, num_bits=16).double()
+    add = HashAdd(None, 4, num_bits=16).double().eval()
     bits = torch.randint(0, 2, (3, 16))
     manual = sum(torch.where(bits[:, j, None] == 1, add.ones[j], add.zeros[j]) for j in range(16)) / 4.0
     assert torch.allclose(add.word_vectors(bits), manual)
-    pool = HashPool(None, 4, num_bits=16, chunk_bits=5).double()  # chunks of 5, 5, 5, 1 bits
+    pool = HashPool(None, 4, num_bits=16, chunk_bits=5).double().eval()  # chunks of 5, 5, 5, 1 bits
     assert pool.codebook.shape == (32, 4) and pool.chunk_weights.shape == (4, 4)
     chunks = pool.chunks(bits)
     for row in range(3):
@@ -209,7 +274,7 @@ def test_add_and_pool_follow_their_equations():
 
 @pytest.mark.parametrize("shape", [(3,), (4, 20)], ids=["few words: gathered", "2^k words or more: weighted codebook"])
 def test_pool_computes_its_equation_and_gradients_at_every_batch_size(shape):
-    pool = HashPool(None, 4, num_bits=16, chunk_bits=5).double()  # 2^5 = 32 codebook rows
+    pool = HashPool(None, 4, num_bits=16, chunk_bits=5).double().eval()  # 2^5 = 32 codebook rows
     bits = torch.randint(0, 2, (*shape, 16))
     chunks = pool.chunks(bits)
     weights = pool.chunk_weights.softmax(0)
@@ -220,6 +285,98 @@ def test_pool_computes_its_equation_and_gradients_at_every_batch_size(shape):
     assert vectors.shape == (*shape, 4) and torch.allclose(vectors, manual)
     for got, want in zip(torch.autograd.grad(vectors, [pool.codebook, pool.chunk_weights], grad), expected):
         assert torch.allclose(got, want)
+
+def test_add_drops_weights_not_activations_with_a_new_mask_each_training_step():
+    """DropConnect as the authors' DropoutLinear: one mask over each map's weights per forward, shared by every word of
+    the batch, the kept weights scaled by 1/(1 - p); a fresh mask each step; none in evaluation."""
+    add = HashAdd(None, 8, num_bits=16).double()
+    assert add.training and add.drop_connect == 0.1
+    bits = torch.randint(0, 2, (1, 16)).repeat(3, 1)  # one word three times
+    torch.manual_seed(7)
+    first = add.word_vectors(bits)
+    assert torch.equal(first[0], first[1]) and torch.equal(first[0], first[2])  # dropped activations would differ
+    torch.manual_seed(7)
+    ones, zeros = (torch.nn.functional.dropout(w, 0.1, True) for w in (add.ones, add.zeros))
+    for dropped, weight in ((ones, add.ones), (zeros, add.zeros)):
+        kept = dropped != 0
+        assert torch.allclose(dropped[kept], weight[kept] / 0.9) and 0.05 < (~kept).double().mean() < 0.15
+    b = bits.double()
+    assert torch.allclose(first, (b @ ones + (1 - b) @ zeros) / 4.0)
+    assert not torch.equal(add.word_vectors(bits), first)  # the next step draws another mask
+    add.eval()
+    b = bits.double()
+    expected = (b @ add.ones + (1 - b) @ add.zeros) / 4.0
+    assert torch.allclose(add.word_vectors(bits), expected) and torch.equal(add.word_vectors(bits), add.word_vectors(bits))
+    assert HashAdd(None, 8, num_bits=16, drop_connect=0.0).word_vectors(bits).unique(dim=0).shape[0] == 1
+
+
+@pytest.mark.parametrize("shape", [(3,), (40,)], ids=["few words", "2^k words or more"])
+def test_pool_drops_looked_up_vectors_in_training_only(shape):
+    pool = HashPool(None, 8, num_bits=16, chunk_bits=5)  # 2^5 = 32 rows: 40 words take the weighted-codebook path
+    bits = torch.randint(0, 2, (1, 16)).expand(*shape, 16)  # one word, repeated
+    vectors = pool.word_vectors(bits)
+    assert not torch.equal(vectors[0], vectors[1])  # a mask per word (and chunk and dimension)
+    dropped = (torch.nn.functional.embedding(pool.chunks(bits), pool.codebook) * pool.chunk_weights.softmax(0))
+    assert not torch.allclose(vectors.mean(0), dropped.sum(-2)[0])
+    pool.eval()
+    vectors = pool.word_vectors(bits)
+    assert torch.allclose(vectors, dropped.sum(-2)) and torch.equal(vectors[0], vectors[-1])
+
+
+@pytest.mark.parametrize(("strategy", "extra"), [
+    (functools.partial(HashAdd, drop_connect=1.0), "drop_connect=1.0 must lie in [0, 1)"),
+    (functools.partial(HashPool, dropout=-0.1), "dropout=-0.1 must lie in [0, 1)"),
+])
+def test_dropout_probabilities_outside_0_1_are_refused(strategy, extra):
+    with pytest.raises(ConfigError, match=re.escape(extra)):
+        strategy(None, 8)
+
+
+def truncated_normal_std(std: float = 0.02) -> float:
+    """The standard deviation of a normal of ``std`` cut at +-2 ``std``: 0.88 ``std``."""
+    density, mass = math.exp(-2.0) / math.sqrt(2 * math.pi), math.erf(math.sqrt(2.0))
+    return std * math.sqrt(1 - 2 * 2 * density / mass)
+
+
+@pytest.mark.parametrize("strategy", [HashEmbedding, HashPool, HashAdd, HashProj, ProFormerEmbedding])
+def test_hash_layers_start_from_the_authors_truncated_normal(strategy):
+    emb = strategy(None, 256)
+    for name, weight in emb.named_parameters():
+        assert weight.abs().max() <= 0.04, name  # nothing beyond the truncation bound
+        assert weight.std().item() == pytest.approx(truncated_normal_std(), rel=0.05), name
+
+
+def test_truncated_normal_init_draws_the_whole_model_but_what_it_loads(tmp_path):
+    import transformers
+
+    from lit_embed.models import Encoder, SequenceClassifier
+
+    torch.manual_seed(0)
+    default = ShuffleRandom(tiny_encoder(hidden=64), vocab_size=5000)
+    assert default.encoder.model.encoder.layer[0].intermediate.dense.weight.abs().max() > 0.04  # HuggingFace's normal
+    model = ShuffleRandom(tiny_encoder(hidden=64), vocab_size=5000, init="truncated_normal")
+    matrices = {name: p for name, p in model.named_parameters() if p.dim() >= 2}
+    assert {"embedding.weight", "head.weight", "encoder.model.embeddings.position_embeddings.weight"} <= set(matrices)
+    values = torch.cat([p.detach().flatten() for p in matrices.values()])
+    assert values.abs().max() <= 0.04 and values.std().item() == pytest.approx(truncated_normal_std(), rel=0.02)
+    assert model.encoder.model.embeddings.position_embeddings.weight[1].abs().sum() > 0  # its padding row too
+    assert not model.head.bias.any()
+    norms = [m for m in model.modules() if isinstance(m, torch.nn.LayerNorm)]
+    assert norms and all(bool((m.weight == 1).all() and not m.bias.any()) for m in norms)
+    # A pretrained encoder keeps its weights; only the new head is drawn.
+    config = transformers.BertConfig(vocab_size=50, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                     intermediate_size=64, max_position_embeddings=40)
+    transformers.BertModel(config).save_pretrained(tmp_path)
+    reference = transformers.BertModel.from_pretrained(tmp_path).state_dict()
+    loaded = SequenceClassifier("sst2", encoder=Encoder(pretrained=str(tmp_path)), vocab_size=50, init="truncated_normal")
+    for name, value in loaded.encoder.model.state_dict().items():
+        assert torch.equal(value, reference[name]), name
+    assert torch.equal(loaded.embedding.weight, reference["embeddings.word_embeddings.weight"])
+    head = loaded.classifier[1].weight
+    assert head.abs().max() <= 0.04 and not loaded.classifier[1].bias.any()
+    with pytest.raises(ConfigError, match="init='xavier' is not a scheme"):
+        ShuffleRandom(tiny_encoder(), vocab_size=50, init="xavier")
+
 
 def test_emb_rows_are_the_specials_then_the_buckets():
     emb = HashEmbedding(None, 4, num_buckets=50265)

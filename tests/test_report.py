@@ -438,3 +438,43 @@ def test_report_never_writes_its_output_over_a_file_it_read(target, tmp_path, ca
     assert read.read_bytes() == before
     assert main(["report", str(tmp_path), "-o", str(run / "tables.md")]) == 0
     assert "### " in (run / "tables.md").read_text()
+def compress_output(root: Path, name: str, method: str, task: str, retention: float, cosines: dict[str, tuple],
+                    identical: bool = True) -> Path:
+    """A ``lit-embed compress`` report.json: ``cosines`` maps each k tried ("" for none) to (rare, common, all)."""
+    by_k = {k: {"rare": rare, "common": common, "all": every, "common_rows_identical": identical}
+            for k, (rare, common, every) in cosines.items()}
+    chosen = next(iter(by_k.values()))
+    write_json_atomic(root / name / "report.json", {
+        "method": method, "task": task, "retention": retention, "k": next(iter(cosines)) or None,
+        "cosine": chosen, "cosine_by_k": {k: c for k, c in by_k.items() if k}, "coverage": None})
+    return root / name
+
+
+def test_table_9_rows_by_method_and_k_columns_by_task_one_table_a_retention_means_over_seeds(tmp_path, capsys):
+    for seed, shift in ((1, 0.0), (2, 0.02)):
+        compress_output(tmp_path, f"cola-sc-{seed}", "sparse_coding", "cola", 1.0,
+                        {"1": (0.70 + shift, 1.0, 0.9), "2": (0.75 + shift, 1.0, 0.92)})
+    compress_output(tmp_path, "jcola-sc", "sparse_coding", "jcola", 1.0, {"2": (0.34, 1.0, 0.5)})
+    compress_output(tmp_path, "cola-unk", "unk", "cola", 1.0, {"": (0.3555, 1.0, 0.8)})
+    compress_output(tmp_path, "cola-aq", "aq", "cola", 1.0, {"": (0.7955, 0.7016, 0.7789)}, identical=False)
+    compress_output(tmp_path, "cola-mine", "mine", "cola", 1.0, {"3": (0.5, 0.9, 0.6)}, identical=False)
+    compress_output(tmp_path, "cola-half", "sparse_coding", "cola", 0.5, {"1": (0.6, 1.0, 0.7)})
+    assert main(["report", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    full = out.split("### Cosine similarity of the rebuilt embeddings to the original ones, r(V_C) = 1 (x 100)")[1]
+    half = out.split("### Cosine similarity of the rebuilt embeddings to the original ones, r(V_C) = 0.5 (x 100)")[1]
+    assert out.index("r(V_C) = 0.5 (x 100)") < out.index("r(V_C) = 1 (x 100)")
+    lines = [line for line in full.strip().split("\n\n")[0].splitlines() if line.startswith("| ")]
+    assert lines == [
+        "|  | CoLA | JCoLA |",
+        "| <unk> | 35.55 | – |",
+        "| k=1 | 71.00 | – |",   # the mean of two seeds' 70 and 72
+        "| k=2 | 76.00 | 34.00 |",
+        "| AQ (V_C ∪ V_R) | 77.89 | – |",
+        "| AQ (V_C) | 70.16 | – |",
+        "| AQ (V_R) | 79.55 | – |",
+        "| mine k=3 (V_C ∪ V_R) | 60.00 | – |",
+        "| mine k=3 (V_C) | 90.00 | – |",
+        "| mine k=3 (V_R) | 50.00 | – |",
+    ]
+    assert "| k=1 | 60.00 |" in half and "JCoLA" not in half.split("\n\n")[1]

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import functools
 import gc
+import lzma
 import os
+import re
 import subprocess
 import sys
 from types import SimpleNamespace
@@ -80,13 +82,19 @@ def test_streamed_texts_are_split_between_ranks_without_the_validation_texts(sha
     assert not any("zebra" in t for rank in texts for t in rank)  # the validation texts are held out
 
 
-@pytest.mark.parametrize("workers", [0, 2])
-def test_a_stream_resumes_each_worker_where_training_stopped(shards, workers, monkeypatch):
+#: An extract of the shards: 4 + 5 + 3 + 2 blocks of 30 tokens a pass (``max_length`` 32).
+BUDGETS = {"part0.txt": 120, "part1.txt": 150, "part2.txt": 61, "part3.txt": 60}
+
+
+@pytest.mark.parametrize(("workers", "budgets"), [(0, None), (2, None), (2, BUDGETS)],
+                         ids=["one process", "2 workers", "2 workers, an extract of 7 batches a pass"])
+def test_a_stream_resumes_each_worker_where_training_stopped(shards, workers, budgets, monkeypatch):
     """Training consumed 6 batches while the loader had fetched a 7th (Lightning fetches ahead on streams)."""
     # datasets' streaming workers wait out this interval before they exit; keep the test short
     monkeypatch.setattr(torch.utils.data._utils, "MP_STATUS_CHECK_INTERVAL", 0.2)
     trainer = fake_trainer()
-    dm = streaming(shards, trainer, num_workers=workers)
+    make = functools.partial(streaming, token_budgets=budgets)
+    dm = make(shards, trainer, num_workers=workers)
     dm.setup("fit")
     loader = dm.train_dataloader()
     iterator, _ = consume(loader, trainer, 6)
@@ -94,13 +102,97 @@ def test_a_stream_resumes_each_worker_where_training_stopped(shards, workers, mo
     saved = dm.state_dict()
     _, expected = consume(loader, trainer, 4, iterator)
     restored_trainer = fake_trainer()
-    again = streaming(shards, restored_trainer, num_workers=workers)
+    again = make(shards, restored_trainer, num_workers=workers)
     again.setup("fit")
     again.load_state_dict(saved)
     _, resumed = consume(again.train_dataloader(), restored_trainer, 5)
     assert same(resumed, [ahead, *expected])
     del dm, again, loader, iterator
     gc.collect()  # the workers stop now, while the interval is short
+
+
+def file_blocks(dm: CorpusDataModule, path: str, held_out) -> list[np.ndarray]:
+    """The blocks ``path``'s training texts give alone, in order (each shard fits in one batch of texts)."""
+    from lit_embed.data.corpus import BlockBuilder
+
+    texts = [t for t in open(path).read().splitlines() if held_out({"text": [t]})[0]]
+    return BlockBuilder(dm.text_encoder_for(), dm.max_length, "text")({"text": texts})["codes"]
+
+
+@pytest.mark.parametrize("world", [1, 2, 3])  # 4 files: by file over 1 and 2 ranks, by block over 3
+def test_token_budgets_train_on_the_first_blocks_of_each_file_on_any_number_of_ranks(shards, world):
+    """The extract is the same texts every pass, every run, whatever the ranks: each file's first blocks until its
+    budget (ceil(tokens / 30) blocks of 30 tokens), a file shorter than its budget whole."""
+    budgets = {"part0.txt": 120, "part1.txt": 1500, "part2.txt": 61, "part3.txt": 10**9}  # 4, 50, 3 blocks; all
+    passes = []
+    for rank in range(world):
+        trainer = fake_trainer(rank, world)
+        dm = streaming(shards, trainer, token_budgets=budgets)
+        dm.setup("fit")
+        stream = [row["codes"] for row in dm.train_set]
+        passes.append(stream)
+        assert all(np.array_equal(a, b["codes"]) for a, b in zip(stream, dm.train_set, strict=True))  # the next pass
+    held_out = dm._held_out_blocks(dm.text_encoder_for())[1]
+    expected = [block for path, count in zip(shards, (4, 50, 3, None)) for block in file_blocks(dm, path, held_out)[:count]]
+    assert len(expected) == 4 + 50 + 3 + len(file_blocks(dm, shards[3], held_out)) < sum(
+        len(file_blocks(dm, path, held_out)) for path in shards)
+    assert sorted(map(tuple, (b for rank in passes for b in rank))) == sorted(map(tuple, expected))
+    again = streaming(shards, fake_trainer(0, world), token_budgets=budgets)
+    again.setup("fit")
+    assert all(np.array_equal(a, b["codes"]) for a, b in zip(passes[0], again.train_set, strict=True))
+
+
+@pytest.mark.parametrize(("budgets", "extra", "message"), [
+    ({**BUDGETS, "part9.txt": 100}, {}, "token_budgets names 'part9.txt', which is the name of no file of files"),
+    ({**BUDGETS, "part0.txt": 0}, {}, "token_budgets['part0.txt']=0 must be a positive number of tokens"),
+    ({**BUDGETS, "part0.txt": 2.5}, {}, "token_budgets['part0.txt']=2.5 must be a positive number of tokens"),
+    ({"part0.txt": 100}, {"streaming": False, "val_size": 0.1}, "token_budgets read the start of each file as it streams"),
+    ({"part0.txt": 100}, {}, "token_budgets gives no budget to ['part1.txt', 'part2.txt', 'part3.txt']"),
+    ({"part0.txt": 100}, {"datasets": ["acme/wiki"]}, "token_budgets apply to local files, and the corpus also reads hub"),
+], ids=["no such file", "zero", "not a count", "without streaming", "a file without one", "with a hub dataset"])
+def test_bad_token_budgets_are_refused_naming_the_budget_and_the_fix(shards, budgets, extra, message):
+    from lit_embed.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        CorpusDataModule("all-MiniLM-L6-v2", files=shards, token_budgets=budgets, **{"streaming": True, "val_size": 5, **extra})
+
+
+def test_a_budget_on_a_name_two_files_share_is_refused(tmp_path):
+    from lit_embed.errors import ConfigError
+
+    for folder in ("a", "b"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "en.txt").write_text("a text\n")
+    files = [str(tmp_path / "a" / "en.txt"), str(tmp_path / "b" / "en.txt")]
+    with pytest.raises(ConfigError, match="'en.txt', which is the name of 2 files"):
+        CorpusDataModule("all-MiniLM-L6-v2", files=files, streaming=True, val_size=1, token_budgets={"en.txt": 10})
+
+
+def test_the_xlmr_corpus_is_table_7s_extract_of_cc100_with_the_whole_stream_an_option(tmp_path, monkeypatch, capsys):
+    import yaml
+
+    from lit_embed.cli import main
+    from tests.helpers.papers import TABLE_7
+
+    cc100 = yaml.safe_load((CONFIGS / "data" / "cc100_xnli.yaml").read_text())["init_args"]
+    budgets = cc100["token_budgets"]
+    assert sorted(budgets) == sorted(path.split("/")[-1] for path in cc100["files"])
+    assert {name.split(".")[0].replace("zh-Hans", "zh"): tokens for name, tokens in budgets.items()} == {
+        lang: millions * 10**6 for lang, millions in TABLE_7.items()}
+    assert sum(budgets.values()) == 3_985_000_000  # the paper's ~4.0B tokens
+    assert cc100["streaming"] is True
+    # The whole stream, on the command line; budgets that leave files out exit 2 with the fix.
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "data" / "cc100").mkdir(parents=True)
+    for name in budgets:
+        (tmp_path / "data" / "cc100" / name).write_bytes(lzma.compress(b"a text\n"))
+    args = ["fit", "--config", str(CONFIGS / "experiments" / "subspace" / "xlmr_s_3se.yaml"), "--print_config"]
+    with pytest.raises(SystemExit):
+        main([*args[:-1], "--data.init_args.token_budgets", "null", "--print_config"])
+    assert yaml.safe_load(capsys.readouterr().out)["data"]["init_args"]["token_budgets"] is None
+    bad = ["--data.init_args.token_budgets", "{fr.txt: 5}"]
+    assert main([*args[:-1], *bad, "--trainer.fast_dev_run", "true"]) == 2
+    assert "token_budgets gives no budget to ['ar.txt.xz', 'bg.txt.xz'," in capsys.readouterr().err
 
 
 def test_a_stream_is_endless_and_reshuffled_every_pass(shards):

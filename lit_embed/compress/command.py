@@ -138,6 +138,7 @@ def compress(
     if len(candidates) > 1:
         best, validation = choose_k(source, candidates, chosen, accelerator, limit_val_batches)
     strategy = candidates[best]
+    cosines = {k: rebuilt_cosines(source.weight, s, split.common_ids) for k, s in candidates.items()}
 
     report = {
         "source": source.name,
@@ -150,7 +151,8 @@ def compress(
                        "common": len(split.common_ids), "rare": vocab - len(split.common_ids),
                        "special_ids": list(split.special_ids)},
         **counts(source.weight, strategy, source.module if source.module is not None else source.hf_model),
-        "cosine": rebuilt_cosines(source.weight, strategy, split.common_ids),
+        "cosine": cosines[best],
+        "cosine_by_k": {str(k): c for k, c in cosines.items() if k is not None},  # one output gives Table 9's k=1 to 5
         "coverage": None if chosen.module is None else coverage(chosen.module.test_examples(), encoder, split.common_ids),
         "validation": validation,
     }

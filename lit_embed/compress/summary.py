@@ -84,6 +84,10 @@ def format_summary(report: dict) -> str:
     rare = "n/a" if c["rare"] is None else f"{c['rare']:.4f}"
     lines += ["", f"Cosine similarity of rebuilt to original rows (Table 9): rare {rare}, common {c['common']:.4f}, "
               f"all {c['all']:.4f}; common rows bit-identical: {'yes' if c['common_rows_identical'] else 'no'}."]
+    by_k = report.get("cosine_by_k") or {}
+    if len(by_k) > 1:
+        lines += ["", "Rare rows' cosine with each k: " + ", ".join(
+            f"k={k} {'n/a' if c['rare'] is None else format(c['rare'], '.4f')}" for k, c in by_k.items()) + "."]
     covered = report.get("coverage")
     if covered:
         lines += ["", f"Coverage of the test data ({covered['examples']:,} examples) by V_C: tokens {100 * covered['tokens']:.2f}% "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import math
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -46,7 +47,10 @@ class CorpusDataModule(TextDataModule):
     out of training wherever they occur; the rest is split between ranks (by shard where the shards
     divide evenly, else every rank keeps every world-size-th text) and between each rank's DataLoader
     workers (by shard), cut into blocks, shuffled in a buffer, and read pass after pass until
-    ``max_steps`` (set it: a stream has no epochs that end together on every rank).
+    ``max_steps`` (set it: a stream has no epochs that end together on every rank). With ``token_budgets``
+    a file gives only its first training blocks, as many as its budget of tokens fills: an extract read
+    from the start of the file, the same texts on every pass and every run, with no pass over the corpus
+    beforehand (the k-sub-embedding paper's ~4.0B tokens of CC-100, ``configs/data/cc100_xnli.yaml``).
 
     Args:
         tokenizer: HF tokenizer name or folder (``all-MiniLM-L6-v2`` works offline); the model's
@@ -67,6 +71,10 @@ class CorpusDataModule(TextDataModule):
         shuffle_buffer: blocks in the streaming shuffle buffer; 0 keeps the stream's order. Resuming
             restores each worker's position in its shards, but not the blocks its buffer held then.
         max_texts: read at most this many texts per source (quick runs).
+        token_budgets: tokens to train on from each local file, by file name (``ar.txt.xz: 181000000``), counted
+            in the strategy's codes as blocks of ``max_length - 2`` (a budget takes the first
+            ``ceil(budget / (max_length - 2))`` blocks of the file's training texts). Streaming local files only,
+            every file with its budget; ``null`` reads every file whole.
         num_workers: DataLoader worker processes (streaming: at most one per shard of the rank).
         seed: seeds the train/validation split, the order of each epoch, the streaming shuffle and
             the validation masking.
@@ -89,6 +97,7 @@ class CorpusDataModule(TextDataModule):
         streaming: bool = False,
         shuffle_buffer: int = 10_000,
         max_texts: int | None = None,
+        token_budgets: dict[str, int] | None = None,
         num_workers: int = 0,
         seed: int = 0,
         predict_input: str | list[str] | None = None,
@@ -108,6 +117,7 @@ class CorpusDataModule(TextDataModule):
             raise ConfigError(f"shuffle_buffer={shuffle_buffer} must be 0 (no shuffling) or more")
         refuse_script_datasets(list(datasets or []))
         check_files(list(files or []))
+        _check_budgets(token_budgets, list(files or []), list(datasets or []), streaming)
         self.save_hyperparameters()
         self.tokenizer = tokenizer
         self.sources = list(datasets or [])
@@ -120,6 +130,7 @@ class CorpusDataModule(TextDataModule):
         self.streaming = streaming
         self.shuffle_buffer = shuffle_buffer
         self.max_texts = max_texts
+        self.token_budgets = dict(token_budgets or {})
         self.num_workers = num_workers
         self.seed = seed
         self.text_encoder: TextEncoder | None = None
@@ -249,19 +260,28 @@ class CorpusDataModule(TextDataModule):
             yield from batch[self.text_column]
 
     def _texts(self):
-        parts = [load_hub(name, streaming=self.streaming) for name in self.sources]
-        if self.files:
-            parts.append(load_files(self.files, streaming=self.streaming))
-        columns = []
-        for part, name in zip(parts, self.sources + ["files"] * bool(self.files)):
+        columns = [texts for _, texts in self._sources()]
+        return datasets.concatenate_datasets(columns) if len(columns) > 1 else columns[0]
+
+    def _sources(self) -> list[tuple[int | None, Any]]:
+        """The texts of each source and the blocks its token budget allows (``None``: all): the hub datasets, then
+        the local files, one source in all or, with token budgets (files only), one each."""
+        loaded = [(name, None, load_hub(name, streaming=self.streaming)) for name in self.sources]
+        groups = [[name] for name in self.files] if self.token_budgets else [self.files] * bool(self.files)
+        for group in groups:
+            budget = self.token_budgets.get(Path(group[0]).name)
+            blocks = None if budget is None else math.ceil(budget / (self.max_length - 2))
+            loaded.append((group[0] if len(group) == 1 else "files", blocks, load_files(group, streaming=self.streaming)))
+        sources = []
+        for name, blocks, part in loaded:
             names = part.column_names or [self.text_column]
             if self.text_column not in names:
                 raise ConfigError(f"{name}: no column {self.text_column!r} (columns: {names}); set data.text_column")
             part = part.select_columns([self.text_column])
             if self.max_texts is not None:
                 part = part.take(self.max_texts)
-            columns.append(part)
-        return datasets.concatenate_datasets(columns) if len(columns) > 1 else columns[0]
+            sources.append((blocks, part))
+        return sources
 
     def _blocks(self, encoder: TextEncoder):
         texts = self._texts()
@@ -304,21 +324,60 @@ class CorpusDataModule(TextDataModule):
 
     def _train_texts(self, held_out: HeldOut):
         """This rank's share of the streamed texts that are not held out."""
+        return self._rank_share(self._texts().filter(held_out, batched=True, batch_size=1000))
+
+    def _rank_share(self, stream):
+        """This rank's share of ``stream``: by shard (file) where they divide evenly between ranks, else every
+        world-size-th example."""
         from datasets.distributed import split_dataset_by_node
 
-        texts = self._texts().filter(held_out, batched=True, batch_size=1000)
         trainer = self.trainer
         if trainer is not None and trainer.world_size > 1:
-            texts = split_dataset_by_node(texts, rank=trainer.global_rank, world_size=trainer.world_size)
-        return texts
+            stream = split_dataset_by_node(stream, rank=trainer.global_rank, world_size=trainer.world_size)
+        return stream
 
     def _train_stream(self, encoder: TextEncoder, held_out: HeldOut):
-        """This rank's texts cut into blocks and shuffled, lazily, as they stream."""
+        """This rank's texts cut into blocks and shuffled, lazily, as they stream. Under token budgets each file is
+        cut into blocks alone and gives its first ones, before the ranks share them: the extract is the corpus's,
+        whatever the number of ranks and workers. Every file's pipeline has the same steps, which a resumed worker
+        needs (:class:`~lit_embed.data.loading.EndlessStream`)."""
         builder = BlockBuilder(encoder, self.max_length, self.text_column)
-        blocks = self._train_texts(held_out).map(builder, batched=True, batch_size=1000, remove_columns=[self.text_column])
+        to_blocks = {"function": builder, "batched": True, "batch_size": 1000, "remove_columns": [self.text_column]}
+        if self.token_budgets:
+            parts = []
+            for count, texts in self._sources():
+                parts.append(texts.filter(held_out, batched=True, batch_size=1000).map(**to_blocks).take(count))
+            blocks = self._rank_share(datasets.concatenate_datasets(parts) if len(parts) > 1 else parts[0])
+        else:
+            blocks = self._train_texts(held_out).map(**to_blocks)
         if self.shuffle_buffer:
             blocks = blocks.shuffle(seed=self.seed, buffer_size=self.shuffle_buffer)
         return blocks
+
+
+def _check_budgets(budgets: dict[str, int] | None, files: list[str], hub: list[str], streaming: bool) -> None:
+    """Refuse token budgets that name no file, leave a file or a hub dataset without one, are not a positive count,
+    or come without streaming."""
+    if not budgets:
+        return
+    if not streaming:
+        raise ConfigError("token_budgets read the start of each file as it streams: set streaming: true (or "
+                          "token_budgets: null to read the files whole)")
+    if hub:
+        raise ConfigError(f"token_budgets apply to local files, and the corpus also reads hub datasets {hub}: give "
+                          f"the corpus as files only, or token_budgets: null")
+    names = [Path(name).name for name in files]
+    unbudgeted = [name for name in names if name not in budgets]
+    if unbudgeted:
+        raise ConfigError(f"token_budgets gives no budget to {unbudgeted}: give every file one (each file's first "
+                          f"tokens are an extract only beside the others'), or token_budgets: null")
+    for name, budget in budgets.items():
+        if names.count(name) != 1:
+            found = "no file" if name not in names else f"{names.count(name)} files"
+            raise ConfigError(f"token_budgets names {name!r}, which is the name of {found} of files {names}: key each "
+                              f"budget by the name of one file")
+        if not isinstance(budget, int) or isinstance(budget, bool) or budget < 1:
+            raise ConfigError(f"token_budgets[{name!r}]={budget!r} must be a positive number of tokens")
 
 
 def text_digest(text) -> bytes:

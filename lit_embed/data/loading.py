@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import copy
 import logging
 import warnings
 from collections import deque
@@ -82,7 +83,28 @@ class EndlessStream(IterableDataset):
 
     def load_state_dict(self, state: dict) -> None:
         self.epoch = state["epoch"]
-        self._resume = state["stream"]
+        self._resume = _padded_sources(state["stream"], self.stream.num_shards)
+
+
+def _padded_sources(state: Any, length: int) -> Any:
+    """``state`` with each list of concatenated sources (``ex_iterables``) lengthened to ``length`` entries by
+    copies of its last one.
+
+    datasets (5.2, ``IterableDataset._iter_pytorch``) loads a worker's saved position twice: into the rank's whole
+    stream before sharding it between workers, then into the worker's shard. A concatenation of sources (the
+    files of a corpus under token budgets) saves, in a worker, only its own sources, and the first load fails
+    (IndexError) on the longer list. That load is thrown away and the second reads the first entries, the
+    worker's own; the copies only need the shape of their siblings, which sources built alike have.
+    """
+    if isinstance(state, list):
+        return [_padded_sources(value, length) for value in state]
+    if not isinstance(state, dict):
+        return state
+    padded = {key: _padded_sources(value, length) for key, value in state.items()}
+    sources = padded.get("ex_iterables")
+    if isinstance(sources, list) and sources:
+        sources += [copy.deepcopy(sources[-1]) for _ in range(length - len(sources))]
+    return padded
 
 
 class ResumableLoader:

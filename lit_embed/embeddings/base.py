@@ -114,6 +114,11 @@ class EmbeddingStrategy(CheckpointSized, ABC):
         """Parameters the papers count as the embedding's (all of this module's, by default)."""
         return sum(p.numel() for p in self.parameters())
 
+    def counting_rule(self) -> str | None:
+        """How, and on whose authority, :meth:`num_embedding_parameters` differs from this module's parameters;
+        ``None`` where it counts them all. ``lit-embed params`` prints it beside the module's own count."""
+        return None
+
     def num_total_parameters(self) -> int:
         """What the strategy adds to a model's total (PCR_All, PoEP): all of its parameters, or its embedding figure
         where that is larger: stored codes the papers count as parameters (sparse-coding ids and weights, additive

@@ -49,11 +49,15 @@ class CanineHashEmbedding(EmbeddingStrategy):
     Args:
         num_hashes: hash functions, one table each (at most 16).
         num_buckets: rows of each table.
+        counted_buckets: count the embedding as ``counted_buckets x hidden_size`` parameters, as the HashFormers
+            paper's eq. 10 counts CANINE-C's (16,000 buckets, the figure CANINE's paper gives), instead of the
+            tables' ``num_hashes x num_buckets x hidden_size / num_hashes``; at most ``num_buckets``.
     """
 
     unlimited_vocabulary = True
 
-    def __init__(self, vocab_size: int | None, hidden_size: int, num_hashes: int = 8, num_buckets: int = 16384) -> None:
+    def __init__(self, vocab_size: int | None, hidden_size: int, num_hashes: int = 8, num_buckets: int = 16384,
+                 counted_buckets: int | None = None) -> None:
         super().__init__(vocab_size, hidden_size)
         if not 1 <= num_hashes <= len(PRIMES):
             raise ConfigError(f"num_hashes={num_hashes} must be between 1 and {len(PRIMES)} (CANINE's primes)")
@@ -61,11 +65,26 @@ class CanineHashEmbedding(EmbeddingStrategy):
             raise ConfigError(f"hidden_size={hidden_size} is not divisible by num_hashes={num_hashes}: pick a divisor")
         if num_buckets < 2:
             raise ConfigError(f"num_buckets={num_buckets} must be at least 2")
+        if counted_buckets is not None and not 1 <= counted_buckets <= num_buckets:
+            raise ConfigError(f"counted_buckets={counted_buckets} must lie in [1, num_buckets={num_buckets}]: it "
+                              f"counts buckets the tables hold")
         self.num_hashes = num_hashes
         self.num_buckets = num_buckets
+        self.counted_buckets = counted_buckets
         self.tables = nn.ModuleList(nn.Embedding(num_buckets, hidden_size // num_hashes) for _ in range(num_hashes))
         for table in self.tables:
             nn.init.normal_(table.weight, std=0.02)  # CANINE's initializer_range
+
+    def num_embedding_parameters(self) -> int:
+        if self.counted_buckets is None:
+            return super().num_embedding_parameters()
+        return self.counted_buckets * self.hidden_size
+
+    def counting_rule(self) -> str | None:
+        if self.counted_buckets is None:
+            return None
+        return (f"HashFormers eq. 10: {self.counted_buckets:,} hash buckets x {self.hidden_size} (the tables hold "
+                f"{self.num_hashes} x {self.num_buckets:,} x {self.hidden_size // self.num_hashes})")
 
     def text_encoder(self, tokenizer: str | None) -> CharacterTextEncoder:
         """Codepoints (the data's ``tokenizer`` is not used)."""

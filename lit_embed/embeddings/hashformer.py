@@ -13,6 +13,13 @@ unique word, and ``forward`` turns the codes into vectors with tensor operations
 Parameter counts follow the paper's Appendix B, which leaves out what only special tokens use:
 Emb N*d; Pool (ceil(T/k) + 2^k + 1)*d; Add (2T + 1)*d; Proj (T + 1)*d (the +1 is the shared word
 row; this reproduces Table 2's 797.2K, 197.4K and 99.1K); ProFormer 420*d.
+
+The paper gives neither regularisation nor initialisation; the authors' model code decides both
+(HUIYINXUE/hashformer, ``src/model/model.py``): Add's two maps are DropConnect layers (``DropoutLinear``,
+lines 116-147: ``F.linear(x, nn.Dropout(0.1)(W))``), Pool drops its looked-up codebook vectors (line 347),
+Proj has no dropout (``DropoutLinearCosNorm``, lines 79-113, despite the name), and every weight starts
+from their truncated normal (:mod:`lit_embed.embeddings.initialisation`), special-token table included, its padding
+row not zeroed. ProFormer's code is not theirs (nor released): it follows the same initialisation.
 """
 
 from __future__ import annotations
@@ -36,6 +43,7 @@ from lit_embed.embeddings.hash_text import (
     unpack_bits,
 )
 from lit_embed.embeddings.hashers import Hasher, LSHHasher, MD5Hasher
+from lit_embed.embeddings.initialisation import truncated_normal_
 from lit_embed.embeddings.text import VocabTextEncoder
 from lit_embed.errors import ConfigError
 
@@ -96,7 +104,8 @@ class HashEmbedding(HashStrategy):
 
     Args:
         num_buckets: N, the table's rows (specials included).
-        init_std: standard deviation of the normal initialisation.
+        init_std: standard deviation of the truncated normal initialisation (cut at +-2 ``init_std``, as the
+            authors' ``_init_weights``).
         hasher, tokenization: see :class:`HashStrategy`.
     """
 
@@ -117,7 +126,7 @@ class HashEmbedding(HashStrategy):
         super().__init__(vocab_size, hidden_size, BucketCodes(num_buckets), num_buckets - NUM_SPECIAL, hasher, tokenization)
         self.num_buckets = num_buckets
         self.init_std = init_std
-        self.weight = nn.Parameter(torch.empty(num_buckets, hidden_size).normal_(0.0, init_std))
+        self.weight = nn.Parameter(truncated_normal_(torch.empty(num_buckets, hidden_size), init_std))
 
     def forward(self, codes: Tensor) -> Tensor:
         return nn.functional.embedding(codes, self.weight)
@@ -131,7 +140,8 @@ class BitHashStrategy(HashStrategy):
 
     Subclasses define :meth:`word_vectors`. The table (before the backbone's LayerNorm, like the
     token embedding it replaces) has rows 0-4 for the specials and, where ``shared_word_row``, row 5
-    added to every hashed word. Specials get only their row: the bit part is masked to zero.
+    added to every hashed word. Specials get only their row: the bit part is masked to zero. The padding
+    row is an ``nn.Embedding`` padding row, never trained, and, as in the authors' code, not zeroed.
     """
 
     #: Whether every hashed word gets the special table's row 5 (HashFormers) or nothing (ProFormer).
@@ -157,9 +167,7 @@ class BitHashStrategy(HashStrategy):
         self.num_bits = num_bits
         pad = SPECIAL_IDS["pad"]
         self.special = nn.Embedding(NUM_SPECIAL + 1, hidden_size, padding_idx=pad)
-        nn.init.normal_(self.special.weight, 0.0, 0.02)
-        with torch.no_grad():
-            self.special.weight[pad].zero_()
+        truncated_normal_(self.special.weight)
 
     @abstractmethod
     def word_vectors(self, bits: Tensor) -> Tensor:
@@ -170,18 +178,23 @@ class BitHashStrategy(HashStrategy):
         is_word = row == WORD_ROW
         bits = unpack_bits(codes[..., 1:], self.num_bits)
         vectors = self.word_vectors(bits) * is_word.unsqueeze(-1)
+        special = self.special(row)
         if not self.shared_word_row:
-            row = row.masked_fill(is_word, SPECIAL_IDS["pad"])  # the pad row is a fixed zero
-        return vectors + self.special(row)
+            special = special.masked_fill(is_word.unsqueeze(-1), 0.0)
+        return vectors + special
 
     def num_embedding_parameters(self) -> int:
         own = sum(p.numel() for name, p in self.named_parameters() if not name.startswith("special."))
         return own + (self.hidden_size if self.shared_word_row else 0)
 
-    def _uniform(self, *shape: int) -> nn.Parameter:
-        """``nn.Linear``'s initialisation for T inputs: uniform in +-1/sqrt(T)."""
-        bound = 1.0 / math.sqrt(self.num_bits)
-        return nn.Parameter(torch.empty(*shape).uniform_(-bound, bound))
+    def counting_rule(self) -> str:
+        left_out = "the 5 special-token rows" if self.shared_word_row else "the special-token table"
+        return f"HashFormers Appendix B: {left_out} of {self.hidden_size} are not counted"
+
+    @staticmethod
+    def _weight(*shape: int) -> nn.Parameter:
+        """A hash layer's weight, initialised as the authors' ``_init_weights`` does."""
+        return nn.Parameter(truncated_normal_(torch.empty(*shape)))
 
     def extra_repr(self) -> str:
         return f"num_bits={self.num_bits}, hidden_size={self.hidden_size}"
@@ -190,11 +203,14 @@ class BitHashStrategy(HashStrategy):
 class HashPool(BitHashStrategy):
     """HashFormer-Pool: the T bits cut into ceil(T/k) chunks of k bits (the last one shorter), each
     chunk's integer a row of a shared ``2^k x d`` codebook B, pooled with a softmax over chunks per
-    dimension: ``e = sum_j softmax(A)_j * B[c_j]`` with A learnable ``(ceil(T/k), d)``.
+    dimension: ``e = sum_j softmax(A)_j * B[c_j]`` with A learnable ``(ceil(T/k), d)``. In training the
+    looked-up vectors ``B[c_j]`` pass through dropout first (the authors' ``emb_dropout``, model.py:318, 347).
 
     Args:
         num_bits: T (128 for MD5).
         chunk_bits: k (the paper: 10, so 13 chunks and 1024 codebook rows).
+        dropout: probability of dropping each value of the looked-up codebook vectors in training (the
+            authors' 0.1; off in evaluation).
         hasher, tokenization: see :class:`HashStrategy`.
     """
 
@@ -204,18 +220,20 @@ class HashPool(BitHashStrategy):
         hidden_size: int,
         num_bits: int = 128,
         chunk_bits: int = 10,
+        dropout: float = 0.1,
         hasher: HasherFactory | None = None,
         tokenization: Tokenization = "word",
     ) -> None:
         super().__init__(vocab_size, hidden_size, num_bits, hasher, tokenization)
+        self.dropout = _probability("dropout", dropout)
         if not 1 <= chunk_bits <= num_bits:
             raise ConfigError(f"chunk_bits k={chunk_bits} must lie between 1 and num_bits T={num_bits}")
         if chunk_bits > 24:
             raise ConfigError(f"chunk_bits k={chunk_bits} makes a codebook of 2^{chunk_bits} rows: use k <= 24")
         self.chunk_bits = chunk_bits
         self.num_chunks = -(-num_bits // chunk_bits)
-        self.codebook = nn.Parameter(torch.empty(2**chunk_bits, hidden_size).normal_(0.0, 0.02))
-        self.chunk_weights = nn.Parameter(nn.init.trunc_normal_(torch.empty(self.num_chunks, hidden_size), 0.0, 0.02, -0.04, 0.04))
+        self.codebook = self._weight(2**chunk_bits, hidden_size)
+        self.chunk_weights = self._weight(self.num_chunks, hidden_size)
         # Place values: bit i of chunk c weighs 2^(last bit of c - i), so a short last chunk reads as its own integer.
         position = torch.arange(self.num_chunks * chunk_bits)
         end = torch.clamp((position // chunk_bits + 1) * chunk_bits, max=num_bits)
@@ -234,12 +252,16 @@ class HashPool(BitHashStrategy):
         Gathering each word's ``ceil(T/k)`` codebook rows builds a ``words x ceil(T/k) x d`` tensor
         (and its gradient); from ``2^k`` words on it is cheaper to weight the codebook once per chunk
         (``ceil(T/k) * 2^k`` rows) and sum each word's rows in one ``embedding_bag`` pass: at 32 x 128
-        words 5x faster, below 512 words 3-10x slower (``tools/bench``: embedding_step).
+        words 5x faster, below 512 words 3-10x slower (``tools/bench``: embedding_step). Dropout draws a
+        mask per word, chunk and dimension, which only the gathered tensor holds: training with dropout
+        gathers.
         """
         weights = self.chunk_weights.softmax(dim=0)
         chunks = self.chunks(bits)
-        if chunks[..., 0].numel() < 2**self.chunk_bits:
-            return (nn.functional.embedding(chunks, self.codebook) * weights).sum(-2)
+        dropping = self.training and self.dropout > 0
+        if dropping or chunks[..., 0].numel() < 2**self.chunk_bits:
+            looked_up = nn.functional.embedding(chunks, self.codebook)
+            return (nn.functional.dropout(looked_up, self.dropout, dropping) * weights).sum(-2)
         weighted = (weights[:, None, :] * self.codebook).flatten(0, 1)  # row j * 2^k + c: softmax(A)_j * B[c]
         rows = (chunks + self.chunk_offsets).reshape(-1, self.num_chunks)
         return nn.functional.embedding_bag(rows, weighted, mode="sum").view(*bits.shape[:-1], self.hidden_size)
@@ -249,8 +271,14 @@ class HashAdd(BitHashStrategy):
     """HashFormer-Add: T codebooks of two vectors, one per bit value, summed and scaled by 1/sqrt(T):
     ``e = (B1^T b + B0^T (1 - b)) / sqrt(T)`` (the paper found sqrt(T) better than averaging).
 
+    In training both maps are DropConnect layers, as the authors' ``DropoutLinear`` (model.py:116-147, used at
+    230-231): each step drops each weight of B1 and of B0 with probability ``drop_connect``, independently for
+    the two maps, and scales the kept weights by ``1 / (1 - drop_connect)`` (``nn.Dropout`` applied to the
+    weight matrix), before the division by sqrt(T) (line 272). Evaluation uses the weights as they are.
+
     Args:
         num_bits: T (128 for MD5).
+        drop_connect: probability of dropping each weight in training (the authors' 0.1).
         hasher, tokenization: see :class:`HashStrategy`.
     """
 
@@ -259,17 +287,20 @@ class HashAdd(BitHashStrategy):
         vocab_size: int | None,
         hidden_size: int,
         num_bits: int = 128,
+        drop_connect: float = 0.1,
         hasher: HasherFactory | None = None,
         tokenization: Tokenization = "word",
     ) -> None:
         super().__init__(vocab_size, hidden_size, num_bits, hasher, tokenization)
-        self.ones = self._uniform(num_bits, hidden_size)
-        self.zeros = self._uniform(num_bits, hidden_size)
+        self.drop_connect = _probability("drop_connect", drop_connect)
+        self.ones = self._weight(num_bits, hidden_size)
+        self.zeros = self._weight(num_bits, hidden_size)
 
     def word_vectors(self, bits: Tensor) -> Tensor:
+        ones, zeros = (nn.functional.dropout(w, self.drop_connect, self.training) for w in (self.ones, self.zeros))
         # B1^T b + B0^T (1 - b) = (B1 - B0)^T b + B0^T 1: one product with the bits instead of two.
-        b = bits.to(self.ones.dtype)
-        return (b @ (self.ones - self.zeros) + self.zeros.sum(0)) / math.sqrt(self.num_bits)
+        b = bits.to(ones.dtype)
+        return (b @ (ones - zeros) + zeros.sum(0)) / math.sqrt(self.num_bits)
 
 
 class HashProj(BitHashStrategy):
@@ -292,7 +323,7 @@ class HashProj(BitHashStrategy):
         tokenization: Tokenization = "word",
     ) -> None:
         super().__init__(vocab_size, hidden_size, num_bits, hasher, tokenization)
-        self.axes = self._uniform(num_bits, hidden_size)
+        self.axes = self._weight(num_bits, hidden_size)
 
     def word_vectors(self, bits: Tensor) -> Tensor:
         b = bits.to(self.axes.dtype)
@@ -325,10 +356,16 @@ class ProFormerEmbedding(BitHashStrategy):
         tokenization: Tokenization = "word",
     ) -> None:
         super().__init__(vocab_size, hidden_size, num_bits, hasher or LSHHasher, tokenization)
-        self.projection = self._uniform(num_bits, hidden_size)
+        self.projection = self._weight(num_bits, hidden_size)
 
     def word_vectors(self, bits: Tensor) -> Tensor:
         return bits.to(self.projection.dtype) @ self.projection
+
+
+def _probability(name: str, p: float) -> float:
+    if not 0.0 <= p < 1.0:
+        raise ConfigError(f"{name}={p} must lie in [0, 1): the probability of dropping a value in training")
+    return p
 
 
 __all__ = [

@@ -47,6 +47,9 @@ class AdditiveQuantizedEmbedding(EmbeddingStrategy):
     def num_embedding_parameters(self) -> int:
         return self.codebooks.numel() + self.codes.numel()
 
+    def counting_rule(self) -> str:
+        return f"each token's stored {self.num_codebooks} codes count"
+
     def init_args(self) -> dict:
         """The constructor arguments beyond the two sizes (the codebooks are kept as ``num_codebooks``)."""
         return {"codebooks": self.num_codebooks, "codewords": self.num_codewords}

@@ -122,6 +122,9 @@ class SparseCodedEmbedding(PartialEmbedding):
     def num_embedding_parameters(self) -> int:
         return super().num_embedding_parameters() + (2 * self.k + 1) * self.num_rare
 
+    def counting_rule(self) -> str:
+        return f"the sparse-coding paper counts each rare token's stored {self.k} ids, {self.k} weights and norm"
+
 
 class UnkEmbedding(PartialEmbedding):
     """The ``<unk>`` baseline: every rare token takes the (fine-tuned) ``<unk>`` row. ``|V_C| d`` parameters.
@@ -162,3 +165,6 @@ class PCAEmbedding(PartialEmbedding):
 
     def num_embedding_parameters(self) -> int:
         return super().num_embedding_parameters() + (self.k + 1) * self.hidden_size + self.k * self.num_rare
+
+    def counting_rule(self) -> str:
+        return f"each rare token's stored {self.k} coordinates count"

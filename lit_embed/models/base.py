@@ -5,7 +5,7 @@ from __future__ import annotations
 import inspect
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 import pytorch_lightning as pl
 from torch import Tensor, nn
@@ -16,9 +16,11 @@ from lit_embed.data.base import TextDataModule
 from lit_embed.distributed import is_distributed, share_buffers
 from lit_embed.embeddings.base import EmbeddingStrategy
 from lit_embed.embeddings.dense import DenseEmbedding
+from lit_embed.embeddings.initialisation import truncated_normal_init
 from lit_embed.embeddings.state import fixed_shapes, public_class_path
 from lit_embed.embeddings.text import TextEncoder
 from lit_embed.errors import CheckpointError, ConfigError
+from lit_embed.hub import counting_only
 from lit_embed.interfaces import Collate
 from lit_embed.models.encoder import Encoder, count_parameters
 from lit_embed.models.metrics import BlockEvaluation
@@ -31,6 +33,8 @@ log = logging.getLogger(__name__)
 #: config leaves it unset); YAML gives it by ``class_path`` and ``init_args``, and the module supplies the
 #: two sizes so they are stated once. The contract is :class:`~lit_embed.embeddings.EmbeddingStrategy`'s.
 StrategyFactory = Callable[[int | None, int], EmbeddingStrategy]
+#: How the weights a model builds (rather than loads) start; see :class:`EmbeddingModule`.
+Init = Literal["default", "truncated_normal"]
 
 
 class EmbeddingModule(pl.LightningModule):
@@ -45,6 +49,12 @@ class EmbeddingModule(pl.LightningModule):
             against, for unlimited-vocabulary strategies (default: ``vocab_size``).
         baseline_encoder: the dense baseline's backbone where it is not this model's (HashFormers
             compare the 2-layer ProFormer with BERT-MLM); only its parameters are counted, it is not kept.
+        init: how the weights the model builds start. ``default``: each part as it builds itself (a backbone
+            from a config HuggingFace's normal of std ``initializer_range`` with zeroed padding rows, the
+            strategy its own, heads PyTorch's). ``truncated_normal``: the HashFormers authors' ``_init_weights``
+            over the whole model, backbone, strategy and heads (:mod:`lit_embed.embeddings.initialisation`; the paper is
+            silent). Weights loaded from a pretrained encoder or handed to the strategy keep their values, as a
+            checkpoint loaded later replaces what was drawn.
     """
 
     #: Whether the objective reads the backbone's pooler. Those that do not freeze it: DDP then
@@ -60,9 +70,13 @@ class EmbeddingModule(pl.LightningModule):
         optim: OptimConfig | None = None,
         baseline_vocab_size: int | None = None,
         baseline_encoder: Encoder | None = None,
+        init: Init = "default",
     ) -> None:
         super().__init__()
         self._save_config()
+        if init not in ("default", "truncated_normal"):
+            raise ConfigError(f"init={init!r} is not a scheme: use 'default' or 'truncated_normal'")
+        self.init = init
         # prepare_data (the strategy's expensive state) runs once, on global rank 0; see setup.
         self.prepare_data_per_node = False
         if not self.uses_pooler:
@@ -76,16 +90,25 @@ class EmbeddingModule(pl.LightningModule):
                 f"{encoder.hidden_size}: they must match"
             )
         pretrained = encoder.take_pretrained_word_embeddings()
-        if pretrained is not None and not self.embedding.load_pretrained(pretrained):
+        loaded = pretrained is not None and self.embedding.load_pretrained(pretrained)
+        if pretrained is not None and not loaded:
             log.info(
                 "%s keeps its own initialisation: the word embeddings of %s are not used",
                 type(self.embedding).__name__, encoder.pretrained,
             )
+        self.initialise(*([] if encoder.pretrained is not None else [encoder]), *([] if loaded else [self.embedding]))
         self.optim = optim or OptimConfig()
         self.baseline_vocab_size = baseline_vocab_size or vocab_size
         base = baseline_encoder or encoder
-        self._baseline_backbone = {"params": count_parameters(base), "hidden_size": base.hidden_size}
+        self._baseline_backbone = {"params": base.num_parameters(), "hidden_size": base.hidden_size}
         self._baseline_config = None if baseline_encoder is None else baseline_encoder.as_config()
+
+    def initialise(self, *modules: nn.Module) -> None:
+        """Draw the starting weights of ``modules`` the model builds (its backbone, strategy, heads) by ``init``
+        (not while ``lit-embed params`` only counts them: 86M truncated normals take seconds)."""
+        if self.init == "truncated_normal" and not counting_only():
+            for module in modules:
+                truncated_normal_init(module)
 
     def _save_config(self) -> None:
         """Record the constructor arguments so ``load_from_checkpoint`` rebuilds the module.
@@ -190,11 +213,21 @@ class EmbeddingModule(pl.LightningModule):
         """Embedding and total parameters as the papers count them (backbone + strategy, no task heads).
 
         The total counts every parameter of the strategy, also those its embedding figure leaves out (the
-        HashFormers' special-token rows), and the stored codes that figure counts (sparse coding's ids and weights).
+        HashFormers' special-token rows), and the stored codes that figure counts (sparse coding's ids and weights);
+        of the backbone, all but the position rows it declares untrained.
         """
         strategy = self.embedding
         return {"embedding_params": strategy.num_embedding_parameters(),
-                "total_params": strategy.num_total_parameters() + count_parameters(self.encoder)}
+                "total_params": strategy.num_total_parameters() + self.encoder.num_parameters()}
+
+    def module_counts(self) -> dict[str, int]:
+        """The parameters backbone and strategy hold, beside :meth:`parameter_counts`' figures."""
+        embedding = count_parameters(self.embedding)
+        return {"embedding_params": embedding, "total_params": embedding + count_parameters(self.encoder)}
+
+    def counting_rules(self) -> list[str]:
+        """Each rule by which :meth:`parameter_counts` differs from :meth:`module_counts`, backbone's first."""
+        return [rule for rule in (self.encoder.counting_rule(), self.embedding.counting_rule()) if rule]
 
     def baseline_counts(self) -> dict[str, int]:
         """The same counts for the dense baseline: a ``baseline_vocab_size x hidden`` table on the same
@@ -242,4 +275,4 @@ def log_block_evaluation(module: pl.LightningModule, metric: BlockEvaluation, st
     return results
 
 
-__all__ = ["EmbeddingModule", "StrategyFactory", "evaluate_blocks", "log_block_evaluation"]
+__all__ = ["EmbeddingModule", "Init", "StrategyFactory", "evaluate_blocks", "log_block_evaluation"]

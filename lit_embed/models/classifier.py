@@ -38,7 +38,7 @@ from lit_embed.embeddings.text import TextEncoder
 from lit_embed.errors import CheckpointError, ConfigError
 from lit_embed.folders import start_checkpoint
 from lit_embed.interfaces import TaskData, provides
-from lit_embed.models.base import EmbeddingModule, StrategyFactory
+from lit_embed.models.base import EmbeddingModule, Init, StrategyFactory
 from lit_embed.models.encoder import Encoder
 from lit_embed.models.metrics import TaskEvaluation
 from lit_embed.models.optim import OptimConfig
@@ -64,7 +64,7 @@ class SequenceClassifier(EmbeddingModule):
     Args:
         task: a task of :data:`lit_embed.data.tasks.TASKS`, or a config's own
             (:class:`~lit_embed.data.tasks.TaskDefinition`); must be the data's.
-        encoder, embedding, vocab_size, baseline_vocab_size, baseline_encoder: see :class:`EmbeddingModule`.
+        encoder, embedding, vocab_size, baseline_vocab_size, baseline_encoder, init: see :class:`EmbeddingModule`.
         checkpoint: a lit-embed pre-training checkpoint to start from.
         classifier_dropout: dropout before the output layer (default the backbone's hidden dropout).
         optim: default the k-sub-embedding paper's fine-tuning (Table 6).
@@ -90,6 +90,7 @@ class SequenceClassifier(EmbeddingModule):
         baseline_encoder: Encoder | None = None,
         seed: int | None = None,
         trained_tokenizer: str | None = None,
+        init: Init = "default",
     ) -> None:
         pretraining, taken = None, {}
         if checkpoint is not None and (encoder is None or embedding is None or vocab_size is None):
@@ -102,7 +103,7 @@ class SequenceClassifier(EmbeddingModule):
                               "(model.init_args.checkpoint)")
         super().__init__(
             encoder=encoder, embedding=embedding, vocab_size=vocab_size, optim=optim or FINETUNE_OPTIM,
-            baseline_vocab_size=baseline_vocab_size, baseline_encoder=baseline_encoder,
+            baseline_vocab_size=baseline_vocab_size, baseline_encoder=baseline_encoder, init=init,
         )
         if taken:  # recorded as configs, so the fine-tuned checkpoint rebuilds without the pre-training one
             self.hparams.update(taken)
@@ -118,6 +119,7 @@ class SequenceClassifier(EmbeddingModule):
             dropout = getattr(config, "hidden_dropout_prob", None) or getattr(config, "dropout", 0.1)
         self.pre_classifier = None if self.encoder.has_pooler else nn.Sequential(nn.Dropout(dropout), nn.Linear(hidden, hidden), nn.Tanh())
         self.classifier = nn.Sequential(nn.Dropout(dropout), nn.Linear(hidden, self.task.num_outputs))
+        self.initialise(*[head for head in (self.pre_classifier, self.classifier) if head is not None])
         num_classes = None if self.task.regression else self.task.num_outputs
         self.evaluation = nn.ModuleDict({stage: TaskEvaluation(self.task.metrics, num_classes) for stage in STAGES})
         self._pretraining: dict[str, Any] | None = pretraining

@@ -37,6 +37,9 @@ class Encoder(nn.Module):
             RoBERTa, XLM-R, DistilBERT, ...); its weights are loaded and its shape overrides the
             arguments above. Its word embeddings are handed to the strategy (see
             :meth:`take_pretrained_word_embeddings`), not kept in the backbone.
+        trained_positions: only this many position rows (the first) are ever trained; the papers' counts
+            leave the rest out (CANINE's README counts CANINE-C so: 121M, the first 2,048 of its 16,384
+            character positions). ``None``: all are counted.
     """
 
     def __init__(
@@ -52,6 +55,7 @@ class Encoder(nn.Module):
         attention_dropout: float = 0.1,
         pooler: bool = True,
         pretrained: str | None = None,
+        trained_positions: int | None = None,
     ) -> None:
         super().__init__()
         import transformers
@@ -60,7 +64,7 @@ class Encoder(nn.Module):
             "arch": arch, "hidden_size": hidden_size, "num_layers": num_layers, "num_heads": num_heads,
             "intermediate_size": intermediate_size, "max_position_embeddings": max_position_embeddings,
             "type_vocab_size": type_vocab_size, "dropout": dropout, "attention_dropout": attention_dropout,
-            "pooler": pooler, "pretrained": pretrained,
+            "pooler": pooler, "pretrained": pretrained, "trained_positions": trained_positions,
         }
         #: The HuggingFace model this encoder starts from (its tokenizer is the model's), or None.
         self.pretrained = pretrained
@@ -97,6 +101,11 @@ class Encoder(nn.Module):
         self.max_length = config.max_position_embeddings - (
             config.pad_token_id + 1 if config.model_type in ("roberta", "xlm-roberta") else 0
         )
+        self.trained_positions = trained_positions
+        positions = self._position_table().num_embeddings
+        if trained_positions is not None and not 1 <= trained_positions <= positions:
+            raise ConfigError(f"trained_positions={trained_positions} must lie in [1, {positions}], the backbone's "
+                              f"position rows")
 
     @property
     def config(self):
@@ -110,6 +119,32 @@ class Encoder(nn.Module):
         """Stop training the pooler (objectives that do not read it); it stays in the model and its counts."""
         if self.has_pooler:
             self.model.pooler.requires_grad_(False)
+
+    def _position_table(self) -> nn.Embedding:
+        """The learned position embeddings (``position_embeddings``; CANINE's ``char_position_embeddings``)."""
+        tables = [m for name, m in self.model.named_modules()
+                  if name.endswith("position_embeddings") and isinstance(m, nn.Embedding)]
+        if len(tables) != 1:
+            raise ConfigError(f"the {self.config.model_type} backbone has {len(tables)} learned position tables, not "
+                              f"one: trained_positions cannot say which it counts")
+        return tables[0]
+
+    def num_parameters(self) -> int:
+        """Parameters as the papers count them: all, less the position rows never trained (``trained_positions``)."""
+        count = count_parameters(self)
+        if self.trained_positions is None:
+            return count
+        table = self._position_table()
+        return count - (table.num_embeddings - self.trained_positions) * table.embedding_dim
+
+    def counting_rule(self) -> str | None:
+        """Why :meth:`num_parameters` leaves parameters out, where it does."""
+        if self.trained_positions is None:
+            return None
+        table = self._position_table()
+        untrained = table.num_embeddings - self.trained_positions
+        return (f"only the first {self.trained_positions:,} of {table.num_embeddings:,} position rows are trained: "
+                f"{untrained:,} x {table.embedding_dim} are not counted")
 
     def take_pretrained_word_embeddings(self):
         """The pretrained ``V x d`` word embeddings (once; ``None`` when built from a config)."""
@@ -144,7 +179,7 @@ class Encoder(nn.Module):
         recorded (a config compared with it then names ``pretrained``, not sizes it never had)."""
         args = dict(self._init_args)
         if self.pretrained is not None:
-            args = {key: args[key] for key in ("pretrained", "pooler")}
+            args = {key: args[key] for key in ("pretrained", "pooler", "trained_positions")}
         return {"class_path": public_class_path(type(self)), "init_args": args}
 
     def shape(self) -> dict:

@@ -11,7 +11,13 @@ from lit_embed.data.collate import MaskedLMCollator
 from lit_embed.embeddings.text import TextEncoder
 from lit_embed.errors import ConfigError
 from lit_embed.interfaces import FillMaskData, require
-from lit_embed.models.base import EmbeddingModule, StrategyFactory, evaluate_blocks, log_block_evaluation
+from lit_embed.models.base import (
+    EmbeddingModule,
+    Init,
+    StrategyFactory,
+    evaluate_blocks,
+    log_block_evaluation,
+)
 from lit_embed.models.encoder import Encoder
 from lit_embed.models.metrics import BlockEvaluation
 from lit_embed.models.optim import OptimConfig
@@ -26,7 +32,7 @@ class MaskedLM(EmbeddingModule):
     computed only at the predicted positions.
 
     Args:
-        encoder, embedding, vocab_size, optim: see :class:`EmbeddingModule`.
+        encoder, embedding, vocab_size, optim, init: see :class:`EmbeddingModule`.
         tie_decoder: tie the output layer to the input embedding (the papers do).
         mask_prob: share of tokens predicted.
     """
@@ -39,8 +45,9 @@ class MaskedLM(EmbeddingModule):
         tie_decoder: bool = True,
         mask_prob: float = 0.15,
         optim: OptimConfig | None = None,
+        init: Init = "default",
     ) -> None:
-        super().__init__(encoder=encoder, embedding=embedding, vocab_size=vocab_size, optim=optim)
+        super().__init__(encoder=encoder, embedding=embedding, vocab_size=vocab_size, optim=optim, init=init)
         if vocab_size is None:  # a hash strategy: a vocabulary strategy has already refused to build without it
             raise ConfigError(
                 f"MaskedLM predicts vocabulary ids, which {type(self.embedding).__name__} does not have: pre-train it "
@@ -54,6 +61,7 @@ class MaskedLM(EmbeddingModule):
         )
         self.decoder = None if tie_decoder else nn.Linear(hidden, vocab_size, bias=False)
         self.decoder_bias = nn.Parameter(torch.zeros(vocab_size))
+        self.initialise(self.head, *([] if self.decoder is None else [self.decoder]))
         self.val_blocks = BlockEvaluation(("loss", "accuracy"))
 
     def collator(self, text_encoder: TextEncoder, seed: int | None = None) -> MaskedLMCollator:

@@ -8,7 +8,13 @@ from torch import Tensor, nn
 from lit_embed.data.collate import ORIGINAL, ShuffleRandomCollator
 from lit_embed.embeddings.text import TextEncoder
 from lit_embed.errors import ConfigError
-from lit_embed.models.base import EmbeddingModule, StrategyFactory, evaluate_blocks, log_block_evaluation
+from lit_embed.models.base import (
+    EmbeddingModule,
+    Init,
+    StrategyFactory,
+    evaluate_blocks,
+    log_block_evaluation,
+)
 from lit_embed.models.encoder import Encoder
 from lit_embed.models.metrics import BlockEvaluation
 from lit_embed.models.optim import OptimConfig
@@ -23,7 +29,7 @@ class ShuffleRandom(EmbeddingModule):
     the accuracy has to beat.
 
     Args:
-        encoder, embedding, optim: see :class:`EmbeddingModule`.
+        encoder, embedding, optim, init: see :class:`EmbeddingModule`.
         vocab_size: vocabulary size for vocabulary strategies; unset for hash strategies.
         baseline_vocab_size: the dense baseline's vocabulary for the compression figures (the
             HashFormers paper: RoBERTa's 50265).
@@ -38,14 +44,17 @@ class ShuffleRandom(EmbeddingModule):
         baseline_vocab_size: int | None = None,
         prob: float = 0.10,
         optim: OptimConfig | None = None,
+        init: Init = "default",
     ) -> None:
         super().__init__(
-            encoder=encoder, embedding=embedding, vocab_size=vocab_size, optim=optim, baseline_vocab_size=baseline_vocab_size
+            encoder=encoder, embedding=embedding, vocab_size=vocab_size, optim=optim, baseline_vocab_size=baseline_vocab_size,
+            init=init,
         )
         if not 0.0 < prob < 1.0:
             raise ConfigError(f"prob={prob} must lie strictly between 0 and 1")
         self.prob = prob
         self.head = nn.Linear(encoder.hidden_size, 3)
+        self.initialise(self.head)
         self.val_blocks = BlockEvaluation(("loss", "accuracy", "original_rate"))
 
     def collator(self, text_encoder: TextEncoder, seed: int | None = None) -> ShuffleRandomCollator:

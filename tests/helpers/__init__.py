@@ -28,7 +28,11 @@ def tiny_encoder(hidden: int = 32, **kwargs):
 
 #: A one-layer CANINE from its config (google/canine-c is on the hub), as a ``--model.init_args.encoder`` value.
 TINY_CANINE = ('{"class_path": "lit_embed.models.Encoder", "init_args": {"arch": "canine", "hidden_size": 32, '
-               '"num_layers": 1, "num_heads": 2, "intermediate_size": 64, "max_position_embeddings": 256, "pretrained": null}}')
+               '"num_layers": 1, "num_heads": 2, "intermediate_size": 64, "max_position_embeddings": 256, "pretrained": null, '
+               '"trained_positions": null}}')
+#: CANINE's hash tables at TINY_CANINE's size, counted as they are.
+TINY_CANINE_TABLES = ('{"class_path": "lit_embed.embeddings.CanineHashEmbedding", "init_args": {"num_buckets": 97, '
+                      '"counted_buckets": null}}')
 
 
-__all__ = ["CONFIGS", "REPO", "TINY_CANINE", "go_offline", "tiny_encoder"]
+__all__ = ["CONFIGS", "REPO", "TINY_CANINE", "TINY_CANINE_TABLES", "go_offline", "tiny_encoder"]
