@@ -114,7 +114,8 @@ class LitEmbedCLI(LightningCLI):
         if ckpt_path is None or ckpt_path in ("best", "hpc", "registry"):
             return
         if Path(ckpt_path).is_dir():  # a run folder or an experiment folder, as every other command takes them
-            config.ckpt_path = ckpt_path = str(start_checkpoint(ckpt_path, "--ckpt_path checkpoint"))
+            # fit resumes the newest state; an evaluation takes the model the run reported (its best, where monitored)
+            config.ckpt_path = ckpt_path = str(start_checkpoint(ckpt_path, "--ckpt_path checkpoint", newest=subcommand == "fit"))
         checkpoint = read_checkpoint(ckpt_path, "--ckpt_path checkpoint")
         if subcommand == "fit" and "optimizer_states" not in checkpoint:
             raise CheckpointError(
@@ -221,6 +222,9 @@ class LitEmbedCLI(LightningCLI):
             for logger in self.trainer.loggers:
                 if isinstance(logger, RunLogger):
                     logger.bind(self.trainer.default_root_dir)
+            # The guard first: its hooks (last.ckpt at the end of training) run before the results that report them.
+            callbacks = self.trainer.callbacks
+            callbacks.sort(key=lambda callback: not isinstance(callback, RunGuard))
 
     def after_fit(self) -> None:
         """Fine-tuning data with test sets: test the selected checkpoint (the best ``val/score``

@@ -20,6 +20,10 @@ RESULTS_FILE = "results.json"
 RESULTS_FORMAT = 1
 #: What every ``results.json`` holds (``status``, added later, defaults to ``complete``).
 REQUIRED_KEYS = ("label",)
+#: A run's ``status``, the one list of them: ``complete`` (every step the command asked for finished), ``interrupted``
+#: (a signal stopped it; ``--ckpt_path last`` resumes it). Only ``complete`` runs are reported.
+STATUSES = ("complete", "interrupted")
+COMPLETE = "complete"
 #: The last component of a metric name that is a score (higher is better): PRR is defined for these.
 SCORE_METRICS = ("accuracy", "f1", "matthews", "pearson", "spearman", "exact_match")
 #: Stages whose metrics are evaluations (PRR is computed for these, not for training metrics).
@@ -92,6 +96,11 @@ def find_run_dirs(paths: list[str]) -> list[Path]:
     for path in found:
         unique.setdefault(path.resolve(), path)
     return list(unique.values())
+
+
+def status_of(results: dict) -> str:
+    """A run's status (one of :data:`STATUSES`)."""
+    return results.get("status", COMPLETE)
 
 
 def describe_backbone(backbone: dict | None) -> str:

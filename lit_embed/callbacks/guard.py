@@ -1,11 +1,16 @@
-"""What every ``lit-embed`` run gets, whatever its config: atomic checkpoints, folders of its own, and a
-clean stop on a signal.
+"""What every ``lit-embed`` run gets, whatever its config: atomic checkpoints, folders of its own, one ``last.ckpt``
+at the newest state, and a clean stop on a signal.
 
 Schedulers (SLURM, Kubernetes, torchrun) send SIGTERM before they kill a job, and people press Ctrl-C.
 On either, during ``fit``, training stops after the step in progress, a resumable ``last.ckpt`` is saved
 atomically in the run's checkpoint folder (``--ckpt_path last`` continues from it), the results so far are
 written (``results.json`` marked ``interrupted``), and ``lit-embed`` exits 143 (SIGTERM) or 130 (SIGINT).
 A second Ctrl-C stops at once. SLURM's requeue signal (SIGUSR1) keeps Lightning's handling.
+
+A run that keeps a ``last.ckpt`` (a checkpoint callback with ``save_last``, or one a signal saved) has it at its final
+state when training ends, and a resumed run writes it again in place. Lightning alone refreshes ``last`` only when it
+saves another checkpoint (with a monitor: a new best), so it could end many steps behind, and it writes
+``last-v1.ckpt`` beside a ``last.ckpt`` it did not save itself (one saved on a signal before its first save).
 """
 
 from __future__ import annotations
@@ -27,10 +32,13 @@ from lit_embed.signals import activate
 
 log = logging.getLogger(__name__)
 
-class RunGuard(pl.Callback):
-    """Atomic checkpoints, locked run and checkpoint folders, and the save on a signal (see the module).
 
-    The CLI adds it to every trainer; add it yourself when you build a ``Trainer`` in Python.
+class RunGuard(pl.Callback):
+    """Atomic checkpoints, locked run and checkpoint folders, an up-to-date ``last.ckpt`` and the save on a signal (see
+    the module).
+
+    The CLI adds it to every trainer, first among its callbacks (its ``last.ckpt`` is written before the results that
+    report it); add it yourself, first, when you build a ``Trainer`` in Python.
     """
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
@@ -55,12 +63,25 @@ class RunGuard(pl.Callback):
 
     def on_train_start(self, trainer, pl_module) -> None:
         activate(trainer)
+        path = last_checkpoint_path(trainer)
+        if trainer.ckpt_path is not None and trainer.strategy.broadcast(path.is_file()):
+            _own_last(trainer, path)  # resumed: its last.ckpt is written again in place, not beside (last-v1.ckpt)
 
     def on_validation_start(self, trainer, pl_module) -> None:
         activate(trainer)
 
     def on_test_start(self, trainer, pl_module) -> None:
         activate(trainer)
+
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        """The final state in ``last.ckpt``, where the run keeps one and it is behind."""
+        path = last_checkpoint_path(trainer)
+        io = trainer.strategy.checkpoint_io
+        keeps = any(isinstance(c, ModelCheckpoint) and c.save_last for c in trainer.checkpoint_callbacks) or path.is_file()
+        behind = not (isinstance(io, AtomicCheckpointIO) and io.saved_step(path) == trainer.global_step)
+        if trainer.strategy.broadcast(keeps and behind):  # rank 0's view: it is the one that writes
+            _own_last(trainer, path)
+            trainer.save_checkpoint(path, weights_only=False)
 
     def teardown(self, trainer, pl_module, stage: str) -> None:
         activate(None)
@@ -72,16 +93,25 @@ class RunGuard(pl.Callback):
         if trainer.validating and not trainer.sanity_checking:
             validate_again_on_resume(trainer)
         path = last_checkpoint_path(trainer)
+        _own_last(trainer, path)
         trainer.save_checkpoint(path, weights_only=False)
         if trainer.is_global_zero:
             log.warning("Saved %s at step %d: resume with --ckpt_path last", path, trainer.global_step)
 
 
 def last_checkpoint_path(trainer: pl.Trainer) -> Path:
-    """Where an interrupted run saves ``last.ckpt``: its checkpoint callback's folder, else the run's own."""
+    """Where a run keeps ``last.ckpt``: its checkpoint callback's folder, else the run's own."""
     callback = trainer.checkpoint_callback
     folder = (callback.dirpath if callback is not None else None) or run_folder(trainer) / CHECKPOINTS
     return Path(folder) / LAST
+
+
+def _own_last(trainer: pl.Trainer, path: Path) -> None:
+    """Make ``path`` the ``last`` of the checkpoint callbacks that write into its folder, so that they save over it
+    (and record it in the checkpoints they save) instead of writing ``last-v1.ckpt`` beside it."""
+    for callback in trainer.checkpoint_callbacks:
+        if isinstance(callback, ModelCheckpoint) and callback.dirpath and Path(callback.dirpath) == path.parent:
+            callback.last_model_path = str(path)
 
 
 __all__ = ["RunGuard", "last_checkpoint_path"]

@@ -20,6 +20,7 @@ from lit_embed.files import write_json_atomic
 from lit_embed.interfaces import TaskModel, provides
 from lit_embed.models.base import EmbeddingModule
 from lit_embed.results import (
+    COMPLETE,
     RESULTS_FILE,
     RESULTS_FORMAT,
     check_same_backbone,
@@ -43,6 +44,10 @@ class ResultsWriter(pl.Callback):
     records everything in TensorBoard's HPARAMS tab (other loggers get the figures as hyper-parameters)
     and writes ``results.json`` to the run folder (``trainer.log_dir``) atomically, on rank 0 only.
 
+    Its ``status`` (:data:`lit_embed.results.STATUSES`) is ``complete`` when the run finished, ``interrupted`` after a
+    signal. The metrics so far travel in the run's checkpoints, so a resumed run reports
+    those logged before it stopped.
+
     Args:
         baseline: a finished run folder to compare against (its ``results.json``): PCR against its
             parameter counts, speed-up against its timings, PRR against its scores. Its backbone must
@@ -58,6 +63,12 @@ class ResultsWriter(pl.Callback):
         self.label = label
         self._baseline: dict | None = None
         self._metrics: dict[str, float] = {}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"metrics": dict(self._metrics)}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self._metrics.update(state_dict.get("metrics") or {})
 
     # -- hooks -----------------------------------------------------------------------------------
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
@@ -92,6 +103,8 @@ class ResultsWriter(pl.Callback):
     def on_validation_end(self, trainer, pl_module) -> None:
         if _validating_alone(trainer):
             self._finish(trainer, pl_module)
+        elif trainer.state.fn == "fit" and not trainer.sanity_checking:
+            self._metrics.update(_final_metrics(trainer))  # saved with the checkpoints of this step
 
     def on_test_end(self, trainer, pl_module) -> None:
         self._finish(trainer, pl_module)
@@ -121,7 +134,7 @@ class ResultsWriter(pl.Callback):
         for logger in trainer.loggers:
             logger.log_metrics(figures, step=trainer.global_step)
 
-    def _finish(self, trainer: pl.Trainer, pl_module: pl.LightningModule, status: str = "complete") -> None:
+    def _finish(self, trainer: pl.Trainer, pl_module: pl.LightningModule, status: str = COMPLETE) -> None:
         monitor = next((c for c in trainer.callbacks if isinstance(c, EfficiencyMonitor)), None)
         efficiency = monitor.summary(trainer) if monitor is not None else None  # collective: every rank
         run_dir = Path(trainer.log_dir or trainer.default_root_dir)  # collective too
@@ -133,7 +146,7 @@ class ResultsWriter(pl.Callback):
         self._publish(trainer, results)
 
     def results(self, trainer: pl.Trainer, pl_module: pl.LightningModule, run_dir: Path, efficiency: dict | None,
-                status: str = "complete") -> dict:
+                status: str = COMPLETE) -> dict:
         hparams = dict(pl_module.hparams)
         embedding = pl_module.embedding if isinstance(pl_module, EmbeddingModule) else None
         data = dict(trainer.datamodule.hparams) if trainer.datamodule is not None else {}

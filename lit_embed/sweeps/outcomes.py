@@ -170,16 +170,11 @@ def chosen(run: Run, earlier: Stage) -> Run:
 
 
 def checkpoint_of(run: Run) -> Path:
-    """The checkpoint a later stage starts from: a compress run's model, a fit run's best checkpoint (the one
-    tested; its last where nothing was monitored)."""
+    """The checkpoint a later stage starts from: a compress run's model, a fit run's reported one (its best checkpoint,
+    the one tested; its last where nothing was monitored)."""
     if run.stage.command == "compress":
         return run.folder / "model.ckpt"
-    results = finished_results(run)
-    folder = Path(results["run_dir"])
-    best = (results.get("checkpoint") or {}).get("best")
-    if best and (folder / best).is_file():
-        return folder / best
-    return folders.start_checkpoint(folder, f"the checkpoint of {run.id}")
+    return folders.start_checkpoint(finished_results(run)["run_dir"], f"the checkpoint of {run.id}")
 
 
 def resolve(run: Run, sweep: Sweep) -> dict[str, str]:

@@ -80,3 +80,19 @@ class SignalAt(pl.Callback):
         metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val/")}
         with self.record.open("a") as out:
             out.write(json.dumps({"step": trainer.global_step, "batches": self.batches, "metrics": sorted(metrics)}) + "\n")
+
+
+class SignalAtStep(pl.Callback):
+    """Sends this process SIGTERM after training step ``step``, once (a second run that finds ``marker`` is left
+    alone)."""
+
+    def __init__(self, step: int, marker: str) -> None:
+        self.step, self.marker = step, Path(marker)
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if trainer.global_step == self.step and not self.marker.exists():
+            import os
+            import signal
+
+            self.marker.write_text(str(self.step))
+            os.kill(os.getpid(), signal.SIGTERM)
