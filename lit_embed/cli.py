@@ -2,8 +2,9 @@
 
 This module imports nothing heavy: ``lit-embed --help``, ``--version`` and the commands that need no model
 (``report``) answer without loading torch or Lightning; the Lightning commands import
-:mod:`lit_embed.lightning_cli` when they run. Errors that are the user's to fix exit 2 with one line; a
-signal exits 128 + its number (SIGTERM 143, SIGINT 130); anything else is a bug and keeps its traceback.
+:mod:`lit_embed.lightning_cli` when they run. Errors that are the user's to fix exit 2 with one line, a run that
+diverged exits 3 (:class:`~lit_embed.errors.DivergedError`); a signal exits 128 + its number (SIGTERM 143, SIGINT
+130); anything else is a bug and keeps its traceback.
 """
 
 from __future__ import annotations
@@ -144,10 +145,10 @@ def _run(argv: list[str]) -> int:
             status = 0
     except Exception as error:
         _discard_unstarted()
-        message = user_message(error)
-        if message is None:
+        found = user_error(error)
+        if found is None:
             raise  # a bug: its traceback is what a report needs
-        return _fail(message)
+        return _fail(*found)
     except (SystemExit, KeyboardInterrupt, Interrupted):
         _discard_unstarted()
         if received_signal() is None:
@@ -192,23 +193,31 @@ def check_yaml_files(argv: list[str]) -> None:
 
 
 def user_message(error: BaseException) -> str | None:
-    """The one line to show for an error the user can fix (``None`` for a bug).
+    """The one line to show for an error the user can fix (``None`` for a bug)."""
+    found = user_error(error)
+    return None if found is None else found[0]
+
+
+def user_error(error: BaseException) -> tuple[str, int] | None:
+    """The one line to show for an error the user can fix, and the exit status (``None`` for a bug).
 
     Looks through what ``error`` was raised from: jsonargparse re-raises a constructor's error as its own
     ``ValueError``, torch.save a full disk as a ``RuntimeError``.
     """
     seen = 0
     while error is not None and seen < 10:
-        if isinstance(error, UserError) or _is_misconfiguration(error):
-            return _explain(error)
+        if isinstance(error, UserError):
+            return _explain(error), error.exit_status
+        if _is_misconfiguration(error):
+            return _explain(error), 2
         if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
-            return f"no space left on the device writing {error.filename or 'a file'}: free space or write elsewhere"
+            return f"no space left on the device writing {error.filename or 'a file'}: free space or write elsewhere", 2
         if isinstance(error, (PermissionError, IsADirectoryError, NotADirectoryError)) and error.filename:
-            return f"{error.strerror}: {error.filename}"
+            return f"{error.strerror}: {error.filename}", 2
         if isinstance(error, ModuleNotFoundError) and not (error.name or "").startswith("lit_embed"):
             needed = f"the package {error.name.split('.')[0]!r}" if error.name else "a package"
             return f"{error}: what the configuration asks for needs {needed}, which is not installed (install it, or " \
-                   f"change the configuration)"
+                   f"change the configuration)", 2
         error, seen = error.__cause__ or error.__context__, seen + 1
     return None
 
@@ -227,9 +236,9 @@ def _explain(error: BaseException) -> str:
     return message
 
 
-def _fail(message: str) -> int:
+def _fail(message: str, status: int = 2) -> int:
     print(f"lit-embed: error: {message}", file=sys.stderr)
-    return 2
+    return status
 
 
 def __getattr__(name: str):

@@ -14,6 +14,7 @@ logger that claims a run's folder is :class:`lit_embed.runs.RunLogger`.
   folder or its experiment folder (``checkpoint: runs/demo``: the newest run there with a checkpoint
   whose results, where it wrote some, say it completed). A run folder gives the model the run reported:
   its best checkpoint where a monitor chose one (``results.json`` records it), else its newest ``last``.
+  A run that diverged gives none: its checkpoints are refused by name, never taken for its model.
 * A killed run leaves its folder with what it wrote; later commands skip folders without the file they
   look for (results, checkpoints).
 """
@@ -30,7 +31,7 @@ from pathlib import Path
 
 from lit_embed.errors import CheckpointError, DiskFullError, MissingFileError, RunBusyError
 from lit_embed.files import device_of
-from lit_embed.results import COMPLETE, RESULTS_FILE, status_of
+from lit_embed.results import COMPLETE, DIVERGED, RESULTS_FILE, status_of
 
 try:
     import fcntl
@@ -141,14 +142,23 @@ def version_folders(root: str | os.PathLike) -> list[Path]:
 
 def newest_checkpoint(root: str | os.PathLike, default_root_dir: str | os.PathLike | None = None) -> Path | None:
     """The checkpoint ``--ckpt_path last`` resumes: the newest ``last*.ckpt`` of any run under ``root``, or a
-    checkpoint Lightning saved for a SLURM requeue (``hpc_ckpt_N.ckpt``) there or in ``default_root_dir``."""
+    checkpoint Lightning saved for a SLURM requeue (``hpc_ckpt_N.ckpt``) there or in ``default_root_dir``; refused
+    (:class:`CheckpointError`) where it is one of a run that diverged."""
     candidates = []
     for folder in version_folders(root):
         candidates += (folder / CHECKPOINTS).glob("last*.ckpt")
         candidates += folder.glob("hpc_ckpt_*.ckpt")
     for folder in {Path(root), Path(default_root_dir or root)}:
         candidates += folder.glob("hpc_ckpt_*.ckpt")
-    return _newest(candidates)
+    found = _newest(candidates)
+    run = next((parent for parent in found.parents if parent.parent == Path(root)), None) if found else None
+    if run is not None and _status(run) == DIVERGED:
+        raise CheckpointError(
+            f"--ckpt_path last: the newest checkpoint under {root} is {found}, of the run {run}, which diverged "
+            f"({_detail(run)}): resuming it would not give a trained model. Start a new run (without --ckpt_path last), "
+            f"or give the checkpoint file to resume it anyway"
+        )
+    return found
 
 
 def _newest(paths) -> Path | None:
@@ -172,7 +182,7 @@ def start_checkpoint(name: str | os.PathLike, what: str = "checkpoint", newest: 
     A run folder gives the model its run reported: the best checkpoint its ``results.json`` records where a monitor
     chose one, else its newest ``last*.ckpt`` (or its only checkpoint); ``newest``: the newest state whatever was
     reported (what ``fit`` resumes). An experiment folder (one holding ``version_N`` folders) gives that of the newest
-    of its runs that has a checkpoint and did not stop short (interrupted: its results.json says so).
+    of its runs that has a checkpoint and did not stop short (interrupted or diverged: its results.json says so). A run that diverged is refused.
     """
     path = Path(name).expanduser()
     if path.is_file():
@@ -192,6 +202,11 @@ def start_checkpoint(name: str | os.PathLike, what: str = "checkpoint", newest: 
 
 
 def _checkpoint_of_run(run: Path, what: str, newest: bool) -> Path:
+    if _status(run) == DIVERGED:
+        raise CheckpointError(
+            f"{what} {str(run)!r} is a run that diverged ({_detail(run)}): it has no trained model to take. Rerun it "
+            f"(a lower learning rate, or another precision), or give one of its checkpoint files to take that one anyway"
+        )
     reported = _results(run).get("checkpoint") or {}
     if reported.get("monitor") is not None and reported.get("best") and not newest:
         best = run / reported["best"]  # relative to the run folder (absolute where it was saved elsewhere)
@@ -226,6 +241,11 @@ def _status(run: Path) -> str | None:
     """The status ``run``'s results.json records (``None``: it has none)."""
     found = _results(run)
     return status_of(found) if found else None
+
+
+def _detail(run: Path) -> str:
+    found = _results(run)
+    return found.get("detail") or f"at step {found.get('global_step')}"
 
 
 def _number(path: Path) -> int:

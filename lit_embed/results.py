@@ -21,9 +21,11 @@ RESULTS_FORMAT = 1
 #: What every ``results.json`` holds (``status``, added later, defaults to ``complete``).
 REQUIRED_KEYS = ("label",)
 #: A run's ``status``, the one list of them: ``complete`` (every step the command asked for finished), ``interrupted``
-#: (a signal stopped it; ``--ckpt_path last`` resumes it). Only ``complete`` runs are reported.
-STATUSES = ("complete", "interrupted")
+#: (a signal stopped it; ``--ckpt_path last`` resumes it), ``diverged`` (stopped on a non-finite loss or non-finite
+#: weights: its checkpoints are no model). Only ``complete`` runs are reported.
+STATUSES = ("complete", "interrupted", "diverged")
 COMPLETE = "complete"
+DIVERGED = "diverged"
 #: The last component of a metric name that is a score (higher is better): PRR is defined for these.
 SCORE_METRICS = ("accuracy", "f1", "matthews", "pearson", "spearman", "exact_match")
 #: Stages whose metrics are evaluations (PRR is computed for these, not for training metrics).

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -96,6 +97,11 @@ def workspace(tmp_path_factory) -> Path:
     torch.save({k: v for k, v in weights.items() if k not in ("optimizer_states", "lr_schedulers", "loops")},
                root / "weights.ckpt")
     (root / "empty_config.yaml").write_text("")
+    diverged = root / "runs/diverged/version_0"  # a run that diverged after saving checkpoints that look fine
+    shutil.copytree(root / "runs/demo/version_0", diverged, ignore=shutil.ignore_patterns(".lock"))
+    results = json.loads((diverged / "results.json").read_text())
+    (diverged / "results.json").write_text(json.dumps({**results, "status": "diverged",
+                                                       "detail": "the training loss was nan at step 3"}))
     return root
 
 
@@ -112,6 +118,7 @@ def clustered(source: str) -> str:
     return json.dumps({"class_path": "lit_embed.embeddings.SubspaceEmbedding", "init_args": {"num_tables": 3, "assignment": {
         "class_path": "lit_embed.embeddings.ClusterAssignment", "init_args": {"source": source, "method": "kmeans"}}}})
 NOT_READABLE = r"is (truncated or corrupt|not a readable checkpoint)"
+DIVERGED_RUN = r"'runs/diverged/version_0' is a run that diverged \(the training loss was nan at step 3\): it has no trained model"
 #: id, command, exit status, what the message must say (a regex).
 CASES = [
     ("empty corpus file", [*DEMO, *SHORT, "--data.init_args.files", "[empty.txt]"], 2, r"empty\.txt"),
@@ -177,6 +184,22 @@ CASES = [
     ("a TPU without torch_xla", [*DEMO, *QUIET, "--trainer.accelerator", "tpu"], 2, r"torch_xla"),
     ("an abbreviated option of compress", ["compress", "--ckpt", CKPT, "--out", "out_c", "--over"], 2,
      r"unrecognized arguments: --over"),
+    *[(f"{command} of a run that diverged", argv, 2, DIVERGED_RUN) for command, argv in (
+        ("export", ["export", "--ckpt", "runs/diverged/version_0", "--out", "out_c"]),
+        ("compress", ["compress", "--ckpt", "runs/diverged/version_0", "--data", "sample-corpus", "--out", "out_c"]),
+        ("analyze", ["analyze", "--ckpt", "runs/diverged/version_0"]),
+        ("validate", ["validate", "--config", str(CONFIGS / "demo.yaml"), "--ckpt_path", "runs/diverged/version_0"]),
+        ("test", ["test", "--config", str(CONFIGS / "demo_finetune.yaml"), "--ckpt_path", "runs/diverged/version_0"]),
+        ("predict", ["predict", "--config", str(CONFIGS / "demo.yaml"), "--ckpt_path", "runs/diverged/version_0"]),
+        ("fit --ckpt_path", [*DEMO, *SHORT, "--ckpt_path", "runs/diverged/version_0"]),
+        ("fine-tuning", [*FINETUNE, *SHORT, "--model.init_args.checkpoint", "runs/diverged/version_0"]))],
+    ("fine-tuning from an experiment whose run diverged", [*FINETUNE, *SHORT, "--model.init_args.checkpoint",
+                                                           "runs/diverged"], 2,
+     r"'runs/diverged' holds no finished run with a checkpoint \(runs: version_0 \(diverged\)\)"),
+    ("--ckpt_path last of a run that diverged", [*DEMO, *SHORT, "--trainer.default_root_dir", "runs/diverged",
+                                                 "--ckpt_path", "last"], 2,
+     r"--ckpt_path last: the newest checkpoint under runs/diverged is .*, which diverged \(the training loss was nan at "
+     r"step 3\): .*Start a new run"),
 ]
 
 

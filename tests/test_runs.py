@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from lit_embed.errors import MissingFileError, RunBusyError
+from lit_embed.errors import CheckpointError, MissingFileError, RunBusyError
 from lit_embed.folders import (
     claim_version,
     hold,
@@ -83,13 +83,13 @@ def test_a_start_point_is_a_file_a_run_folder_or_the_newest_finished_run(tmp_pat
     touch(root / "version_0/checkpoints/epoch=0-step=4.ckpt")
     second = touch(root / "version_1/checkpoints/epoch=1-step=8.ckpt")
     touch(root / "version_2/hparams.yaml")  # killed before its first checkpoint
-    for number, status in ((3, "interrupted"),):  # not finished
+    for number, status in ((3, "interrupted"), (5, "diverged")):  # none finished
         touch(root / f"version_{number}/checkpoints/last.ckpt")
         reported(root / f"version_{number}", None, status=status)
     assert start_checkpoint(first) == first
     assert start_checkpoint(root / "version_0") == first  # last.ckpt among several
     assert start_checkpoint(root / "version_1") == second  # the only one
-    assert start_checkpoint(root) == second  # version_3 did not complete, version_2 has no checkpoint
+    assert start_checkpoint(root) == second  # versions 3 and 5 did not complete, version_2 has no checkpoint
     with pytest.raises(MissingFileError, match="holds no finished run with a checkpoint"):
         start_checkpoint(tmp_path)  # no runs in it
     with pytest.raises(MissingFileError, match="does not exist"):
@@ -112,13 +112,20 @@ def test_a_run_folder_gives_the_model_its_run_reported_or_its_newest(files, best
     assert start_checkpoint(run, newest=True) == run / "checkpoints" / newest  # what fit --ckpt_path RUN resumes
 
 
-def test_a_run_folder_whose_reported_model_is_gone_is_refused_by_name(tmp_path):
+def test_a_run_folder_whose_reported_model_is_gone_or_which_diverged_is_refused_by_name(tmp_path):
     run = tmp_path / "version_0"
     touch(run / "checkpoints/last.ckpt")
     reported(run, "checkpoints/epoch=0-step=2.ckpt")
     with pytest.raises(MissingFileError, match=r"reports checkpoints/epoch=0-step=2\.ckpt as its best checkpoint \(by "
                                                r"val/score\), which is gone"):
         start_checkpoint(run)
+    reported(run, None, status="diverged")
+    with pytest.raises(CheckpointError, match=r"is a run that diverged \(at step 8\): it has no trained model"):
+        start_checkpoint(run, "--ckpt_path checkpoint")
+    touch(tmp_path / "version_1/checkpoints/last.ckpt", age=60)  # an older run of the experiment
+    with pytest.raises(CheckpointError, match=r"--ckpt_path last: the newest checkpoint .*version_0/checkpoints/last\.ckpt"
+                                              r", of the run .*version_0, which diverged \(at step 8\)"):
+        newest_checkpoint(tmp_path)
 
 
 def test_a_write_removes_only_the_temporary_files_of_dead_writers(tmp_path):

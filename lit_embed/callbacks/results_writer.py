@@ -15,12 +15,13 @@ from pytorch_lightning.utilities.exceptions import SIGTERMException
 from lit_embed._compat import keep_hparams_tab_for_final_figures, tensorboard_file_writer
 from lit_embed.accounting import parameter_report, performance_retention, speed_up
 from lit_embed.callbacks.efficiency import EfficiencyMonitor
-from lit_embed.errors import ConfigError
+from lit_embed.errors import ConfigError, DivergedError
 from lit_embed.files import write_json_atomic
 from lit_embed.interfaces import TaskModel, provides
 from lit_embed.models.base import EmbeddingModule
 from lit_embed.results import (
     COMPLETE,
+    DIVERGED,
     RESULTS_FILE,
     RESULTS_FORMAT,
     check_same_backbone,
@@ -45,7 +46,7 @@ class ResultsWriter(pl.Callback):
     and writes ``results.json`` to the run folder (``trainer.log_dir``) atomically, on rank 0 only.
 
     Its ``status`` (:data:`lit_embed.results.STATUSES`) is ``complete`` when the run finished, ``interrupted`` after a
-    signal. The metrics so far travel in the run's checkpoints, so a resumed run reports
+    signal, ``diverged`` after divergence. The metrics so far travel in the run's checkpoints, so a resumed run reports
     those logged before it stopped.
 
     Args:
@@ -115,6 +116,8 @@ class ResultsWriter(pl.Callback):
     def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
         if isinstance(exception, SIGTERMException):  # a signal stopped the run between two steps
             self._finish(trainer, pl_module, status="interrupted")
+        elif isinstance(exception, DivergedError):  # every rank raised it (lit_embed.callbacks.RunGuard)
+            self._finish(trainer, pl_module, status=DIVERGED, detail=exception.what)
 
     # -- figures ---------------------------------------------------------------------------------
     def parameters(self, pl_module: pl.LightningModule) -> dict | None:
@@ -134,19 +137,20 @@ class ResultsWriter(pl.Callback):
         for logger in trainer.loggers:
             logger.log_metrics(figures, step=trainer.global_step)
 
-    def _finish(self, trainer: pl.Trainer, pl_module: pl.LightningModule, status: str = COMPLETE) -> None:
+    def _finish(self, trainer: pl.Trainer, pl_module: pl.LightningModule, status: str = COMPLETE,
+                detail: str | None = None) -> None:
         monitor = next((c for c in trainer.callbacks if isinstance(c, EfficiencyMonitor)), None)
         efficiency = monitor.summary(trainer) if monitor is not None else None  # collective: every rank
         run_dir = Path(trainer.log_dir or trainer.default_root_dir)  # collective too
         if not trainer.is_global_zero:
             return
         self._metrics.update(_final_metrics(trainer))
-        results = self.results(trainer, pl_module, run_dir, efficiency, status)
+        results = self.results(trainer, pl_module, run_dir, efficiency, status, detail)
         write_json_atomic(run_dir / RESULTS_FILE, results)
         self._publish(trainer, results)
 
     def results(self, trainer: pl.Trainer, pl_module: pl.LightningModule, run_dir: Path, efficiency: dict | None,
-                status: str = COMPLETE) -> dict:
+                status: str = COMPLETE, detail: str | None = None) -> dict:
         hparams = dict(pl_module.hparams)
         embedding = pl_module.embedding if isinstance(pl_module, EmbeddingModule) else None
         data = dict(trainer.datamodule.hparams) if trainer.datamodule is not None else {}
@@ -158,6 +162,7 @@ class ResultsWriter(pl.Callback):
         return {
             "format": RESULTS_FORMAT,
             "status": status,
+            "detail": detail,  # why a run did not complete (what diverged, and where)
             "command": str(trainer.state.fn.value),  # fit, validate, test or predict: report reads the first three
             "label": self.label or _default_label(trainer, pl_module),
             "task": None if hparams.get("task") is None else str(hparams["task"]),

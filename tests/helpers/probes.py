@@ -82,6 +82,41 @@ class SignalAt(pl.Callback):
             out.write(json.dumps({"step": trainer.global_step, "batches": self.batches, "metrics": sorted(metrics)}) + "\n")
 
 
+class NonFiniteLoss(pl.Callback):
+    """Makes the training loss NaN at the given optimiser steps (1 is the first), on ``rank`` only if given: the
+    embedding's output of those batches is multiplied by NaN, so the gradients are NaN too (what fp16's gradient
+    scaler skips). ``from_step``: every step from there on as well."""
+
+    def __init__(self, steps: list[int] = (), from_step: int | None = None, rank: int | None = None) -> None:
+        self.steps, self.from_step, self.rank = set(steps), from_step, rank
+        self.active = False
+
+    def setup(self, trainer, pl_module, stage: str) -> None:
+        pl_module.embedding.register_forward_hook(lambda module, args, output: output * float("nan") if self.active else output)
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        step = trainer.global_step + 1
+        chosen = step in self.steps or (self.from_step is not None and step >= self.from_step)
+        self.active = chosen and self.rank in (None, trainer.global_rank)
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        self.active = False
+
+
+class NonFiniteWeights(pl.Callback):
+    """Sets one weight to NaN after optimiser step ``step``, before the checkpoint saved at that step."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if trainer.global_step == self.step:
+            import torch
+
+            with torch.no_grad():
+                next(pl_module.parameters()).view(-1)[0] = float("nan")
+
+
 class SignalAtStep(pl.Callback):
     """Sends this process SIGTERM after training step ``step``, once (a second run that finds ``marker`` is left
     alone)."""
