@@ -3,8 +3,9 @@
 This module imports nothing heavy: ``lit-embed --help``, ``--version`` and the commands that need no model
 (``report``) answer without loading torch or Lightning; the Lightning commands import
 :mod:`lit_embed.lightning_cli` when they run. Errors that are the user's to fix exit 2 with one line, a run that
-diverged exits 3 (:class:`~lit_embed.errors.DivergedError`); a signal exits 128 + its number (SIGTERM 143, SIGINT
-130); anything else is a bug and keeps its traceback.
+diverged exits 3 (:class:`~lit_embed.errors.DivergedError`); a signal that stopped the command exits 128 + its number
+(SIGTERM 143, SIGINT 130), and one that arrived as the command finished its last step changes nothing (0); anything
+else is a bug and keeps its traceback.
 """
 
 from __future__ import annotations
@@ -151,16 +152,20 @@ def _run(argv: list[str]) -> int:
         return _fail(*found)
     except (SystemExit, KeyboardInterrupt, Interrupted):
         _discard_unstarted()
-        if received_signal() is None:
+        signum = received_signal()
+        if signum is None:
             raise
-        status = 0
-    signum = received_signal()
-    if signum is not None:
-        import signal
-
-        print(f"lit-embed: stopped by {signal.Signals(signum).name}", file=sys.stderr)
+        print(f"lit-embed: stopped by {_name(signum)}", file=sys.stderr)
         return 128 + signum
+    if received_signal() is not None:  # it came as the last step ended: nothing was left undone (see signals)
+        print(f"lit-embed: {_name(received_signal())} arrived as the command finished; it finished", file=sys.stderr)
     return status
+
+
+def _name(signum: int) -> str:
+    import signal
+
+    return signal.Signals(signum).name
 
 
 def _discard_unstarted() -> None:

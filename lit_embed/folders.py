@@ -182,7 +182,8 @@ def start_checkpoint(name: str | os.PathLike, what: str = "checkpoint", newest: 
     A run folder gives the model its run reported: the best checkpoint its ``results.json`` records where a monitor
     chose one, else its newest ``last*.ckpt`` (or its only checkpoint); ``newest``: the newest state whatever was
     reported (what ``fit`` resumes). An experiment folder (one holding ``version_N`` folders) gives that of the newest
-    of its runs that has a checkpoint and did not stop short (interrupted or diverged: its results.json says so). A run that diverged is refused.
+    of its runs that has a checkpoint and did not stop short (interrupted, untested or diverged: its results.json says
+    so). A run that diverged is refused.
     """
     path = Path(name).expanduser()
     if path.is_file():

@@ -456,14 +456,14 @@ def main(argv: list[str]) -> int:
 
 
 def left_out_table(runs: list[dict]) -> list[Table]:
-    """The runs that did not complete (diverged, interrupted), each with its status and why: in no table."""
+    """The runs that did not complete (diverged, interrupted, untested), each with its status and why: in no table."""
     if not runs:
         return []
     rows = [[run["run_dir"], run["label"], run.get("task") or PRETRAINING, str(run.get("seed")), status_of(run),
              run.get("detail") or f"stopped at step {run.get('global_step')}"] for run in runs]
     return [Table("Runs left out: they did not complete", ["Run", "Model", "Task", "Seed", "Status", "Why"], rows,
                   ["diverged: its loss or weights were not finite; interrupted: a signal stopped it (--ckpt_path last "
-                   "resumes it)"])]
+                   "resumes it); untested: its fit finished, its test did not run"])]
 
 
 def coverage_tables(paths: list[str]) -> list[Table]:

@@ -20,10 +20,11 @@ RESULTS_FILE = "results.json"
 RESULTS_FORMAT = 1
 #: What every ``results.json`` holds (``status``, added later, defaults to ``complete``).
 REQUIRED_KEYS = ("label",)
-#: A run's ``status``, the one list of them: ``complete`` (every step the command asked for finished), ``interrupted``
-#: (a signal stopped it; ``--ckpt_path last`` resumes it), ``diverged`` (stopped on a non-finite loss or non-finite
-#: weights: its checkpoints are no model). Only ``complete`` runs are reported.
-STATUSES = ("complete", "interrupted", "diverged")
+#: A run's ``status``, the one list of them: ``complete`` (every step the command asked for finished: fit, then the
+#: test it runs on task data), ``interrupted`` (a signal stopped it; ``--ckpt_path last`` resumes it), ``untested`` (its
+#: fit finished and the test it asked for has not: a kill in between leaves this), ``diverged`` (stopped on a
+#: non-finite loss or non-finite weights: its checkpoints are no model). Only ``complete`` runs are reported.
+STATUSES = ("complete", "interrupted", "untested", "diverged")
 COMPLETE = "complete"
 DIVERGED = "diverged"
 #: The last component of a metric name that is a score (higher is better): PRR is defined for these.

@@ -397,3 +397,63 @@ def test_a_full_disk_names_the_device_and_keeps_the_old_file(tmp_path):
         assert [p.name for p in disk.iterdir()] == ["last.ckpt"]
     finally:
         subprocess.run(["umount", str(disk)], capture_output=True)
+
+
+# -- a signal between fit's training and its test ---------------------------------------------------------------
+
+
+def fine_tune_args(tmp_path: Path, *callbacks: dict) -> list[str]:
+    """A 4-step fine-tuning from scratch that tests its best checkpoint after fit, with ``callbacks``."""
+    saved = [{"class_path": "pytorch_lightning.callbacks.ModelCheckpoint",
+              "init_args": {"monitor": "val/score", "mode": "max", "save_last": True}},
+             {"class_path": "lit_embed.callbacks.ResultsWriter"}, *callbacks]
+    return [*FINETUNE, *QUIET, "--model.init_args.checkpoint", "null", "--data.init_args.tokenizer", "all-MiniLM-L6-v2",
+            "--trainer.max_steps", "4", "--trainer.val_check_interval", "2", "--trainer.limit_val_batches", "2",
+            "--trainer.limit_test_batches", "2", "--data.init_args.batch_size", "4", "--trainer.default_root_dir",
+            str(tmp_path / "runs/ft"), "--trainer.callbacks", json.dumps(saved)]
+
+
+@pytest.mark.parametrize("hook", ["last_train_batch", "last_validation", "on_train_end", "on_fit_end", "on_test_start",
+                                  "first_test_batch"])
+def test_a_signal_between_fits_training_and_its_test_leaves_the_run_to_finish_not_complete(hook, tmp_path, monkeypatch):
+    """SIGTERM at each point from fit's last step to its test's first batch: exit 143 and results.json not complete
+    (the run is not done); --ckpt_path last then trains nothing more and runs the test, which completes it."""
+    from lit_embed.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    signal_in = {"class_path": "tests.helpers.probes.SignalIn", "init_args": {"hook": hook, "marker": str(tmp_path / "sent")}}
+    assert main(fine_tune_args(tmp_path, signal_in)) == 143
+    run = tmp_path / "runs/ft/version_0"
+    stopped = json.loads((run / "results.json").read_text())
+    assert stopped["status"] in ("interrupted", "untested") and not any(m.startswith("test/") for m in stopped["metrics"])
+    assert torch.load(run / "checkpoints/last.ckpt", weights_only=True)["global_step"] == 4  # the fit's end
+    assert main([*fine_tune_args(tmp_path), "--ckpt_path", "last"]) == 0
+    finished = json.loads((run / "results.json").read_text())
+    assert finished["status"] == "complete" and finished["global_step"] == 4
+    assert {"test/accuracy", "val/accuracy"} <= set(finished["metrics"])  # tested, its validation scores kept
+    assert finished["checkpoint"]["best"] == stopped["checkpoint"]["best"]  # the model it tested: its best
+
+
+@pytest.mark.parametrize(("hook", "status"), [("on_train_end", 0), ("on_fit_end", 0), ("fit_teardown", 143)])
+def test_a_fit_that_exits_on_a_signal_is_never_complete_and_one_that_finished_says_so(hook, status, tmp_path, monkeypatch,
+                                                                                        capsys):
+    """Pre-training (no test): a signal as the fit ends lets it finish (exit 0, complete); one that stops what is left
+    of the command (past the trainer's loops) exits 143 and leaves the run interrupted, which --ckpt_path last
+    completes without training."""
+    from lit_embed.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    signal_in = {"class_path": "tests.helpers.probes.SignalIn", "init_args": {"hook": hook, "marker": str(tmp_path / "sent")}}
+    args = [*DEMO, *SHORT]
+    assert main([*args, "--trainer.callbacks+", json.dumps(signal_in)]) == status
+    err = capsys.readouterr().err
+    run = tmp_path / "runs/demo/version_0"
+    results = json.loads((run / "results.json").read_text())
+    if status == 0:
+        assert "SIGTERM arrived as the command finished; it finished" in err and results["status"] == "complete"
+        return
+    assert "stopped by SIGTERM" in err and results["status"] == "interrupted"
+    assert main([*args, "--ckpt_path", "last"]) == 0
+    finished = json.loads((run / "results.json").read_text())
+    assert finished["status"] == "complete" and finished["global_step"] == 4
+    assert finished["metrics"] == results["metrics"] and finished["efficiency"] == results["efficiency"]

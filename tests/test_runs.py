@@ -83,13 +83,13 @@ def test_a_start_point_is_a_file_a_run_folder_or_the_newest_finished_run(tmp_pat
     touch(root / "version_0/checkpoints/epoch=0-step=4.ckpt")
     second = touch(root / "version_1/checkpoints/epoch=1-step=8.ckpt")
     touch(root / "version_2/hparams.yaml")  # killed before its first checkpoint
-    for number, status in ((3, "interrupted"), (5, "diverged")):  # none finished
+    for number, status in ((3, "interrupted"), (4, "untested"), (5, "diverged")):  # none finished
         touch(root / f"version_{number}/checkpoints/last.ckpt")
         reported(root / f"version_{number}", None, status=status)
     assert start_checkpoint(first) == first
     assert start_checkpoint(root / "version_0") == first  # last.ckpt among several
     assert start_checkpoint(root / "version_1") == second  # the only one
-    assert start_checkpoint(root) == second  # versions 3 and 5 did not complete, version_2 has no checkpoint
+    assert start_checkpoint(root) == second  # versions 3-5 did not complete, version_2 has no checkpoint
     with pytest.raises(MissingFileError, match="holds no finished run with a checkpoint"):
         start_checkpoint(tmp_path)  # no runs in it
     with pytest.raises(MissingFileError, match="does not exist"):

@@ -158,6 +158,9 @@ def test_a_stage_waits_for_the_runs_it_starts_from(tmp_path):
     assert "'${mnli.checkpoint}'" in text  # unresolved until its runs finish
     finish(mnli.runs[0], 0.8, status="interrupted")  # a run stopped by a signal is not done
     assert outcome(mnli.runs[0]).state == "left"
+    finish(mnli.runs[0], 0.8, status="untested")  # nor one whose fit finished and whose test did not run
+    write_json_atomic(book(mnli.runs[0]) / STATUS_FILE, {"state": "exited", "exit": 143, "error": None})
+    assert outcome(mnli.runs[0]).state == "left" and "resumes" in outcome(mnli.runs[0]).detail
 
 
 def test_a_run_that_diverged_is_settled_left_out_of_its_grid_and_not_started_again(tmp_path, monkeypatch, capsys):

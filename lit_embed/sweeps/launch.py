@@ -95,7 +95,7 @@ def run_here(sweep: Sweep, run: Run, launch: Launch) -> int:
     Global rank 0 holds the run's lock and records its status; the other ranks of a multi-GPU run (which
     Lightning or ``srun`` start with the same command) only run it.
     """
-    from lit_embed.signals import received_signal
+    from lit_embed.signals import received_signal, stop_if_signalled
 
     found = outcome(run)
     if found.state in SETTLED:
@@ -109,16 +109,15 @@ def run_here(sweep: Sweep, run: Run, launch: Launch) -> int:
     try:
         paths = resolve(run, sweep)
         for argv in commands(run, launch, paths):
+            stop_if_signalled()  # a signal as a command ended stops the run before the next one (compress, then test)
             if argv[0] == "compress" and (run.folder / "model.ckpt").is_file():
                 continue  # compressed before the test was stopped: compress writes its folder whole or not at all
             print("lit-embed " + shlex.join(argv), flush=True)
             _execute(argv)
-            if received_signal() is not None:
-                break
-        if received_signal() is None and first and finished_results(run) is None:
+        if first and finished_results(run) is None:
             raise ConfigError(f"{run.id} ended without a complete results.json in its version folder under {run.folder}: "
                               f"its config needs the lit_embed.callbacks.ResultsWriter callback")
-        code = 0 if received_signal() is None else 128 + received_signal()
+        code = 0  # every step finished (a signal that came as the last one ended left nothing undone)
     except SystemExit as stop:  # the parser's errors (printed already), or Lightning's exit after a signal
         signum = received_signal()
         code = 128 + signum if signum is not None else stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 2)
