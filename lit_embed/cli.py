@@ -2,8 +2,10 @@
 
 This module imports nothing heavy: ``lit-embed --help``, ``--version`` and the commands that need no model
 (``report``) answer without loading torch or Lightning; the Lightning commands import
-:mod:`lit_embed.lightning_cli` when they run. Errors that are the user's to fix exit 2 with one line; a
-signal exits 128 + its number (SIGTERM 143, SIGINT 130); anything else is a bug and keeps its traceback.
+:mod:`lit_embed.lightning_cli` when they run. Errors that are the user's to fix exit 2 with one line, a run that
+diverged exits 3 (:class:`~lit_embed.errors.DivergedError`); a signal that stopped the command exits 128 + its number
+(SIGTERM 143, SIGINT 130), and one that arrived as the command finished its last step changes nothing (0); anything
+else is a bug and keeps its traceback.
 """
 
 from __future__ import annotations
@@ -159,22 +161,26 @@ def _run(argv: list[str]) -> int:
             status = 0
     except Exception as error:
         _discard_unstarted()
-        message = user_message(error)
-        if message is None:
+        found = user_error(error)
+        if found is None:
             raise  # a bug: its traceback is what a report needs
-        return _fail(message)
+        return _fail(*found)
     except (SystemExit, KeyboardInterrupt, Interrupted):
         _discard_unstarted()
-        if received_signal() is None:
+        signum = received_signal()
+        if signum is None:
             raise
-        status = 0
-    signum = received_signal()
-    if signum is not None:
-        import signal
-
-        print(f"lit-embed: stopped by {signal.Signals(signum).name}", file=sys.stderr)
+        print(f"lit-embed: stopped by {_name(signum)}", file=sys.stderr)
         return 128 + signum
+    if received_signal() is not None:  # it came as the last step ended: nothing was left undone (see signals)
+        print(f"lit-embed: {_name(received_signal())} arrived as the command finished; it finished", file=sys.stderr)
     return status
+
+
+def _name(signum: int) -> str:
+    import signal
+
+    return signal.Signals(signum).name
 
 
 def _discard_unstarted() -> None:
@@ -207,7 +213,13 @@ def check_yaml_files(argv: list[str]) -> None:
 
 
 def user_message(error: BaseException) -> str | None:
-    """The one line to show for an error the user can fix (``None`` for a bug).
+    """The one line to show for an error the user can fix (``None`` for a bug)."""
+    found = user_error(error)
+    return None if found is None else found[0]
+
+
+def user_error(error: BaseException) -> tuple[str, int] | None:
+    """The one line to show for an error the user can fix, and the exit status (``None`` for a bug).
 
     Looks through what ``error`` was raised from: jsonargparse re-raises a constructor's error as its own
     ``ValueError``, torch.save a full disk as a ``RuntimeError``.
@@ -216,16 +228,18 @@ def user_message(error: BaseException) -> str | None:
 
     seen = 0
     while error is not None and seen < 10:
-        if isinstance(error, UserError) or _is_misconfiguration(error):
-            return _explain(error)
+        if isinstance(error, UserError):
+            return _explain(error), error.exit_status
+        if _is_misconfiguration(error):
+            return _explain(error), 2
         if disk_full(error):  # a write outside lit-embed's writers (a library's own file)
-            return full_disk_message(error)
+            return full_disk_message(error), 2
         if isinstance(error, (PermissionError, IsADirectoryError, NotADirectoryError)) and error.filename:
-            return f"{error.strerror}: {error.filename}"
+            return f"{error.strerror}: {error.filename}", 2
         if isinstance(error, ModuleNotFoundError) and not (error.name or "").startswith("lit_embed"):
             needed = f"the package {error.name.split('.')[0]!r}" if error.name else "a package"
             return f"{error}: what the configuration asks for needs {needed}, which is not installed (install it, or " \
-                   f"change the configuration)"
+                   f"change the configuration)", 2
         error, seen = error.__cause__ or error.__context__, seen + 1
     return None
 
@@ -244,9 +258,9 @@ def _explain(error: BaseException) -> str:
     return message
 
 
-def _fail(message: str) -> int:
+def _fail(message: str, status: int = 2) -> int:
     print(f"lit-embed: error: {message}", file=sys.stderr)
-    return 2
+    return status
 
 
 def __getattr__(name: str):

@@ -1,4 +1,5 @@
-"""Errors that are the user's to fix: ``lit-embed`` prints their message and exits 2, without a traceback.
+"""Errors that are the user's to fix: ``lit-embed`` prints their message and exits 2 (3 for a run that diverged),
+without a traceback.
 
 Each also derives from the built-in error it used to be (``ValueError``, ``FileNotFoundError``, ...), so
 code that catches those keeps working. Anything else that escapes a command is a bug and keeps its
@@ -13,6 +14,9 @@ import re
 
 class UserError(Exception):
     """Bad input, a missing file, an unreachable hub: fixable by the user, reported without a traceback."""
+
+    #: What ``lit-embed`` exits with.
+    exit_status = 2
 
 
 class ConfigError(UserError, ValueError):
@@ -49,11 +53,23 @@ class RunBusyError(UserError, RuntimeError):
     """A run folder or checkpoint folder that a live run holds."""
 
 
+class DivergedError(UserError, ArithmeticError):
+    """Training diverged (a non-finite loss or non-finite weights): the run stops, marked ``diverged``. Its own exit
+    status, 3, tells it from bad input (2) and from a signal (128 + N) in scripts and sweeps. ``what``: what was not
+    finite, and at which step (results.json's ``detail``)."""
+
+    exit_status = 3
+
+    def __init__(self, message: str, what: str) -> None:
+        super().__init__(message)
+        self.what = what
+
+
 class PluginError(UserError, ImportError):
     """An installed plugin (a ``lit_embed.plugins`` entry point) that fails to import."""
 
 
-__all__ = ["CheckpointError", "ConfigError", "DiskFullError", "HubError", "MissingFileError", "OutputExistsError", "PluginError", "RunBusyError", "UserError"]
+__all__ = ["CheckpointError", "ConfigError", "DiskFullError", "DivergedError", "HubError", "MissingFileError", "OutputExistsError", "PluginError", "RunBusyError", "UserError"]
 
 
 def pickled_type(error: BaseException) -> str | None:

@@ -12,7 +12,9 @@ logger that claims a run's folder is :class:`lit_embed.runs.RunLogger`.
 * Checkpoints go to ``version_N/checkpoints``. ``--ckpt_path last`` resumes the newest checkpoint under
   ``root`` and continues in its run folder; a config starts from a finished run by naming its run
   folder or its experiment folder (``checkpoint: runs/demo``: the newest run there with a checkpoint
-  that was not interrupted).
+  whose results, where it wrote some, say it completed). A run folder gives the model the run reported:
+  its best checkpoint where a monitor chose one (``results.json`` records it), else its newest ``last``.
+  A run that diverged gives none: its checkpoints are refused by name, never taken for its model.
 * A killed run leaves its folder with what it wrote; later commands skip folders without the file they
   look for (results, checkpoints).
 """
@@ -20,6 +22,7 @@ logger that claims a run's folder is :class:`lit_embed.runs.RunLogger`.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import socket
@@ -27,6 +30,7 @@ from pathlib import Path
 
 from lit_embed.errors import CheckpointError, MissingFileError, RunBusyError
 from lit_embed.files import writing
+from lit_embed.results import COMPLETE, DIVERGED, RESULTS_FILE, status_of
 
 try:
     import fcntl
@@ -136,15 +140,29 @@ def version_folders(root: str | os.PathLike) -> list[Path]:
 
 def newest_checkpoint(root: str | os.PathLike, default_root_dir: str | os.PathLike | None = None) -> Path | None:
     """The checkpoint ``--ckpt_path last`` resumes: the newest ``last*.ckpt`` of any run under ``root``, or a
-    checkpoint Lightning saved for a SLURM requeue (``hpc_ckpt_N.ckpt``) there or in ``default_root_dir``."""
+    checkpoint Lightning saved for a SLURM requeue (``hpc_ckpt_N.ckpt``) there or in ``default_root_dir``; refused
+    (:class:`CheckpointError`) where it is one of a run that diverged."""
     candidates = []
     for folder in version_folders(root):
         candidates += (folder / CHECKPOINTS).glob("last*.ckpt")
         candidates += folder.glob("hpc_ckpt_*.ckpt")
     for folder in {Path(root), Path(default_root_dir or root)}:
         candidates += folder.glob("hpc_ckpt_*.ckpt")
-    candidates = [p for p in candidates if p.is_file() and p.stat().st_size > 0]
-    return max(candidates, key=lambda p: p.stat().st_mtime_ns) if candidates else None
+    found = _newest(candidates)
+    run = next((parent for parent in found.parents if parent.parent == Path(root)), None) if found else None
+    if run is not None and _status(run) == DIVERGED:
+        raise CheckpointError(
+            f"--ckpt_path last: the newest checkpoint under {root} is {found}, of the run {run}, which diverged "
+            f"({_detail(run)}): resuming it would not give a trained model. Start a new run (without --ckpt_path last), "
+            f"or give the checkpoint file to resume it anyway"
+        )
+    return found
+
+
+def _newest(paths) -> Path | None:
+    """The newest of ``paths`` that holds something (a file a killed save left empty does not count)."""
+    whole = [p for p in paths if p.is_file() and p.stat().st_size > 0]
+    return max(whole, key=lambda p: p.stat().st_mtime_ns) if whole else None
 
 
 def run_of(path: str | os.PathLike, root: str | os.PathLike) -> int | None:
@@ -156,34 +174,49 @@ def run_of(path: str | os.PathLike, root: str | os.PathLike) -> int | None:
     return None
 
 
-def start_checkpoint(name: str | os.PathLike, what: str = "checkpoint") -> Path:
-    """The checkpoint a new run starts from, given as a file, a run folder or an experiment folder.
+def start_checkpoint(name: str | os.PathLike, what: str = "checkpoint", newest: bool = False) -> Path:
+    """The checkpoint a command takes, given as a file, a run folder or an experiment folder.
 
-    A run folder gives its ``checkpoints/last.ckpt`` (or its only checkpoint); an experiment folder (one
-    holding ``version_N`` folders) gives the newest of its runs that has one and was not interrupted.
+    A run folder gives the model its run reported: the best checkpoint its ``results.json`` records where a monitor
+    chose one, else its newest ``last*.ckpt`` (or its only checkpoint); ``newest``: the newest state whatever was
+    reported (what ``fit`` resumes). An experiment folder (one holding ``version_N`` folders) gives that of the newest
+    of its runs that has a checkpoint and did not stop short (interrupted, untested or diverged: its results.json says
+    so). A run that diverged is refused.
     """
     path = Path(name).expanduser()
     if path.is_file():
         return path
     if not path.is_dir():
         raise MissingFileError(f"{what} {str(name)!r} does not exist: give a .ckpt file, a run folder or an experiment folder")
-    if (path / CHECKPOINTS).is_dir():
-        return _checkpoint_of_run(path, what)
-    usable = [run for run in version_folders(path) if _checkpoints(run) and not _interrupted(run)]
+    if (path / CHECKPOINTS).is_dir() or (path / RESULTS_FILE).is_file():
+        return _checkpoint_of_run(path, what, newest)
+    usable = [run for run in version_folders(path) if _checkpoints(run) and _status(run) in (None, COMPLETE)]
     if not usable:
-        seen = ", ".join(p.name for p in version_folders(path)) or "none"
+        seen = ", ".join(f"{p.name} ({_status(p) or 'no results'})" for p in version_folders(path)) or "none"
         raise MissingFileError(
             f"{what} {str(name)!r} holds no finished run with a checkpoint (runs: {seen}): train one first, or "
             f"give a .ckpt file"
         )
-    return _checkpoint_of_run(usable[-1], what)
+    return _checkpoint_of_run(usable[-1], what, newest)
 
 
-def _checkpoint_of_run(run: Path, what: str) -> Path:
+def _checkpoint_of_run(run: Path, what: str, newest: bool) -> Path:
+    if _status(run) == DIVERGED:
+        raise CheckpointError(
+            f"{what} {str(run)!r} is a run that diverged ({_detail(run)}): it has no trained model to take. Rerun it "
+            f"(a lower learning rate, or another precision), or give one of its checkpoint files to take that one anyway"
+        )
+    reported = _results(run).get("checkpoint") or {}
+    if reported.get("monitor") is not None and reported.get("best") and not newest:
+        best = run / reported["best"]  # relative to the run folder (absolute where it was saved elsewhere)
+        if not best.is_file():
+            raise MissingFileError(f"{what} {str(run)!r} reports {reported['best']} as its best checkpoint (by "
+                                   f"{reported['monitor']}), which is gone: give a .ckpt file")
+        return best
     files = _checkpoints(run)
-    last = [p for p in files if p.name == LAST]
-    if last:
-        return last[0]
+    last = _newest(p for p in files if p.name.startswith("last"))  # last-v1.ckpt: Lightning's beside a stale last.ckpt
+    if last is not None:
+        return last
     if len(files) == 1:
         return files[0]
     if not files:
@@ -195,12 +228,23 @@ def _checkpoints(run: Path) -> list[Path]:
     return sorted(p for p in (run / CHECKPOINTS).glob("*.ckpt") if p.is_file())
 
 
-def _interrupted(run: Path) -> bool:
-    import json
-
+def _results(run: Path) -> dict:
+    """What ``run``'s results.json says (empty where it has none, or one that cannot be read)."""
     with contextlib.suppress(OSError, ValueError):
-        return json.loads((run / "results.json").read_text()).get("status") == "interrupted"
-    return False
+        found = json.loads((run / RESULTS_FILE).read_text())
+        return found if isinstance(found, dict) else {}
+    return {}
+
+
+def _status(run: Path) -> str | None:
+    """The status ``run``'s results.json records (``None``: it has none)."""
+    found = _results(run)
+    return status_of(found) if found else None
+
+
+def _detail(run: Path) -> str:
+    found = _results(run)
+    return found.get("detail") or f"at step {found.get('global_step')}"
 
 
 def _number(path: Path) -> int:

@@ -27,6 +27,7 @@ from lit_embed._compat import subcommand_parser
 from lit_embed.callbacks.console import LayerSummary, progress_bar
 from lit_embed.callbacks.guard import RunGuard
 from lit_embed.callbacks.predictions import PredictionWriter
+from lit_embed.callbacks.results_writer import ResultsWriter
 from lit_embed.checkpoints import (
     build_from_config,
     model_differences,
@@ -46,6 +47,7 @@ from lit_embed.interfaces import TaskData, provides
 from lit_embed.models import MaskedLM, SequenceClassifier, ShuffleRandom  # noqa: F401
 from lit_embed.recorded import name_user_classes, recorded_config, run_config_hints, written_by_lit_embed
 from lit_embed.runs import RunLogger
+from lit_embed.signals import stop_if_signalled
 
 log = logging.getLogger(__name__)
 
@@ -153,7 +155,8 @@ class LitEmbedCLI(LightningCLI):
         if ckpt_path is None or ckpt_path in ("best", "hpc", "registry"):
             return
         if Path(ckpt_path).is_dir():  # a run folder or an experiment folder, as every other command takes them
-            config.ckpt_path = ckpt_path = str(start_checkpoint(ckpt_path, "--ckpt_path checkpoint"))
+            # fit resumes the newest state; an evaluation takes the model the run reported (its best, where monitored)
+            config.ckpt_path = ckpt_path = str(start_checkpoint(ckpt_path, "--ckpt_path checkpoint", newest=subcommand == "fit"))
         checkpoint = read_checkpoint(ckpt_path, "--ckpt_path checkpoint")
         if subcommand == "fit" and "optimizer_states" not in checkpoint:
             raise CheckpointError(
@@ -260,12 +263,26 @@ class LitEmbedCLI(LightningCLI):
             for logger in self.trainer.loggers:
                 if isinstance(logger, RunLogger):
                     logger.bind(self.trainer.default_root_dir)
+            # The guard first: its hooks (last.ckpt at the end of training) run before the results that report them.
+            callbacks = self.trainer.callbacks
+            callbacks.sort(key=lambda callback: not isinstance(callback, RunGuard))
+
+    def before_fit(self) -> None:
+        if self._tests_after_fit():
+            for callback in self.trainer.callbacks:
+                if isinstance(callback, ResultsWriter):
+                    callback.expect_test()
+
+    def _tests_after_fit(self) -> bool:
+        return provides(self.datamodule, TaskData)
 
     def after_fit(self) -> None:
         """Fine-tuning data with test sets: test the selected checkpoint (the best ``val/score``
-        where a ModelCheckpoint monitors it, else the last weights) right after ``fit``."""
-        if not provides(self.datamodule, TaskData) or self.trainer.interrupted:
+        where a ModelCheckpoint monitors it, else the last weights) right after ``fit``; not after a signal, which
+        stops the command here (the run's results stay ``untested``; ``--ckpt_path last`` tests it)."""
+        if not self._tests_after_fit() or self.trainer.interrupted:
             return
+        stop_if_signalled()
         callback = self.trainer.checkpoint_callback
         best = callback is not None and callback.monitor is not None and callback.best_model_path
         self.trainer.test(self.model, datamodule=self.datamodule, ckpt_path="best" if best else None)

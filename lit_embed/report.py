@@ -34,7 +34,15 @@ from lit_embed.accounting import compression, human
 from lit_embed.data.tasks import BENCHMARK_TABLES, TASKS, get_task
 from lit_embed.errors import ConfigError
 from lit_embed.files import check_output, write_atomic
-from lit_embed.results import RESULTS_FILE, check_same_backbone, find_run_dirs, is_score, load_results
+from lit_embed.results import (
+    COMPLETE,
+    RESULTS_FILE,
+    check_same_backbone,
+    find_run_dirs,
+    is_score,
+    load_results,
+    status_of,
+)
 from lit_embed.sweeps.plan import MANIFEST, is_sweep_folder
 from lit_embed.sweeps.tables import sweep_runs
 from lit_embed.tables import FORMATS, MISSING, Table, mean_std, render
@@ -413,11 +421,12 @@ def main(argv: list[str]) -> int:
         raise ConfigError(f"--digits={args.digits}: use 0 to 6")
     dirs, sweeps = run_and_sweep_folders(args.run_dirs)
     runs = [load_results(d) for d in dirs]
-    interrupted = [run["run_dir"] for run in runs if run.get("status", "complete") != "complete"]
-    if interrupted:  # a signal stopped them: their figures are not final
-        print(f"lit-embed report: left out {len(interrupted)} interrupted run(s): {', '.join(interrupted)}", file=sys.stderr)
+    unfinished = [run for run in runs if status_of(run) != COMPLETE]  # stopped short or diverged: never averaged in
+    if unfinished:
+        listed = ", ".join(f"{run['run_dir']} ({status_of(run)})" for run in unfinished)
+        print(f"lit-embed report: left out {len(unfinished)} run(s) that did not complete: {listed}", file=sys.stderr)
     predictions = [run["run_dir"] for run in runs if run.get("command") == "predict"]  # no scores: not a row
-    runs = [run for run in runs if run["run_dir"] not in {*interrupted, *predictions}]
+    runs = [run for run in runs if status_of(run) == COMPLETE and run["run_dir"] not in predictions]
     sweep_tables = []
     for folder in sweeps:
         found, tables = sweep_runs(folder)
@@ -434,8 +443,8 @@ def main(argv: list[str]) -> int:
             runs.append(baseline)
     compressed = compress_reports(args.run_dirs)
     coverage = coverage_tables(compressed) + cosine_tables(compressed)
-    tables = Report(runs, baseline, args.digits).tables() if runs or not (sweep_tables or coverage) else []
-    text = render(tables + sweep_tables + coverage, args.format)
+    tables = Report(runs, baseline, args.digits).tables() if runs or not (sweep_tables or unfinished or coverage) else []
+    text = render(tables + sweep_tables + coverage + left_out_table(unfinished), args.format)
     if args.output:  # never over a file it read (a results.json, a sweep's plan, a compress report)
         read = [*(d / RESULTS_FILE for d in dirs), *(Path(r["run_dir"]) / RESULTS_FILE for r in runs),
                 *(Path(s) / MANIFEST for s in sweeps), *(f for p in args.run_dirs for f in Path(p).rglob("report.json"))]
@@ -444,6 +453,17 @@ def main(argv: list[str]) -> int:
     else:
         print(text, end="")
     return 0
+
+
+def left_out_table(runs: list[dict]) -> list[Table]:
+    """The runs that did not complete (diverged, interrupted, untested), each with its status and why: in no table."""
+    if not runs:
+        return []
+    rows = [[run["run_dir"], run["label"], run.get("task") or PRETRAINING, str(run.get("seed")), status_of(run),
+             run.get("detail") or f"stopped at step {run.get('global_step')}"] for run in runs]
+    return [Table("Runs left out: they did not complete", ["Run", "Model", "Task", "Seed", "Status", "Why"], rows,
+                  ["diverged: its loss or weights were not finite; interrupted: a signal stopped it (--ckpt_path last "
+                   "resumes it); untested: its fit finished, its test did not run"])]
 
 
 def compress_reports(paths: list[str]) -> list[dict]:

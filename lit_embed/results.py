@@ -20,8 +20,14 @@ from lit_embed.errors import ConfigError, MissingFileError
 RESULTS_FILE = "results.json"
 #: Bumped when the layout of ``results.json`` changes incompatibly.
 RESULTS_FORMAT = 1
-#: Every status a run's ``results.json`` records (absent: ``complete``, as files written before it was added).
-STATUSES = ("complete", "interrupted")
+#: A run's ``status``, the one list of them: ``complete`` (every step the command asked for finished: fit, then the
+#: test it runs on task data), ``interrupted`` (a signal stopped it; ``--ckpt_path last`` resumes it), ``untested`` (its
+#: fit finished and the test it asked for has not: a kill in between leaves this), ``diverged`` (stopped on a
+#: non-finite loss or non-finite weights: its checkpoints are no model). Only ``complete`` runs are reported.
+#: A results.json without ``status`` (written before it was added) is ``complete``.
+STATUSES = ("complete", "interrupted", "untested", "diverged")
+COMPLETE = "complete"
+DIVERGED = "diverged"
 #: The last component of a metric name that is a score (higher is better): PRR is defined for these.
 SCORE_METRICS = ("accuracy", "f1", "matthews", "pearson", "spearman", "exact_match")
 #: Stages whose metrics are evaluations (PRR is computed for these, not for training metrics).
@@ -191,6 +197,11 @@ def find_run_dirs(paths: list[str]) -> list[Path]:
     for path in found:
         unique.setdefault(path.resolve(), path)
     return list(unique.values())
+
+
+def status_of(results: dict) -> str:
+    """A run's status (one of :data:`STATUSES`)."""
+    return results.get("status", COMPLETE)
 
 
 def describe_backbone(backbone: dict | None) -> str:

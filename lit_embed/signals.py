@@ -3,6 +3,10 @@
 During a loop of a trainer that :class:`~lit_embed.callbacks.RunGuard` activated, training stops after
 the step in progress (the guard then saves ``last.ckpt``); anywhere else the signal stops the command.
 Either way :func:`lit_embed.cli.main` exits 128 + the signal's number. A second Ctrl-C stops at once.
+
+A signal that reaches a loop as it ends (its last step) lets it end; whatever would start a step after it (the test
+``fit`` runs on task data, a sweep's next command) calls :func:`stop_if_signalled` first. So a command that returns
+normally has done every step, signal or not, and one stopped short raises, and exits 128 + N.
 """
 
 from __future__ import annotations
@@ -46,6 +50,12 @@ def activate(trainer) -> None:
     _active = trainer
 
 
+def stop_if_signalled() -> None:
+    """Stop here, as the signal would have stopped the command, if one has arrived (before starting another step)."""
+    if _received is not None:
+        raise KeyboardInterrupt if _received == signal.SIGINT else Interrupted(_received)
+
+
 def _on_signal(signum, frame) -> None:
     global _received
     first = _received is None
@@ -60,4 +70,5 @@ def _on_signal(signum, frame) -> None:
     raise KeyboardInterrupt if signum == signal.SIGINT else Interrupted(signum)
 
 
-__all__ = ["Interrupted", "activate", "install_signal_handlers", "received_signal", "restore_signal_handlers"]
+__all__ = ["Interrupted", "activate", "install_signal_handlers", "received_signal", "restore_signal_handlers",
+           "stop_if_signalled"]

@@ -198,6 +198,22 @@ def test_shuffle_random_with_lsh_proj_agrees_across_ranks_and_with_one_process(t
     check_like_one_process(ranks, single, tolerance=0.1)
 
 
+def test_a_loss_that_diverges_on_one_rank_stops_every_rank(tmp_path):
+    """A NaN loss on rank 1 alone (its batch of step 2): both ranks stop at that step, together (rank 0, whose own loss
+    was finite, would otherwise wait for rank 1 in the next all-reduce), exit 3 and the run is marked diverged."""
+    nan = {"class_path": "tests.helpers.probes.NonFiniteLoss", "init_args": {"steps": [2], "rank": 1}}
+    args = ["fit", "--config", str(CONFIGS / "demo.yaml"), "--trainer.default_root_dir", str(tmp_path / "runs"),
+            "--trainer.max_steps", "4", "--trainer.val_check_interval", "4", "--trainer.limit_val_batches", "2",
+            *GLOBAL_BATCH, *QUIET, *callbacks({"class_path": "lit_embed.callbacks.ResultsWriter"}, nan)]
+    output = run_ddp(args, tmp_path)
+    assert output.startswith("exit 3\n"), output[-3000:]
+    assert output.count("training diverged: the training loss was not finite on another rank at step 2") == 1  # rank 0
+    assert output.count("training diverged: the training loss was nan at step 2") == 1  # rank 1
+    results = json.loads((tmp_path / "runs/version_0/results.json").read_text())
+    assert results["status"] == "diverged" and results["global_step"] == 2
+    assert not list((tmp_path / "runs").rglob("*.ckpt"))
+
+
 # -- fine-tuning ----------------------------------------------------------------------------------------
 
 

@@ -12,6 +12,7 @@ import contextlib
 import hashlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -116,6 +117,11 @@ def workspace(tmp_path_factory) -> Path:
     prior = root / "prior_analysis"
     prior.mkdir()
     (prior / "analysis.json").write_text(json.dumps({"strategy": "SubspaceEmbedding"}))
+    diverged = root / "runs/diverged/version_0"  # a run that diverged after saving checkpoints that look fine
+    shutil.copytree(root / "runs/demo/version_0", diverged, ignore=shutil.ignore_patterns(".lock"))
+    results = json.loads((diverged / "results.json").read_text())
+    (diverged / "results.json").write_text(json.dumps({**results, "status": "diverged",
+                                                       "detail": "the training loss was nan at step 3"}))
     return root
 
 
@@ -212,6 +218,7 @@ def recorded(key: str, value: str) -> str:
 
     return f"records {re.escape(key)}={re.escape(repr(value))}, a class outside lit-embed, Lightning and the installed plugins"
 
+DIVERGED_RUN = r"'runs/diverged/version_0' is a run that diverged \(the training loss was nan at step 3\): it has no trained model"
 #: id, command, exit status, what the message must say (a regex).
 CASES = [
     ("empty corpus file", [*DEMO, *SHORT, "--data.init_args.files", "[empty.txt]"], 2, r"empty\.txt"),
@@ -326,6 +333,22 @@ CASES = [
                                           "prior_analysis"], 2, r"--out '\S*prior_analysis' holds 'prior_analysis/analysis\.json'"),
     ("analyze --out its own run folder", ["analyze", "--ckpt", "runs/demo/version_0", "--out", "runs/demo/version_0"], 2,
      r"--out '\S*/runs/demo/version_0' is 'runs/demo/version_0'"),
+    *[(f"{command} of a run that diverged", argv, 2, DIVERGED_RUN) for command, argv in (
+        ("export", ["export", "--ckpt", "runs/diverged/version_0", "--out", "out_c"]),
+        ("compress", ["compress", "--ckpt", "runs/diverged/version_0", "--data", "sample-corpus", "--out", "out_c"]),
+        ("analyze", ["analyze", "--ckpt", "runs/diverged/version_0"]),
+        ("validate", ["validate", "--config", str(CONFIGS / "demo.yaml"), "--ckpt_path", "runs/diverged/version_0"]),
+        ("test", ["test", "--config", str(CONFIGS / "demo_finetune.yaml"), "--ckpt_path", "runs/diverged/version_0"]),
+        ("predict", ["predict", "--config", str(CONFIGS / "demo.yaml"), "--ckpt_path", "runs/diverged/version_0"]),
+        ("fit --ckpt_path", [*DEMO, *SHORT, "--ckpt_path", "runs/diverged/version_0"]),
+        ("fine-tuning", [*FINETUNE, *SHORT, "--model.init_args.checkpoint", "runs/diverged/version_0"]))],
+    ("fine-tuning from an experiment whose run diverged", [*FINETUNE, *SHORT, "--model.init_args.checkpoint",
+                                                           "runs/diverged"], 2,
+     r"'runs/diverged' holds no finished run with a checkpoint \(runs: version_0 \(diverged\)\)"),
+    ("--ckpt_path last of a run that diverged", [*DEMO, *SHORT, "--trainer.default_root_dir", "runs/diverged",
+                                                 "--ckpt_path", "last"], 2,
+     r"--ckpt_path last: the newest checkpoint under runs/diverged is .*, which diverged \(the training loss was nan at "
+     r"step 3\): .*Start a new run"),
 ]
 
 
@@ -632,3 +655,63 @@ def test_every_writer_on_a_full_disk_names_the_file_and_its_device_and_half_writ
         assert files == [], files
     assert all(full_disks["kept"][case].values()), full_disks["kept"][case]  # what was written is whole
     assert not [f for f in files if f.endswith(("results.json", "predictions.jsonl"))], files
+
+
+# -- a signal between fit's training and its test ---------------------------------------------------------------
+
+
+def fine_tune_args(tmp_path: Path, *callbacks: dict) -> list[str]:
+    """A 4-step fine-tuning from scratch that tests its best checkpoint after fit, with ``callbacks``."""
+    saved = [{"class_path": "pytorch_lightning.callbacks.ModelCheckpoint",
+              "init_args": {"monitor": "val/score", "mode": "max", "save_last": True}},
+             {"class_path": "lit_embed.callbacks.ResultsWriter"}, *callbacks]
+    return [*FINETUNE, *QUIET, "--model.init_args.checkpoint", "null", "--data.init_args.tokenizer", "all-MiniLM-L6-v2",
+            "--trainer.max_steps", "4", "--trainer.val_check_interval", "2", "--trainer.limit_val_batches", "2",
+            "--trainer.limit_test_batches", "2", "--data.init_args.batch_size", "4", "--trainer.default_root_dir",
+            str(tmp_path / "runs/ft"), "--trainer.callbacks", json.dumps(saved)]
+
+
+@pytest.mark.parametrize("hook", ["last_train_batch", "last_validation", "on_train_end", "on_fit_end", "on_test_start",
+                                  "first_test_batch"])
+def test_a_signal_between_fits_training_and_its_test_leaves_the_run_to_finish_not_complete(hook, tmp_path, monkeypatch):
+    """SIGTERM at each point from fit's last step to its test's first batch: exit 143 and results.json not complete
+    (the run is not done); --ckpt_path last then trains nothing more and runs the test, which completes it."""
+    from lit_embed.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    signal_in = {"class_path": "tests.helpers.probes.SignalIn", "init_args": {"hook": hook, "marker": str(tmp_path / "sent")}}
+    assert main(fine_tune_args(tmp_path, signal_in)) == 143
+    run = tmp_path / "runs/ft/version_0"
+    stopped = json.loads((run / "results.json").read_text())
+    assert stopped["status"] in ("interrupted", "untested") and not any(m.startswith("test/") for m in stopped["metrics"])
+    assert torch.load(run / "checkpoints/last.ckpt", weights_only=True)["global_step"] == 4  # the fit's end
+    assert main([*fine_tune_args(tmp_path), "--ckpt_path", "last"]) == 0
+    finished = json.loads((run / "results.json").read_text())
+    assert finished["status"] == "complete" and finished["global_step"] == 4
+    assert {"test/accuracy", "val/accuracy"} <= set(finished["metrics"])  # tested, its validation scores kept
+    assert finished["checkpoint"]["best"] == stopped["checkpoint"]["best"]  # the model it tested: its best
+
+
+@pytest.mark.parametrize(("hook", "status"), [("on_train_end", 0), ("on_fit_end", 0), ("fit_teardown", 143)])
+def test_a_fit_that_exits_on_a_signal_is_never_complete_and_one_that_finished_says_so(hook, status, tmp_path, monkeypatch,
+                                                                                        capsys):
+    """Pre-training (no test): a signal as the fit ends lets it finish (exit 0, complete); one that stops what is left
+    of the command (past the trainer's loops) exits 143 and leaves the run interrupted, which --ckpt_path last
+    completes without training."""
+    from lit_embed.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    signal_in = {"class_path": "tests.helpers.probes.SignalIn", "init_args": {"hook": hook, "marker": str(tmp_path / "sent")}}
+    args = [*DEMO, *SHORT]
+    assert main([*args, "--trainer.callbacks+", json.dumps(signal_in)]) == status
+    err = capsys.readouterr().err
+    run = tmp_path / "runs/demo/version_0"
+    results = json.loads((run / "results.json").read_text())
+    if status == 0:
+        assert "SIGTERM arrived as the command finished; it finished" in err and results["status"] == "complete"
+        return
+    assert "stopped by SIGTERM" in err and results["status"] == "interrupted"
+    assert main([*args, "--ckpt_path", "last"]) == 0
+    finished = json.loads((run / "results.json").read_text())
+    assert finished["status"] == "complete" and finished["global_step"] == 4
+    assert finished["metrics"] == results["metrics"] and finished["efficiency"] == results["efficiency"]

@@ -55,6 +55,32 @@ def test_fp16_with_gradient_clipping_takes_the_unfused_optimiser(tmp_path, monke
     assert json.loads((tmp_path / "state.json").read_text())["fused"] is False
 
 
+@requires_gpus(1)
+def test_fp16s_scaler_skips_a_non_finite_loss_and_a_persistent_one_is_divergence(tmp_path, monkeypatch):
+    """configs/trainer/gpu.yaml's fp16 with its gradient scaler (fused AdamW): NaN losses at steps 2 and 3 are skipped
+    steps (the run completes, its weights finite, the scale halved twice); NaN from step 2 on stops the run, exit 3,
+    after RunGuard's SKIPPED_STEPS of them."""
+    from lit_embed.callbacks.guard import SKIPPED_STEPS
+
+    monkeypatch.chdir(tmp_path)
+
+    def run(name: str, steps: int, **nan) -> int:
+        probe = {"class_path": "tests.helpers.probes.NonFiniteLoss", "init_args": nan}
+        return main(["fit", "--config", str(CONFIGS / "demo.yaml"), "--trainer", str(CONFIGS / "trainer" / "gpu.yaml"),
+                     "--trainer.devices", "1", *SHORT, "--trainer.max_steps", str(steps), "--trainer.val_check_interval",
+                     str(steps), "--trainer.default_root_dir", f"runs/{name}", "--trainer.callbacks+", json.dumps(probe)])
+
+    assert run("skipped", 6, steps=[2, 3]) == 0
+    results = json.loads((tmp_path / "runs/skipped/version_0/results.json").read_text())
+    assert results["status"] == "complete" and results["global_step"] == 6
+    state = torch.load(tmp_path / "runs/skipped/version_0/checkpoints/last.ckpt", weights_only=True)
+    assert all(bool(torch.isfinite(v).all()) for v in state["state_dict"].values() if v.is_floating_point())
+    assert state["MixedPrecision"]["scale"] <= 2.0**16 / 4  # each NaN step skipped (a real overflow may add more)
+    assert run("persistent", SKIPPED_STEPS + 4, from_step=2) == 3
+    results = json.loads((tmp_path / "runs/persistent/version_0/results.json").read_text())
+    assert results["status"] == "diverged" and results["global_step"] == SKIPPED_STEPS + 1
+
+
 @requires_gpus(2)
 def test_ddp_over_nccl_on_two_gpus_agrees_across_ranks(tmp_path):
     """configs/trainer/ddp.yaml on 2 GPUs: the run finishes with the same weights on both ranks, and rank 0 writes

@@ -16,7 +16,7 @@ from lit_embed.cli import main
 from lit_embed.data.tasks import XNLI_LANGUAGES
 from lit_embed.files import write_json_atomic
 from lit_embed.report import Report
-from lit_embed.results import RESULTS_FILE, load_results
+from lit_embed.results import RESULTS_FILE, STATUSES, load_results
 from tests.helpers import REPO
 
 ROBERTA_S = {"arch": "roberta", "layers": 8, "hidden": 512, "heads": 8, "ffn": 2048}
@@ -274,17 +274,30 @@ def test_a_baseline_without_parameter_counts_still_gives_prr(tmp_path):
     assert any("has no parameter counts" in note for note in memory.notes)
 
 
-def test_predictions_and_interrupted_runs_beside_a_run_are_left_out(tmp_path, capsys):
+def test_predictions_and_runs_that_did_not_complete_beside_a_run_are_left_out_and_shown(tmp_path, capsys):
     """`lit-embed predict` writes a results.json of its own in the experiment folder (a version_N beside the fit's):
-    it holds no scores and is not a second run of the cell."""
+    it holds no scores and is not a second run of the cell. A run of every status but complete (of the seed of the
+    complete one, and of another seed) is never averaged in: the report shows it, with its status and why."""
     fit = write_run(tmp_path, "3se", "rte", 0, {"val/accuracy": 0.6})
     predicted = write_run(tmp_path / "p", "3se", "rte", 0, {})
-    stopped = write_run(tmp_path / "s", "3se", "rte", 0, {"val/accuracy": 0.1})
-    for folder, fields in ((predicted, {"command": "predict"}), (stopped, {"status": "interrupted"})):
-        write_json_atomic(folder / RESULTS_FILE, {**load_results(folder), **fields})
-    assert main(["report", str(fit), str(predicted), str(stopped)]) == 0
+    write_json_atomic(predicted / RESULTS_FILE, {**load_results(predicted), "command": "predict"})
+    others = {}
+    for seed, status in enumerate(STATUSES):
+        if status == "complete":
+            continue
+        others[status] = write_run(tmp_path / status, "3se", "rte", seed, {"val/accuracy": float("nan")})
+        write_json_atomic(others[status] / RESULTS_FILE, {**load_results(others[status]), "status": status,
+                                                          "detail": f"why {status}"})
+    assert main(["report", str(fit), str(predicted), *map(str, others.values())]) == 0
     captured = capsys.readouterr()
-    assert "| 3se | 60.0 |" in captured.out and "left out 1 interrupted run(s)" in captured.err
+    assert "| 3se | 60.0 | 60.0 |" in captured.out  # one seed: the complete run's
+    assert f"left out {len(others)} run(s) that did not complete" in captured.err
+    left_out = captured.out.split("### Runs left out: they did not complete")[1]
+    for status, folder in others.items():
+        assert f"| {folder} | 3se | rte | {STATUSES.index(status)} | {status} | why {status} |" in left_out
+    assert main(["report", str(others["diverged"])]) == 0  # nothing complete: only the table of what is left out
+    out = capsys.readouterr().out
+    assert out.startswith("### Runs left out") and "| diverged | why diverged |" in out
 
 
 def test_a_tasks_own_higher_is_better_metrics_are_scores(tmp_path, capsys):

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from lit_embed.errors import MissingFileError, RunBusyError
+from lit_embed.errors import CheckpointError, MissingFileError, RunBusyError
 from lit_embed.folders import (
     claim_version,
     hold,
@@ -70,23 +70,62 @@ def test_last_is_the_newest_checkpoint_of_any_run_or_requeue(tmp_path):
     assert run_of(newer, root) == 1 and run_of(older, root) == 0 and run_of(requeue, root) is None
 
 
+def reported(run, best: str | None, monitor: str | None = "val/score", status: str = "complete") -> None:
+    """What ResultsWriter records of a run: its status and its checkpoint callback's best checkpoint."""
+    checkpoint = None if best is None else {"monitor": monitor, "mode": "max", "best": best, "best_score": 0.5}
+    (run / "results.json").write_text(json.dumps({"format": 1, "label": "x", "status": status, "global_step": 8,
+                                                  "checkpoint": checkpoint}))
+
+
 def test_a_start_point_is_a_file_a_run_folder_or_the_newest_finished_run(tmp_path):
     root = tmp_path / "demo"
     first = touch(root / "version_0/checkpoints/last.ckpt")
     touch(root / "version_0/checkpoints/epoch=0-step=4.ckpt")
     second = touch(root / "version_1/checkpoints/epoch=1-step=8.ckpt")
     touch(root / "version_2/hparams.yaml")  # killed before its first checkpoint
-    interrupted = touch(root / "version_3/checkpoints/last.ckpt")
-    (root / "version_3/results.json").write_text(json.dumps({"status": "interrupted"}))
+    for number, status in ((3, "interrupted"), (4, "untested"), (5, "diverged")):  # none finished
+        touch(root / f"version_{number}/checkpoints/last.ckpt")
+        reported(root / f"version_{number}", None, status=status)
     assert start_checkpoint(first) == first
     assert start_checkpoint(root / "version_0") == first  # last.ckpt among several
     assert start_checkpoint(root / "version_1") == second  # the only one
-    assert start_checkpoint(root) == second  # version_3 was interrupted, version_2 has none
-    assert interrupted.exists()
+    assert start_checkpoint(root) == second  # versions 3-5 did not complete, version_2 has no checkpoint
     with pytest.raises(MissingFileError, match="holds no finished run with a checkpoint"):
         start_checkpoint(tmp_path)  # no runs in it
     with pytest.raises(MissingFileError, match="does not exist"):
         start_checkpoint(tmp_path / "nowhere")
+
+
+@pytest.mark.parametrize(("files", "best", "monitor", "expected", "newest"), [
+    (["last.ckpt", "epoch=0-step=2.ckpt"], "checkpoints/epoch=0-step=2.ckpt", "val/score", "epoch=0-step=2.ckpt", "last.ckpt"),
+    (["last.ckpt", "epoch=0-step=8.ckpt"], "checkpoints/epoch=0-step=8.ckpt", None, "last.ckpt", "last.ckpt"),
+    (["last.ckpt", "last-v1.ckpt", "epoch=0-step=8.ckpt"], None, None, "last-v1.ckpt", "last-v1.ckpt"),
+    (["epoch=0-step=8.ckpt"], "checkpoints/epoch=0-step=8.ckpt", "val/score", "epoch=0-step=8.ckpt", "epoch=0-step=8.ckpt"),
+], ids=["monitored: its best", "unmonitored: its last", "a stale last.ckpt beside last-v1: the newer", "only one"])
+def test_a_run_folder_gives_the_model_its_run_reported_or_its_newest(files, best, monitor, expected, newest, tmp_path):
+    run = tmp_path / "exp/version_0"
+    for age, name in enumerate(reversed(files)):  # the first named is the newest
+        touch(run / "checkpoints" / name, age=10 * age)
+    reported(run, best, monitor)
+    assert start_checkpoint(run) == run / "checkpoints" / expected
+    assert start_checkpoint(tmp_path / "exp") == run / "checkpoints" / expected
+    assert start_checkpoint(run, newest=True) == run / "checkpoints" / newest  # what fit --ckpt_path RUN resumes
+
+
+def test_a_run_folder_whose_reported_model_is_gone_or_which_diverged_is_refused_by_name(tmp_path):
+    run = tmp_path / "version_0"
+    touch(run / "checkpoints/last.ckpt")
+    reported(run, "checkpoints/epoch=0-step=2.ckpt")
+    with pytest.raises(MissingFileError, match=r"reports checkpoints/epoch=0-step=2\.ckpt as its best checkpoint \(by "
+                                               r"val/score\), which is gone"):
+        start_checkpoint(run)
+    reported(run, None, status="diverged")
+    with pytest.raises(CheckpointError, match=r"is a run that diverged \(at step 8\): it has no trained model"):
+        start_checkpoint(run, "--ckpt_path checkpoint")
+    touch(tmp_path / "version_1/checkpoints/last.ckpt", age=60)  # an older run of the experiment
+    with pytest.raises(CheckpointError, match=r"--ckpt_path last: the newest checkpoint .*version_0/checkpoints/last\.ckpt"
+                                              r", of the run .*version_0, which diverged \(at step 8\)"):
+        newest_checkpoint(tmp_path)
 
 
 def test_a_write_removes_only_the_temporary_files_of_dead_writers(tmp_path):
@@ -134,3 +173,49 @@ def test_a_requeued_slurm_run_continues_in_its_own_folder(tmp_path, monkeypatch)
     assert json.loads((run / "results.json").read_text())["global_step"] == 4
     assert sorted(p.name for p in (tmp_path / "runs/demo").glob("version_*")) == ["version_0", "version_1"]
     assert torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 4
+
+
+#: The checkpoint callbacks a run may have: a monitor choosing its best (``step``, lowest: the first save, so that the
+#: best and the last differ), none (the newest is the model), and a callback that keeps no last of its own.
+CALLBACKS = {
+    "monitored": {"monitor": "step", "mode": "min", "save_top_k": 1, "save_last": True},
+    "unmonitored": {"save_last": True},
+    "no save_last": {},
+}
+
+
+@pytest.mark.parametrize("resumed", [False, True], ids=["straight", "stopped before its first save, resumed"])
+@pytest.mark.parametrize("kind", list(CALLBACKS))
+def test_a_finished_run_has_one_last_checkpoint_at_its_end_and_gives_the_model_it_reported(kind, resumed, tmp_path,
+                                                                                           monkeypatch):
+    """Lightning refreshes ``last`` only when it saves a new best, and writes last-v1.ckpt beside a last.ckpt saved on a
+    signal: a finished fit's last.ckpt was its first validation's (step 2 of 6), or the signal's (step 1)."""
+    import torch
+
+    from lit_embed.cli import main
+    from tests.helpers import CONFIGS
+
+    monkeypatch.chdir(tmp_path)
+    callbacks = [{"class_path": "pytorch_lightning.callbacks.ModelCheckpoint", "init_args": CALLBACKS[kind]},
+                 {"class_path": "lit_embed.callbacks.ResultsWriter"}]
+    args = ["fit", "--config", str(CONFIGS / "demo.yaml"), "--trainer.max_steps", "6", "--trainer.val_check_interval", "2",
+            "--trainer.limit_val_batches", "1", "--data.init_args.batch_size", "4", "--trainer.enable_progress_bar", "false",
+            "--trainer.enable_model_summary", "false"]
+    last = ["--ckpt_path", "last", "--trainer.callbacks", json.dumps(callbacks)]
+    if resumed:
+        stop = {"class_path": "tests.helpers.probes.SignalAtStep", "init_args": {"step": 1, "marker": str(tmp_path / "sent")}}
+        assert main([*args, "--trainer.callbacks", json.dumps([*callbacks, stop])]) == 143
+    assert main([*args, *(last if resumed else ["--trainer.callbacks", json.dumps(callbacks)])]) == 0
+    run = tmp_path / "runs/demo/version_0"
+    step = {p.name: torch.load(p, weights_only=True)["global_step"] for p in (run / "checkpoints").glob("*.ckpt")}
+    lasts = sorted(name for name in step if name.startswith("last"))
+    assert lasts == (["last.ckpt"] if kind != "no save_last" or resumed else []), step
+    assert all(step[name] == 6 for name in lasts), step
+    model = start_checkpoint(run)
+    assert step[model.name] == (2 if kind == "monitored" else 6), (model, step)  # what the run reported
+    if lasts:
+        assert start_checkpoint(run, newest=True) == run / "checkpoints/last.ckpt"
+        assert main([*args, *last]) == 0  # --ckpt_path last of the finished run
+        results = json.loads((run / "results.json").read_text())
+        assert results["status"] == "complete" and results["global_step"] == 6  # nothing retrained
+        assert "val/loss" in results["metrics"]  # the scores of the run it finished, not lost by the resume

@@ -3,6 +3,7 @@ arrays (without a cluster), `lit-embed report SWEEP_FOLDER`, and the demo sweep 
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -23,7 +24,7 @@ from lit_embed.folders import LOCK_FILE
 from lit_embed.results import RESULTS_FILE
 from lit_embed.sweeps.launch import Launch, commands, launch_here, plan_text, summary
 from lit_embed.sweeps.outcomes import OUTPUT_FILE, STATUS_FILE, book, chosen, grids, outcome, resolve
-from lit_embed.sweeps.plan import MANIFEST, load_sweep, manifest
+from lit_embed.sweeps.plan import MANIFEST, Sweep, load_sweep, manifest
 from lit_embed.sweeps.slurm import job_script, submit
 from tests.helpers import CONFIGS, REPO
 
@@ -102,7 +103,7 @@ def test_dry_run_prints_the_plan_through_the_cli(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "stage mnli (fit): 16 runs; 2 grid points, the best per row on the highest val/score" in out
     assert "from mnli" in out and "'${mnli.checkpoint}'" in out
-    assert out.rstrip().endswith("24 runs: 0 done, 0 running, 0 failed, 24 left")
+    assert out.rstrip().endswith("24 runs: 0 done, 0 diverged, 0 running, 0 failed, 24 left")
     assert not (tmp_path / "out").exists()  # a dry run writes nothing
 
 
@@ -214,6 +215,45 @@ def test_a_stage_waits_for_the_runs_it_starts_from(tmp_path):
     assert "'${mnli.checkpoint}'" in text  # unresolved until its runs finish
     finish(mnli.runs[0], 0.8, status="interrupted")  # a run stopped by a signal is not done
     assert outcome(mnli.runs[0]).state == "left"
+    finish(mnli.runs[0], 0.8, status="untested")  # nor one whose fit finished and whose test did not run
+    write_json_atomic(book(mnli.runs[0]) / STATUS_FILE, {"state": "exited", "exit": 143, "error": None})
+    assert outcome(mnli.runs[0]).state == "left" and "resumes" in outcome(mnli.runs[0]).detail
+
+
+def test_a_run_that_diverged_is_settled_left_out_of_its_grid_and_not_started_again(tmp_path, monkeypatch, capsys):
+    """Launching again would diverge again: the run is not started, its grid point is chosen on the other seeds and
+    points, later stages start from the others, and the progress table says why."""
+    sweep = load_sweep(table6(tmp_path))
+    mnli, rte = sweep.stages
+    for run in mnli.runs:  # lr 1e-4 wins on score, but diverged on dense/topics with seed 1
+        high = run.value("model.init_args.optim.lr") == "0.0001"
+        if high and run.row == mnli.runs[0].row and run.seed == 1:
+            folder = finish(run, float("nan"), status="diverged")
+            write_json_atomic(folder / RESULTS_FILE, {**json.loads((folder / RESULTS_FILE).read_text()),
+                                                       "detail": "the training loss was nan at step 7"})
+            diverged = run
+            continue
+        finish(run, 0.8 if high else 0.7, task=run.value("task"))
+    found = outcome(diverged)
+    assert found.state == "diverged" and found.detail.startswith("the training loss was nan at step 7 (remove ")
+    outcomes = {run.id: outcome(run) for run in sweep.runs}
+    (grid,) = [g for g in grids(mnli, outcomes) if g.row == diverged.row]
+    assert grid.best == "lr=0.0001" and grid.scores["lr=0.0001"] == {2: 0.8}  # the seed that finished
+    later = sweep.run("rte/model=dense,task=topics,seed=1")
+    assert chosen(later, mnli).id == "mnli/model=dense,task=topics,lr=0.0001,seed=2"  # its seed diverged: the best other
+    started = []
+    monkeypatch.setattr("lit_embed.sweeps.launch._start", lambda sweep, run, launch, gpus: started.append(run.id) or FakeProcess())
+    launch_here(Sweep(sweep.path, sweep.folder, [mnli]), Launch(), say=lambda line: None)
+    assert started == []  # every run of the stage is settled
+    text = summary(sweep, outcomes)
+    assert "1 diverged" in text and f"diverged {diverged.id}: the training loss was nan at step 7" in text
+    assert main(["sweep", "--config", str(sweep.path), "--run", diverged.id]) == 0
+    assert "the training loss was nan at step 7" in capsys.readouterr().out  # nothing to do
+    for run in mnli.runs:
+        if run.row == diverged.row:
+            finish(run, float("nan"), status="diverged")
+    with pytest.raises(ConfigError, match=r"whose runs for it all diverged"):
+        chosen(later, mnli)
 
 
 def hold_elsewhere(folder: Path) -> subprocess.Popen:
@@ -240,7 +280,7 @@ def test_finished_runs_are_skipped_killed_ones_resumed_failed_ones_explained(tmp
     assert [outcomes[r.id].state for r in sweep.runs] == ["done", "left", "failed", "running"]
     assert "resumes from its last checkpoint" in outcomes[killed.id].detail
     text = summary(sweep, outcomes)
-    assert "4 runs: 1 done, 1 running, 1 failed, 1 left" in text
+    assert "4 runs: 1 done, 0 diverged, 1 running, 1 failed, 1 left" in text
     assert "running  a/lr=4: process 4194311 on node7" in text
     assert "failed   a/lr=3: RuntimeError: CUDA out of memory" in text
 
@@ -436,7 +476,7 @@ def test_demo_sweep_runs_through_the_cli_and_ends_in_a_report(tmp_path, capsys, 
     path = short_demo_sweep(tmp_path)
     assert main(["sweep", "--config", str(path)]) == 0
     out = capsys.readouterr().out
-    assert "3 runs: 3 done, 0 running, 0 failed, 0 left" in out
+    assert "3 runs: 3 done, 0 diverged, 0 running, 0 failed, 0 left" in out
     assert main(["sweep", "--config", str(path)]) == 0
     assert "start" not in capsys.readouterr().out  # finished runs are skipped
     assert main(["report", str(tmp_path / "demo")]) == 0

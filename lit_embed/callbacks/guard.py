@@ -1,37 +1,63 @@
-"""What every ``lit-embed`` run gets, whatever its config: atomic checkpoints, folders of its own, and a
-clean stop on a signal.
+"""What every ``lit-embed`` run gets, whatever its config: atomic checkpoints, folders of its own, one ``last.ckpt``
+at the newest state, a clean stop on a signal, and a stop when training diverges.
 
 Schedulers (SLURM, Kubernetes, torchrun) send SIGTERM before they kill a job, and people press Ctrl-C.
 On either, during ``fit``, training stops after the step in progress, a resumable ``last.ckpt`` is saved
 atomically in the run's checkpoint folder (``--ckpt_path last`` continues from it), the results so far are
 written (``results.json`` marked ``interrupted``), and ``lit-embed`` exits 143 (SIGTERM) or 130 (SIGINT).
 A second Ctrl-C stops at once. SLURM's requeue signal (SIGUSR1) keeps Lightning's handling.
+
+A run that keeps a ``last.ckpt`` (a checkpoint callback with ``save_last``, or one a signal saved) has it at its final
+state when training ends, and a resumed run writes it again in place. Lightning alone refreshes ``last`` only when it
+saves another checkpoint (with a monitor: a new best), so it could end many steps behind, and it writes
+``last-v1.ckpt`` beside a ``last.ckpt`` it did not save itself (one saved on a signal before its first save).
+
+A non-finite training loss stops the run at that step, as do non-finite weights at a save (before anything is
+written): ``lit-embed`` exits 3 (:class:`~lit_embed.errors.DivergedError`) and ``results.json`` is marked ``diverged``.
+Under fp16's gradient scaler a non-finite loss is normal now and then (the scaler skips that step and lowers its
+scale): only :data:`SKIPPED_STEPS` in a row count. Every rank takes each decision together.
 """
 
 from __future__ import annotations
 
 import logging
+import math
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytorch_lightning as pl
+import torch
 from pytorch_lightning.callbacks import ModelCheckpoint
 from pytorch_lightning.loggers import CSVLogger, TensorBoardLogger
 from pytorch_lightning.plugins.io import TorchCheckpointIO
+from pytorch_lightning.plugins.precision import MixedPrecision
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 
 from lit_embed._compat import validate_again_on_resume
 from lit_embed.checkpointing import AtomicCheckpointIO
+from lit_embed.errors import DivergedError
 from lit_embed.folders import CHECKPOINTS, LAST, hold
 from lit_embed.runs import run_folder
 from lit_embed.signals import activate
 
 log = logging.getLogger(__name__)
 
-class RunGuard(pl.Callback):
-    """Atomic checkpoints, locked run and checkpoint folders, and the save on a signal (see the module).
+#: Training batches in a row with a non-finite loss that a gradient scaler (fp16) may skip before the run counts as
+#: diverged. Each skip halves the scale, so from the default 2^16 this is room for every overflow the scale can cure;
+#: without a scaler the first non-finite loss has reached the weights already, and stops the run.
+SKIPPED_STEPS = 20
 
-    The CLI adds it to every trainer; add it yourself when you build a ``Trainer`` in Python.
+
+class RunGuard(pl.Callback):
+    """Atomic checkpoints, locked run and checkpoint folders, an up-to-date ``last.ckpt``, the save on a signal and the
+    stop on divergence (see the module).
+
+    The CLI adds it to every trainer, first among its callbacks (its ``last.ckpt`` is written before the results that
+    report it); add it yourself, first, when you build a ``Trainer`` in Python.
     """
+
+    def __init__(self) -> None:
+        self._non_finite = 0  # training batches in a row whose loss was not finite on some rank
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if type(trainer.strategy.checkpoint_io) is TorchCheckpointIO:
@@ -55,12 +81,45 @@ class RunGuard(pl.Callback):
 
     def on_train_start(self, trainer, pl_module) -> None:
         activate(trainer)
+        self._non_finite = 0
+        path = last_checkpoint_path(trainer)
+        if trainer.ckpt_path is not None and trainer.strategy.broadcast(path.is_file()):
+            _own_last(trainer, path)  # resumed: its last.ckpt is written again in place, not beside (last-v1.ckpt)
 
     def on_validation_start(self, trainer, pl_module) -> None:
         activate(trainer)
 
     def on_test_start(self, trainer, pl_module) -> None:
         activate(trainer)
+
+    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs, batch, batch_idx: int) -> None:
+        loss = outputs.get("loss") if isinstance(outputs, Mapping) else outputs
+        local = float(loss.detach().float().sum()) if isinstance(loss, torch.Tensor) else 0.0
+        # One rank's NaN reaches every rank's weights through the all-reduce of the gradients: they stop together.
+        if not trainer.strategy.reduce_boolean_decision(not math.isfinite(local), all=False):
+            self._non_finite = 0
+            return
+        self._non_finite += 1
+        scaled = isinstance(trainer.precision_plugin, MixedPrecision) and trainer.precision_plugin.scaler is not None
+        if not scaled or self._non_finite >= SKIPPED_STEPS:
+            value = f"{local}" if not math.isfinite(local) else "not finite on another rank"
+            row = f" ({self._non_finite} batches in a row, each skipped by the gradient scaler)" if scaled else ""
+            raise diverged(trainer, f"the training loss was {value} at step {trainer.global_step}{row}")
+
+    def on_save_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict) -> None:
+        # The replicas of DDP ranks are equal, so every rank finds the same; raised before the file is written.
+        if not all(bool(torch.isfinite(p).all()) for p in pl_module.parameters()):
+            raise diverged(trainer, f"its weights were not finite at the save of step {trainer.global_step}")
+
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        """The final state in ``last.ckpt``, where the run keeps one and it is behind."""
+        path = last_checkpoint_path(trainer)
+        io = trainer.strategy.checkpoint_io
+        keeps = any(isinstance(c, ModelCheckpoint) and c.save_last for c in trainer.checkpoint_callbacks) or path.is_file()
+        behind = not (isinstance(io, AtomicCheckpointIO) and io.saved_step(path) == trainer.global_step)
+        if trainer.strategy.broadcast(keeps and behind):  # rank 0's view: it is the one that writes
+            _own_last(trainer, path)
+            trainer.save_checkpoint(path, weights_only=False)
 
     def teardown(self, trainer, pl_module, stage: str) -> None:
         activate(None)
@@ -72,16 +131,38 @@ class RunGuard(pl.Callback):
         if trainer.validating and not trainer.sanity_checking:
             validate_again_on_resume(trainer)
         path = last_checkpoint_path(trainer)
+        _own_last(trainer, path)
         trainer.save_checkpoint(path, weights_only=False)
         if trainer.is_global_zero:
             log.warning("Saved %s at step %d: resume with --ckpt_path last", path, trainer.global_step)
 
 
 def last_checkpoint_path(trainer: pl.Trainer) -> Path:
-    """Where an interrupted run saves ``last.ckpt``: its checkpoint callback's folder, else the run's own."""
+    """Where a run keeps ``last.ckpt``: its checkpoint callback's folder, else the run's own."""
     callback = trainer.checkpoint_callback
     folder = (callback.dirpath if callback is not None else None) or run_folder(trainer) / CHECKPOINTS
     return Path(folder) / LAST
 
 
-__all__ = ["RunGuard", "last_checkpoint_path"]
+def _own_last(trainer: pl.Trainer, path: Path) -> None:
+    """Make ``path`` the ``last`` of the checkpoint callbacks that write into its folder, so that they save over it
+    (and record it in the checkpoints they save) instead of writing ``last-v1.ckpt`` beside it."""
+    for callback in trainer.checkpoint_callbacks:
+        if isinstance(callback, ModelCheckpoint) and callback.dirpath and Path(callback.dirpath) == path.parent:
+            callback.last_model_path = str(path)
+
+
+def diverged(trainer: pl.Trainer, what: str) -> DivergedError:
+    """The error that stops a diverged run: what was not finite, where, and the likely causes."""
+    rates = [group["lr"] for optimizer in trainer.optimizers for group in optimizer.param_groups]
+    causes = [f"a learning rate too high (it was {max(rates):.3g} at this step: lower model.init_args.optim.lr)"
+              if rates else "a learning rate too high"]
+    if str(trainer.precision).startswith("16"):
+        causes.append(f"fp16's range (precision {trainer.precision}: try bf16-mixed or 32-true)")
+    return DivergedError(
+        f"training diverged: {what}. Likely cause: {', or '.join(causes)}. The run is marked diverged in "
+        f"{run_folder(trainer) / 'results.json'}; no checkpoint of it is taken as a model (give a file to use one)", what
+    )
+
+
+__all__ = ["SKIPPED_STEPS", "RunGuard", "diverged", "last_checkpoint_path"]

@@ -15,11 +15,13 @@ from pytorch_lightning.utilities.exceptions import SIGTERMException
 from lit_embed._compat import keep_hparams_tab_for_final_figures, tensorboard_file_writer
 from lit_embed.accounting import parameter_report, performance_retention, speed_up
 from lit_embed.callbacks.efficiency import EfficiencyMonitor
-from lit_embed.errors import ConfigError
+from lit_embed.errors import ConfigError, DivergedError, UserError
 from lit_embed.files import write_json_atomic, writing
 from lit_embed.interfaces import TaskModel, provides
 from lit_embed.models.base import EmbeddingModule
 from lit_embed.results import (
+    COMPLETE,
+    DIVERGED,
     RESULTS_FILE,
     RESULTS_FORMAT,
     check_same_backbone,
@@ -28,6 +30,7 @@ from lit_embed.results import (
     versions,
 )
 from lit_embed.runs import run_folder
+from lit_embed.signals import Interrupted
 
 #: Lightning's name for an unnamed TensorBoard experiment: not a useful row label.
 _DEFAULT_LOGGER_NAME = "lightning_logs"
@@ -42,6 +45,11 @@ class ResultsWriter(pl.Callback):
     the speed-ups (``speedup/*``) and the PRR of every evaluation score (``prr/{stage}/...``). It then
     records everything in TensorBoard's HPARAMS tab (other loggers get the figures as hyper-parameters)
     and writes ``results.json`` to the run folder (``trainer.log_dir``) atomically, on rank 0 only.
+
+    Its ``status`` (:data:`lit_embed.results.STATUSES`) is ``complete`` only when every step the command asked for has
+    finished: a ``fit`` that tests afterwards (:meth:`expect_test`) writes ``untested`` when its training ends, a
+    signal ``interrupted``, divergence ``diverged``. The metrics so far travel in the run's checkpoints, so a resumed run
+    reports those logged before it stopped (a fit resumed at its end, to run its test, keeps its validation scores).
 
     Args:
         baseline: a finished run folder to compare against (its ``results.json``): PCR against its
@@ -58,6 +66,20 @@ class ResultsWriter(pl.Callback):
         self.label = label
         self._baseline: dict | None = None
         self._metrics: dict[str, float] = {}
+        self._test_follows = False
+        self._trained = False  # whether this fit ran training steps (a fit resumed at its end runs none)
+        self._earlier: dict | None = None  # the results.json of the run this fit resumes
+
+    def expect_test(self) -> None:
+        """The command tests the fitted model afterwards (``lit-embed fit`` on task data): the results written when
+        training ends are ``untested``, and the test's are ``complete``."""
+        self._test_follows = True
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"metrics": dict(self._metrics)}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self._metrics.update(state_dict.get("metrics") or {})
 
     # -- hooks -----------------------------------------------------------------------------------
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
@@ -72,9 +94,15 @@ class ResultsWriter(pl.Callback):
             if not baseline.get("parameters") and isinstance(pl_module, EmbeddingModule):
                 raise ConfigError(f"baseline {self.baseline} has no parameter counts: pick a lit-embed model's run")
             self._baseline = baseline
+        if stage == "fit" and trainer.ckpt_path is not None:
+            self._earlier = _earlier_results(Path(trainer.log_dir or trainer.default_root_dir))  # collective
 
     def on_fit_start(self, trainer, pl_module) -> None:
+        self._trained = False
         self._log_parameters(trainer, pl_module)
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        self._trained = True
 
     def on_validation_start(self, trainer, pl_module) -> None:
         if _validating_alone(trainer):
@@ -87,11 +115,17 @@ class ResultsWriter(pl.Callback):
         self._log_parameters(trainer, pl_module)
 
     def on_train_end(self, trainer, pl_module) -> None:
-        self._finish(trainer, pl_module)
+        self._finish(trainer, pl_module, self._end_of_training())
 
     def on_validation_end(self, trainer, pl_module) -> None:
         if _validating_alone(trainer):
             self._finish(trainer, pl_module)
+        elif trainer.state.fn == "fit" and not trainer.sanity_checking:
+            self._metrics.update(_final_metrics(trainer))  # saved with the checkpoints of this step
+
+    def on_fit_end(self, trainer, pl_module) -> None:
+        if not self._trained:  # resumed at the end of its training (stopped as it ended): it ends now
+            self._finish(trainer, pl_module, self._end_of_training())
 
     def on_test_end(self, trainer, pl_module) -> None:
         self._finish(trainer, pl_module)
@@ -102,6 +136,13 @@ class ResultsWriter(pl.Callback):
     def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
         if isinstance(exception, SIGTERMException):  # a signal stopped the run between two steps
             self._finish(trainer, pl_module, status="interrupted")
+        elif isinstance(exception, DivergedError):  # every rank raised it (lit_embed.callbacks.RunGuard)
+            self._finish(trainer, pl_module, status=DIVERGED, detail=exception.what)
+        elif isinstance(exception, (KeyboardInterrupt, Interrupted)) and trainer.is_global_zero:
+            _mark_stopped(run_folder(trainer))  # outside a loop (as the fit ended): no collective is safe here
+
+    def _end_of_training(self) -> str:
+        return "untested" if self._test_follows else COMPLETE
 
     # -- figures ---------------------------------------------------------------------------------
     def parameters(self, pl_module: pl.LightningModule) -> dict | None:
@@ -121,19 +162,20 @@ class ResultsWriter(pl.Callback):
         for logger in trainer.loggers:
             logger.log_metrics(figures, step=trainer.global_step)
 
-    def _finish(self, trainer: pl.Trainer, pl_module: pl.LightningModule, status: str = "complete") -> None:
+    def _finish(self, trainer: pl.Trainer, pl_module: pl.LightningModule, status: str = COMPLETE,
+                detail: str | None = None) -> None:
         monitor = next((c for c in trainer.callbacks if isinstance(c, EfficiencyMonitor)), None)
         efficiency = monitor.summary(trainer) if monitor is not None else None  # collective: every rank
         run_dir = Path(trainer.log_dir or trainer.default_root_dir)  # collective too
         if not trainer.is_global_zero:
             return
         self._metrics.update(_final_metrics(trainer))
-        results = self.results(trainer, pl_module, run_dir, efficiency, status)
+        results = self.results(trainer, pl_module, run_dir, _carried(efficiency, self._earlier), status, detail)
         write_json_atomic(run_dir / RESULTS_FILE, results)
         self._publish(trainer, results)
 
     def results(self, trainer: pl.Trainer, pl_module: pl.LightningModule, run_dir: Path, efficiency: dict | None,
-                status: str = "complete") -> dict:
+                status: str = COMPLETE, detail: str | None = None) -> dict:
         hparams = dict(pl_module.hparams)
         embedding = pl_module.embedding if isinstance(pl_module, EmbeddingModule) else None
         data = dict(trainer.datamodule.hparams) if trainer.datamodule is not None else {}
@@ -145,6 +187,7 @@ class ResultsWriter(pl.Callback):
         return {
             "format": RESULTS_FORMAT,
             "status": status,
+            "detail": detail,  # why a run did not complete (what diverged, and where)
             "command": str(trainer.state.fn.value),  # fit, validate, test or predict: report reads the first three
             "label": self.label or _default_label(trainer, pl_module),
             "task": None if hparams.get("task") is None else str(hparams["task"]),
@@ -223,6 +266,38 @@ def _end_figures(results: dict) -> dict[str, float]:
     for name, value in (comparison.get("prr") or {}).items():
         figures[f"prr/{name}"] = value
     return {name: float(value) for name, value in figures.items() if value is not None}
+
+
+def _mark_stopped(run_dir: Path) -> None:
+    """Mark the complete results a signal cut the command short after as ``interrupted`` (``--ckpt_path last`` then
+    finishes the run: a fit resumed at its end completes it in :meth:`ResultsWriter.on_fit_end`)."""
+    results = _earlier_results(run_dir)
+    if results is not None and results.get("status") == COMPLETE:
+        results.pop("run_dir")
+        write_json_atomic(run_dir / RESULTS_FILE, {**results, "status": "interrupted"})
+
+
+def _earlier_results(run_dir: Path) -> dict | None:
+    """The results a run folder holds (those of the run a fit resumes), if it holds readable ones."""
+    if not (run_dir / RESULTS_FILE).is_file():
+        return None
+    try:
+        return load_results(run_dir)
+    except UserError:
+        return None
+
+
+def _carried(efficiency: dict | None, earlier: dict | None) -> dict | None:
+    """This process's timings, with those of the resumed run for each kind it measured none of (a fit resumed at its
+    end trains no step: its training time per sample is the one measured before)."""
+    before = (earlier or {}).get("efficiency")
+    if efficiency is None or not isinstance(before, dict):
+        return efficiency
+    carried = dict(efficiency)
+    for kind in EfficiencyMonitor.KINDS:
+        if not (efficiency.get(kind) or {}).get("samples") and isinstance(before.get(kind), dict):
+            carried[kind] = before[kind]
+    return carried
 
 
 def _task_scores(pl_module: pl.LightningModule) -> list[str]:

@@ -26,6 +26,7 @@ from lit_embed.files import write_json_atomic, writing
 from lit_embed.folders import hold
 from lit_embed.sweeps.outcomes import (
     OUTPUT_FILE,
+    SETTLED,
     STATUS_FILE,
     Outcome,
     book,
@@ -96,10 +97,11 @@ def run_here(sweep: Sweep, run: Run, launch: Launch) -> int:
     Global rank 0 holds the run's lock and records its status; the other ranks of a multi-GPU run (which
     Lightning or ``srun`` start with the same command) only run it.
     """
-    from lit_embed.signals import received_signal
+    from lit_embed.signals import received_signal, stop_if_signalled
 
-    if finished_results(run) is not None:
-        print(f"{run.id}: complete, nothing to do")
+    found = outcome(run)
+    if found.state in SETTLED:
+        print(f"{run.id}: {'complete' if found.state == 'done' else found.detail}, nothing to do")
         return 0
     first = _rank_zero()
     if first:
@@ -109,27 +111,26 @@ def run_here(sweep: Sweep, run: Run, launch: Launch) -> int:
     try:
         paths = resolve(run, sweep)
         for argv in commands(run, launch, paths):
+            stop_if_signalled()  # a signal as a command ended stops the run before the next one (compress, then test)
             if argv[0] == "compress" and (run.folder / "model.ckpt").is_file():
                 continue  # compressed before the test was stopped: compress writes its folder whole or not at all
             print("lit-embed " + shlex.join(argv), flush=True)
             _execute(argv)
-            if received_signal() is not None:
-                break
-        if received_signal() is None and first and finished_results(run) is None:
+        if first and finished_results(run) is None:
             raise ConfigError(f"{run.id} ended without a complete results.json in its version folder under {run.folder}: "
                               f"its config needs the lit_embed.callbacks.ResultsWriter callback")
-        code = 0 if received_signal() is None else 128 + received_signal()
+        code = 0  # every step finished (a signal that came as the last one ended left nothing undone)
     except SystemExit as stop:  # the parser's errors (printed already), or Lightning's exit after a signal
         signum = received_signal()
         code = 128 + signum if signum is not None else stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 2)
         raise
     except BaseException as exception:
-        from lit_embed.cli import user_message
+        from lit_embed.cli import user_error
 
-        message = user_message(exception) if isinstance(exception, Exception) else None
+        known = user_error(exception) if isinstance(exception, Exception) else None
         signum = received_signal()
-        code = 128 + signum if signum is not None else 2 if message is not None else 1
-        error = f"lit-embed: error: {message}" if message is not None else f"{type(exception).__name__}: {exception}"
+        code = 128 + signum if signum is not None else known[1] if known is not None else 1
+        error = f"lit-embed: error: {known[0]}" if known is not None else f"{type(exception).__name__}: {exception}"
         raise
     finally:
         if first:
@@ -200,7 +201,7 @@ def launch_here(sweep: Sweep, launch: Launch, say: Callable[[str], None] = print
                 for dependency in run.dependencies:  # one that runs elsewhere may have finished meanwhile
                     if outcomes[dependency.id].state == "running" and dependency.id not in ours:
                         outcomes[dependency.id] = outcome(dependency)
-                waiting = [d for d in run.dependencies if outcomes[d.id].state != "done"]
+                waiting = [d for d in run.dependencies if outcomes[d.id].state not in SETTLED]
                 if any(outcomes[d.id].state == "failed" or d.id in _blocked(outcomes) for d in waiting):
                     failed = next(d for d in waiting if outcomes[d.id].state == "failed" or d.id in _blocked(outcomes))
                     outcomes[run.id] = Outcome("left", detail=f"waits for {failed.id}, which did not finish")
@@ -310,10 +311,11 @@ def _stop(running: dict[subprocess.Popen, tuple]) -> None:
 
 
 def summary(sweep: Sweep, outcomes: dict[str, Outcome]) -> str:
-    """done / running / failed / left, with each failed run's last error line and why runs wait."""
+    """done / diverged / running / failed / left, with each failed run's last error line, why a run diverged and why
+    runs wait."""
     found = counts(sweep, outcomes)
     lines = [f"sweep {sweep.folder}: {len(sweep.runs)} runs: " + ", ".join(f"{n} {state}" for state, n in found.items())]
-    for state in ("failed", "running", "left"):
+    for state in ("diverged", "failed", "running", "left"):
         for run in sweep.runs:
             if outcomes[run.id].state == state and outcomes[run.id].detail:
                 lines.append(f"  {state:<8} {run.id}: {outcomes[run.id].detail}")

@@ -1,7 +1,10 @@
-"""What a sweep's runs left on disk (done, running, failed, left), the best grid point of each row, and the
+"""What a sweep's runs left on disk (done, diverged, running, failed, left), the best grid point of each row, and the
 earlier runs a ``${stage.checkpoint}`` reference resolves to.
 
-A run is done when one of its ``version_N`` folders holds a complete ``results.json``. Its launch keeps
+A run is done when one of its ``version_N`` folders holds a complete ``results.json``: every step its stage asked
+for (fit, then the test it runs on task data) finished. One whose newest ``results.json`` says it diverged is settled
+too: launching again would diverge again, so it is not started, a grid leaves it out, and later stages start from the
+others. Its launch keeps
 ``SWEEP/logs/<stage>/<run>/``: ``output.log`` (what it printed), ``status.json`` (running on which host and
 process, or its exit status and error) and the lock of the live process.
 """
@@ -17,13 +20,15 @@ from pathlib import Path
 
 from lit_embed import folders
 from lit_embed.errors import ConfigError, UserError
-from lit_embed.results import RESULTS_FILE, load_results
+from lit_embed.results import COMPLETE, DIVERGED, RESULTS_FILE, load_results, status_of
 from lit_embed.sweeps.plan import REFERENCE, Run, Select, Stage, Sweep, candidates
 
 LOGS = "logs"
 STATUS_FILE = "status.json"
 OUTPUT_FILE = "output.log"
-STATES = ("done", "running", "failed", "left")
+STATES = ("done", "diverged", "running", "failed", "left")
+#: States that launching again does not change.
+SETTLED = ("done", "diverged")
 #: Exit statuses of a run stopped by a signal (SIGINT, SIGTERM): it resumes from its last checkpoint.
 STOPPED = (130, 143)
 
@@ -42,19 +47,25 @@ def book(run: Run) -> Path:
 
 def finished_results(run: Run) -> dict | None:
     """The complete ``results.json`` of the run's newest version folder that has one."""
+    return next((results for results in _results(run) if status_of(results) == COMPLETE), None)
+
+
+def _results(run: Run):
+    """The readable ``results.json`` of the run's version folders, newest first."""
     for folder in reversed(folders.version_folders(run.folder)):
         if (folder / RESULTS_FILE).is_file():
             with contextlib.suppress(UserError):
-                results = load_results(folder)
-                if results.get("status", "complete") == "complete":
-                    return results
-    return None
+                yield load_results(folder)
 
 
 def outcome(run: Run) -> Outcome:
     results = finished_results(run)
     if results is not None:
         return Outcome("done", results)
+    newest = next(_results(run), None)
+    if newest is not None and status_of(newest) == DIVERGED:
+        return Outcome("diverged", detail=f"{newest.get('detail') or 'diverged'} (remove {newest['run_dir']} to run it "
+                                          f"again)")
     status = read_status(run)
     if status is None:
         return Outcome("left")
@@ -147,12 +158,16 @@ def chosen(run: Run, earlier: Stage) -> Run:
     best grid point's, with ``run``'s seed where that point ran it, else its best seed."""
     pool = candidates(run, earlier)
     outcomes = {r.id: outcome(r) for r in pool}
-    unfinished = [r for r in pool if outcomes[r.id].state != "done"]
+    unfinished = [r for r in pool if outcomes[r.id].state not in SETTLED]
     if unfinished:
         listed = ", ".join(f"{r.id} ({outcomes[r.id].state})" for r in unfinished[:4])
         more = f" and {len(unfinished) - 4} more" if len(unfinished) > 4 else ""
         raise ConfigError(f"{run.id} starts from stage {earlier.name!r}, whose runs {listed}{more} have not finished: "
                           f"finish them first (run `lit-embed sweep` again)")
+    pool = [r for r in pool if outcomes[r.id].state == "done"]  # a diverged run has no model to start from
+    if not pool:
+        raise ConfigError(f"{run.id} starts from stage {earlier.name!r}, whose runs for it all diverged: rerun them with a "
+                          f"lower learning rate (remove their folders), or leave this run out")
     if earlier.search:
         (grid,) = grids(earlier, outcomes, pool)  # the pool is one row: the shared axes name it
         if grid.best is None:
@@ -170,16 +185,11 @@ def chosen(run: Run, earlier: Stage) -> Run:
 
 
 def checkpoint_of(run: Run) -> Path:
-    """The checkpoint a later stage starts from: a compress run's model, a fit run's best checkpoint (the one
-    tested; its last where nothing was monitored)."""
+    """The checkpoint a later stage starts from: a compress run's model, a fit run's reported one (its best checkpoint,
+    the one tested; its last where nothing was monitored)."""
     if run.stage.command == "compress":
         return run.folder / "model.ckpt"
-    results = finished_results(run)
-    folder = Path(results["run_dir"])
-    best = (results.get("checkpoint") or {}).get("best")
-    if best and (folder / best).is_file():
-        return folder / best
-    return folders.start_checkpoint(folder, f"the checkpoint of {run.id}")
+    return folders.start_checkpoint(finished_results(run)["run_dir"], f"the checkpoint of {run.id}")
 
 
 def resolve(run: Run, sweep: Sweep) -> dict[str, str]:

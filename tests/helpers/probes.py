@@ -104,3 +104,97 @@ class FillDisk(pl.Callback):
 
     def on_predict_start(self, trainer, pl_module) -> None:
         self._reached("on_predict_start")
+class NonFiniteLoss(pl.Callback):
+    """Makes the training loss NaN at the given optimiser steps (1 is the first), on ``rank`` only if given: the
+    embedding's output of those batches is multiplied by NaN, so the gradients are NaN too (what fp16's gradient
+    scaler skips). ``from_step``: every step from there on as well."""
+
+    def __init__(self, steps: list[int] = (), from_step: int | None = None, rank: int | None = None) -> None:
+        self.steps, self.from_step, self.rank = set(steps), from_step, rank
+        self.active = False
+
+    def setup(self, trainer, pl_module, stage: str) -> None:
+        pl_module.embedding.register_forward_hook(lambda module, args, output: output * float("nan") if self.active else output)
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        step = trainer.global_step + 1
+        chosen = step in self.steps or (self.from_step is not None and step >= self.from_step)
+        self.active = chosen and self.rank in (None, trainer.global_rank)
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        self.active = False
+
+
+class NonFiniteWeights(pl.Callback):
+    """Sets one weight to NaN after optimiser step ``step``, before the checkpoint saved at that step."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if trainer.global_step == self.step:
+            import torch
+
+            with torch.no_grad():
+                next(pl_module.parameters()).view(-1)[0] = float("nan")
+
+
+class SignalIn(pl.Callback):
+    """Sends this process SIGTERM once (a second run that finds ``marker`` is left alone), at ``hook``: one of the
+    points between a fit's last training step and the end of its test (see :data:`HOOKS`)."""
+
+    HOOKS = ("last_train_batch", "last_validation", "on_train_end", "on_fit_end", "fit_teardown", "on_test_start",
+             "first_test_batch")
+
+    def __init__(self, hook: str, marker: str) -> None:
+        assert hook in self.HOOKS, hook
+        self.hook, self.marker = hook, Path(marker)
+
+    def _send(self, hook: str) -> None:
+        if hook == self.hook and not self.marker.exists():
+            import os
+            import signal
+
+            self.marker.write_text(hook)
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if trainer.global_step == trainer.max_steps:
+            self._send("last_train_batch")
+
+    def on_validation_end(self, trainer, pl_module) -> None:
+        if trainer.state.fn == "fit" and not trainer.sanity_checking and trainer.global_step == trainer.max_steps:
+            self._send("last_validation")
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        self._send("on_train_end")
+
+    def on_fit_end(self, trainer, pl_module) -> None:
+        self._send("on_fit_end")
+
+    def teardown(self, trainer, pl_module, stage: str) -> None:
+        if stage == "fit":
+            self._send("fit_teardown")
+
+    def on_test_start(self, trainer, pl_module) -> None:
+        self._send("on_test_start")
+
+    def on_test_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0) -> None:
+        if batch_idx == 0:
+            self._send("first_test_batch")
+
+
+class SignalAtStep(pl.Callback):
+    """Sends this process SIGTERM after training step ``step``, once (a second run that finds ``marker`` is left
+    alone)."""
+
+    def __init__(self, step: int, marker: str) -> None:
+        self.step, self.marker = step, Path(marker)
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if trainer.global_step == self.step and not self.marker.exists():
+            import os
+            import signal
+
+            self.marker.write_text(str(self.step))
+            os.kill(os.getpid(), signal.SIGTERM)
