@@ -40,7 +40,7 @@ from lit_embed.folders import start_checkpoint
 from lit_embed.interfaces import TaskData, provides
 from lit_embed.models.base import EmbeddingModule, StrategyFactory
 from lit_embed.models.encoder import Encoder
-from lit_embed.models.metrics import TaskEvaluation
+from lit_embed.models.metrics import POOLED, TaskEvaluation, selection_score
 from lit_embed.models.optim import OptimConfig
 
 #: k-sub-embedding Table 6: peak 2e-5 with 6% warm-up and linear decay; the rest as in pre-training.
@@ -57,8 +57,9 @@ class SequenceClassifier(EmbeddingModule):
 
     Metrics are logged as ``{stage}/{metric}`` for a single evaluation set and
     ``{stage}/{set}/{metric}`` where there are several (``val/matched/accuracy``,
-    ``test/de/accuracy`` and ``test/average/accuracy``); ``val/score`` is the task's first metric
-    (averaged over the sets where the data averages them), for checkpoint selection. The task and
+    ``test/de/accuracy`` and ``test/average/accuracy``); ``val/score`` selects checkpoints: the metric the
+    data's paper selects by (the task's first unless the task table says otherwise: HashFormers' MRPC accuracy, and
+    MNLI accuracy on matched and mismatched pooled), averaged over the sets where the data averages them. The task and
     the run's seed are recorded in the hyper-parameters.
 
     Args:
@@ -276,22 +277,22 @@ class SequenceClassifier(EmbeddingModule):
         if not results:
             return
         data = self.trainer.datamodule if provides(self.trainer.datamodule, TaskData) else None
+        sets = {set_id: values for set_id, values in results.items() if set_id != POOLED}
         names = data.eval_set_names(stage) if data is not None else [""]
-        if len(names) < len(results):
-            names = [str(i) for i in range(max(results) + 1)]
+        if len(names) < len(sets):
+            names = [str(i) for i in range(max(sets) + 1)]
         metrics = (*self.task.metrics, "loss")
-        for set_id, values in results.items():
+        for set_id, values in sets.items():
             for metric in metrics:
                 self.log("/".join(p for p in (stage, names[set_id], metric) if p), values[metric], add_dataloader_idx=False)
         averaged = data is not None and data.average_eval_sets
         if averaged:
             for metric in metrics:
-                mean = torch.stack([values[metric] for values in results.values()]).mean()
+                mean = torch.stack([values[metric] for values in sets.values()]).mean()
                 self.log(f"{stage}/average/{metric}", mean, add_dataloader_idx=False)
-        main = self.task.main_metric
-        first = results[min(results)][main]
-        score = torch.stack([v[main] for v in results.values()]).mean() if averaged else first
-        self.log(f"{stage}/score", score, prog_bar=stage == "val", add_dataloader_idx=False)
+        selection = self.task.selection(data.paper if data is not None else None)  # the data's paper selects by it
+        self.log(f"{stage}/score", selection_score(results, selection, averaged), prog_bar=stage == "val",
+                 add_dataloader_idx=False)
 
 
 def _model_of(checkpoint: dict, name: str, encoder, embedding, vocab_size):
