@@ -30,7 +30,7 @@ from lit_embed.errors import ConfigError
 from lit_embed.models import ShuffleRandom
 from tests.helpers import CONFIGS, TINY_CANINE, tiny_encoder
 from tests.helpers.cli import fit_demo, run_params
-from tests.helpers.papers import CANINE_C_COUNTED, TABLE_2
+from tests.helpers.papers import CANINE_C_COUNTED, TABLE_2, TABLE_6_SUBWORD
 
 DEMO = CONFIGS / "demo_hashformer.yaml"
 
@@ -82,13 +82,39 @@ def counted(figure: str) -> float:
     return float(figure[:-1]) * {"K": 1e3, "M": 1e6}[figure[-1]]
 
 
-def test_every_hashformers_experiment_is_in_table_2():
-    assert {p.stem for p in (CONFIGS / "experiments" / "hashformers").glob("*.yaml")} == set(TABLE_2)
+def test_every_hashformers_experiment_is_in_table_2_or_table_6():
+    subword = {f"{name}_subword" for name in TABLE_6_SUBWORD}
+    assert {p.stem for p in (CONFIGS / "experiments" / "hashformers").glob("*.yaml")} == set(TABLE_2) | subword
 
 
-@pytest.mark.parametrize("name", sorted(set(TABLE_2) - {"canine_c"}))
+def printed_config(path: Path, capsys) -> dict:
+    """The config ``lit-embed fit`` composes from ``path`` (``--print_config``), as data."""
+    import yaml
+
+    with pytest.raises(SystemExit) as stop:
+        main(["fit", "--config", str(path), "--print_config"])
+    assert stop.value.code in (0, None)
+    return yaml.safe_load(capsys.readouterr().out)
+
+
+@pytest.mark.parametrize("name", TABLE_6_SUBWORD)
+def test_table_6_pretrains_the_word_model_on_bpe_pieces(name, capsys):
+    """Appendix C: each subword experiment is its word model, pre-trained and hashed the same way, on the pieces of
+    the BERT baselines' BPE tokenizer."""
+    folder = CONFIGS / "experiments" / "hashformers"
+    word, subword = printed_config(folder / f"{name}.yaml", capsys), printed_config(folder / f"{name}_subword.yaml", capsys)
+    strategy = subword["model"]["init_args"]["embedding"]["init_args"]
+    assert strategy.pop("tokenization") == "subword" and word["model"]["init_args"]["embedding"]["init_args"].pop(
+        "tokenization", "word") == "word"
+    assert subword["data"]["init_args"]["tokenizer"] == "roberta-base"
+    for config in (word, subword):
+        config.pop("config", None)
+    assert subword == word
+
+
+@pytest.mark.parametrize("name", sorted(set(TABLE_2) - {"canine_c"}) + [f"{n}_subword" for n in TABLE_6_SUBWORD])
 def test_params_reproduce_table_2(name):
-    total, embedding, pcr_all, pcr_emb, poep = TABLE_2[name]
+    total, embedding, pcr_all, pcr_emb, poep = TABLE_2[name.removesuffix("_subword")]  # Table 6: the word model's
     report = run_params(CONFIGS / "experiments" / "hashformers" / f"{name}.yaml")
     assert (human(report["total_params"]), human(report["embedding_params"])) == (total, embedding)
     assert human(report["baseline_total_params"]) == "124.6M" and human(report["baseline_embedding_params"]) == "38.6M"

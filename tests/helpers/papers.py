@@ -24,3 +24,8 @@ TABLE_2 = {
 #: What google/canine-c's architecture counts (its config.json: 8 hash tables of 16,384 x 96, 16,384 character
 #: positions) where Table 2 prints 121.0M / 12.3M (16,000 x 768): the one Table 2 row lit-embed does not match.
 CANINE_C_COUNTED = ("132.1M", "12.6M")
+
+
+#: HashFormers Table 6 (Appendix C): the models it pre-trains on BPE pieces as well as on words; each is the
+#: experiment ``<name>_subword``, with the counts of ``<name>``'s Table 2 row.
+TABLE_6_SUBWORD = ("md5_emb50k", "md5_proj", "lsh_emb50k", "lsh_proj")
