@@ -416,6 +416,25 @@ def test_lsh_checkpoint_restores_the_hasher_and_its_ngram_vocabulary(tmp_path):
         assert torch.equal(restored.encode(batch).last_hidden_state, again.encode(batch).last_hidden_state)
 
 
+def test_a_hashformer_fine_tuned_from_its_checkpoint_alone_is_counted_against_its_baseline(tmp_path, monkeypatch):
+    """A sweep's fine-tuning gives only the pre-training checkpoint (backbone, strategy and vocabulary unset): a hash
+    strategy has no vocabulary, so the dense baseline its figures compare with comes from the checkpoint too."""
+    monkeypatch.chdir(tmp_path)
+    ckpt = run_demo(tmp_path / "pretrain", "--trainer.max_steps", "2", "--trainer.val_check_interval", "2",
+                    "--trainer.limit_val_batches", "1")
+    args = ["fit", "--config", str(CONFIGS / "demo_finetune.yaml"), "--model.init_args.checkpoint", str(ckpt),
+            "--model.init_args.encoder", "null", "--model.init_args.embedding", "null", "--model.init_args.vocab_size", "null",
+            "--trainer.max_steps", "2", "--trainer.val_check_interval", "2", "--trainer.limit_val_batches", "1",
+            "--trainer.limit_test_batches", "1", "--trainer.default_root_dir", str(tmp_path / "finetune"),
+            "--trainer.enable_progress_bar", "false"]
+    with one_thread():
+        assert main(args) == 0
+    results = json.loads(next((tmp_path / "finetune").rglob("results.json")).read_text())
+    assert results["strategy"] == "HashProj" and results["parameters"]["baseline_embedding_params"] == 50265 * 64
+    finetuned = torch.load(next((tmp_path / "finetune").rglob("*.ckpt")), map_location="cpu", weights_only=False)
+    assert finetuned["hyper_parameters"]["baseline_vocab_size"] == 50265  # the fine-tuned checkpoint rebuilds alone
+
+
 @pytest.mark.slow
 def test_full_demo_accuracy_beats_always_original(tmp_path):
     run_demo(tmp_path)

@@ -96,7 +96,11 @@ class SequenceClassifier(EmbeddingModule):
         if checkpoint is not None and (encoder is None or embedding is None or vocab_size is None):
             path = start_checkpoint(checkpoint, "pre-training checkpoint")  # a file, or a run's newest
             pretraining = read_checkpoint(path, "pre-training checkpoint")
-            encoder, embedding, vocab_size, taken = _model_of(pretraining, checkpoint, encoder, embedding, vocab_size)
+            model, taken = _model_of(pretraining, checkpoint, {
+                "encoder": encoder, "embedding": embedding, "vocab_size": vocab_size,
+                "baseline_vocab_size": baseline_vocab_size, "baseline_encoder": baseline_encoder})
+            encoder, embedding, vocab_size = model["encoder"], model["embedding"], model["vocab_size"]
+            baseline_vocab_size, baseline_encoder = model["baseline_vocab_size"], model["baseline_encoder"]
             taken["checkpoint"] = str(path)  # the run records which file it started from
         if encoder is None:
             raise ConfigError("SequenceClassifier needs model.init_args.encoder, or a checkpoint to take it from "
@@ -295,21 +299,20 @@ class SequenceClassifier(EmbeddingModule):
                  add_dataloader_idx=False)
 
 
-def _model_of(checkpoint: dict, name: str, encoder, embedding, vocab_size):
-    """What the config leaves out of the backbone, strategy and vocabulary, from the model ``checkpoint``
-    records: ``(encoder, embedding, vocab_size, the configs taken)``."""
+def _model_of(checkpoint: dict, name: str, given: dict) -> tuple[dict, dict]:
+    """What the config leaves unset (``None`` in ``given``) of the backbone, strategy and vocabulary, and of the dense
+    baseline the pre-training was counted against (a hash strategy's ``baseline_vocab_size``), from the model
+    ``checkpoint`` records: ``(the values, the configs taken)``."""
     recorded = recorded_model(checkpoint)
     if recorded is None:
         raise CheckpointError(f"pre-training checkpoint {name!r} does not record its model: give model.init_args.encoder, "
                               f"embedding and vocab_size as it was trained")
     init = recorded["init_args"]
-    taken = {}
-    if encoder is None:
-        taken["encoder"] = init["encoder"]
-        encoder = build_from_config(nn.Module, init["encoder"], "encoder")
-    if embedding is None:
-        taken["embedding"] = init["embedding"]
-        embedding = strategy_factory(init["embedding"])
-    if vocab_size is None:
-        vocab_size = taken["vocab_size"] = init.get("vocab_size")
-    return encoder, embedding, vocab_size, taken
+    build = {"encoder": lambda c: build_from_config(nn.Module, c, "encoder"), "embedding": strategy_factory,
+             "baseline_encoder": lambda c: build_from_config(nn.Module, c, "baseline_encoder")}
+    values, taken = dict(given), {}
+    for key, value in given.items():
+        if value is None and init.get(key) is not None:
+            taken[key] = init[key]
+            values[key] = build.get(key, lambda c: c)(init[key])
+    return values, taken
