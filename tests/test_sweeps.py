@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from lit_embed.cli import main
+from lit_embed.data.tasks import BENCHMARK_TABLES
 from lit_embed.errors import ConfigError
 from lit_embed.files import write_json_atomic
 from lit_embed.folders import LOCK_FILE
@@ -433,13 +434,45 @@ def test_the_papers_sweep_files_plan_their_tables(monkeypatch):
     assert len({r.point for r in k_sub["mnli"].runs}) == 6  # Table 6: lr {1, 2, 3}e-5 x batch {16, 32}
     assert {r.value("task") for r in k_sub["from_mnli"].runs} == {"rte", "mrpc", "stsb"}
     assert k_sub["from_mnli"].references == ["mnli"]
-    assert stages["hashformers_glue"]["glue"].seeds == [0, 1, 2]
+    # Each paper's models are pre-trained by its own sweep (one run each, one node of 8 GPUs), 26 in all.
+    pretraining = {name: [s for s in plan.values() if s.name.startswith("pretrain")] for name, plan in stages.items()}
+    assert {name: sum(len(s.runs) for s in found) for name, found in pretraining.items() if found} == {
+        "hashformers_glue": 12 + 4, "k_sub_embedding_glue": 10, "xnli": 3}
+    for found in pretraining.values():
+        for stage in found:
+            assert stage.seeds is None and stage.gpus_per_run == 8 and stage.slurm["time"] == "48:00:00"
+            assert all(run.configs()[0].startswith("configs/experiments/") for run in stage.runs)
+    for name, plan in stages.items():
+        for stage in plan.values():
+            values = [str(v) for run in stage.runs for _, v in run.overrides()]
+            assert not [v for v in values if v.startswith("runs/")], f"{name}/{stage.name} starts from a run made by hand"
+            if stage.name.startswith("pretrain"):
+                continue
+            assert stage.gpus_per_run == 1  # fine-tuning: one GPU, as the papers
+            for run in stage.runs:  # a run starts from the earlier runs of its own model
+                assert all(d.value("model") == run.value("model") for d in run.dependencies)
+    assert {s.name: s.references for s in [*k_sub.values(), *stages["xnli"].values()]} == {
+        "pretrain": [], "glue": ["pretrain"], "mnli": ["pretrain"], "from_mnli": ["mnli"], "cross_lingual": ["pretrain"],
+        "translate_train_all": ["pretrain"]}
+    hashformers = stages["hashformers_glue"]
+    assert list(hashformers) == ["pretrain", "pretrain_subword", "glue", "proformer", "canine_c", "glue_subword"]
+    assert hashformers["glue"].references == ["pretrain"] and hashformers["glue_subword"].references == ["pretrain_subword"]
+    assert {len(r.dependencies) for s in ("glue", "glue_subword") for r in hashformers[s].runs} == {1}
+    for name in ("glue", "proformer", "canine_c", "glue_subword"):
+        assert hashformers[name].seeds == [0, 1, 2]  # tr_glue.py:374
+        assert {r.value("task") for r in hashformers[name].runs} == set(BENCHMARK_TABLES["GLUE"])
+    for name in ("proformer", "canine_c"):  # trained on each task from their own configs: no pre-training run
+        stage = hashformers[name]
+        assert not stage.references and stage.configs == [f"configs/experiments/hashformers/{name}.yaml"]
+        assert all(not run.configs()[:-1] and "model.init_args.checkpoint" not in dict(run.overrides())
+                   for run in stage.runs)
+        assert {r.label for r in stage.runs} == {name}
     for name in ("sparse_coding_glue", "sparse_coding_jglue"):
         compress = stages[name]["compress"]
         assert {r.value("method") for r in compress.runs} == {"sparse_coding", "unk", "pca"}
         assert {r.value("retention") for r in compress.runs} == {"0.5", "0.6", "0.7", "0.8", "0.9", "1"}
         assert stages[name]["aq"].command == "compress"
-    assert set(stages["xnli"]) == {"cross_lingual", "translate_train_all"}
+    assert list(stages["xnli"]) == ["pretrain", "cross_lingual", "translate_train_all"]
 
 
 @pytest.mark.slow
