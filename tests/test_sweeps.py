@@ -23,10 +23,20 @@ from lit_embed.files import write_json_atomic
 from lit_embed.folders import LOCK_FILE
 from lit_embed.results import RESULTS_FILE
 from lit_embed.sweeps.launch import Launch, commands, launch_here, plan_text, summary
-from lit_embed.sweeps.outcomes import OUTPUT_FILE, STATUS_FILE, book, chosen, grids, outcome, resolve
-from lit_embed.sweeps.plan import MANIFEST, load_sweep, manifest
+from lit_embed.sweeps.outcomes import (
+    OUTPUT_FILE,
+    STATUS_FILE,
+    book,
+    checkpoint_of,
+    chosen,
+    grids,
+    outcome,
+    resolve,
+)
+from lit_embed.sweeps.plan import MANIFEST, candidates, load_sweep, manifest
 from lit_embed.sweeps.slurm import job_script, submit
 from tests.helpers import CONFIGS, REPO
+from tests.helpers.standins import composed, compress_overrides, fit_overrides, write_task_data
 
 FINETUNE = str(CONFIGS / "demo_finetune.yaml")
 COMPRESS = str(CONFIGS / "compress" / "sparse_coding.yaml")
@@ -475,22 +485,66 @@ def test_the_papers_sweep_files_plan_their_tables(monkeypatch):
     assert list(stages["xnli"]) == ["pretrain", "cross_lingual", "translate_train_all"]
 
 
+@pytest.fixture(scope="session")
+def standin_tasks(tmp_path_factory) -> Path:
+    """Local stand-ins of every hub task the sweeps fine-tune on, written once for the session."""
+    return write_task_data(tmp_path_factory.mktemp("standin_tasks"))
+
+
+def run_standin(sweep, run, ran: set[str], task_data: Path, minilm: str, capsys) -> None:
+    """``run``'s command lines as its launcher runs them (in this process), small and local, after the earlier runs
+    its references name (the first of each that this test has not run yet)."""
+    if run.id in ran:
+        return
+    stages = {stage.name: stage for stage in sweep.stages}
+    paths = {}
+    for name in run.stage.references:
+        pool = candidates(run, stages[name])
+        earlier = next((r for r in pool if r.id in ran), pool[0])
+        run_standin(sweep, earlier, ran, task_data, minilm, capsys)
+        paths |= {f"${{{name}.checkpoint}}": str(checkpoint_of(earlier)), f"${{{name}.folder}}": str(earlier.folder)}
+    for argv in commands(run, Launch(), paths):
+        extra = fit_overrides(composed(argv), task_data, minilm) if argv[0] == "fit" else compress_overrides(argv)
+        status = main([*argv, *extra])
+        assert status == 0, f"{run.id}: lit-embed {' '.join(argv)}\n{capsys.readouterr().err[-3000:]}"
+    assert outcome(run).state == "done", run.id
+    ran.add(run.id)
+
+
+def run_sweep_standins(path: Path, folder: Path, runs, task_data: Path, minilm: str, capsys):
+    """``runs(sweep)`` of the sweep file ``path`` on local stand-ins under ``folder``; the plan recorded for report."""
+    sweep = load_sweep(path, folder)
+    ran: set[str] = set()
+    for run in runs(sweep):
+        run_standin(sweep, run, ran, task_data, minilm, capsys)
+    write_json_atomic(sweep.folder / MANIFEST, manifest(sweep))
+    return sweep
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.stem)
+def test_every_stage_of_the_shipped_sweeps_runs_on_local_standins(path, tmp_path, monkeypatch, capsys, standin_tasks,
+                                                                  minilm_path):
+    """Each stage's first run (and the earlier runs it starts from) runs two steps, its checkpoint feeding the next
+    stage, then report reads the sweep folder: a sweep file that cannot run fails here, not on a cluster."""
+    monkeypatch.chdir(REPO)  # the sweep files' paths are relative to the repository's root
+    sweep = run_sweep_standins(path, tmp_path / path.stem, lambda plan: [stage.runs[0] for stage in plan.stages],
+                               standin_tasks, minilm_path, capsys)
+    capsys.readouterr()
+    assert main(["report", str(sweep.folder)]) == 0, capsys.readouterr().err
+    if path.stem == "hashformers_glue":  # MNLI selects by accuracy on matched and mismatched pooled (tr_glue.py)
+        results = outcome(sweep.run("glue/model=bert_mlm,task=mnli,seed=0")).results
+        metrics = results["metrics"]
+        assert results["paper"] == "hashformers" and results["checkpoint"]["monitor"] == "val/score"
+        assert metrics["test/score"] == pytest.approx((metrics["test/matched/accuracy"] + metrics["test/mismatched/accuracy"]) / 2)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.stem)
-def test_each_fit_stage_of_the_shipped_sweeps_parses(path, monkeypatch, capsys):
-    """The first run of each fit stage, as `lit-embed fit --print_config` parses it (earlier stages' results
-    stand in as a file name)."""
+def test_every_run_of_the_shipped_sweeps_runs_on_local_standins(path, tmp_path, monkeypatch, capsys, standin_tasks,
+                                                                minilm_path):
     monkeypatch.chdir(REPO)
-    sweep = load_sweep(path)
-    for stage in sweep.stages:
-        if stage.command != "fit":
-            continue
-        paths = {f"${{{name}.{what}}}": "runs/earlier.ckpt" for name in stage.references for what in ("checkpoint", "folder")}
-        (argv,) = commands(stage.runs[0], Launch(), paths)
-        with pytest.raises(SystemExit) as stop:
-            main([*argv, "--print_config"])
-        assert stop.value.code in (0, None), capsys.readouterr().err
-        assert "class_path: lit_embed.models.SequenceClassifier" in capsys.readouterr().out
+    sweep = run_sweep_standins(path, tmp_path / path.stem, lambda plan: plan.runs, standin_tasks, minilm_path, capsys)
+    assert all(outcome(run).state == "done" for run in sweep.runs)
 
 
 def test_readme_sweeps_section_names_every_shipped_sweep_and_launcher():
