@@ -5,9 +5,10 @@ theirs with :func:`register_task`, and a config defines its own (your labelled d
 A row says where the task lives on the HuggingFace hub, which columns hold the text and the label,
 the label names (in the order every model of lit-embed uses; ``None`` for regression), the metrics
 (the first selects checkpoints unless a paper selects by another), which splits evaluate it, and how the
-papers' tables show it (their column header, and the metric each paper reports where it is not the first). Local files in the hub's
-layout are read the same way (see :mod:`lit_embed.data.finetune`). This module is the one place that
-knows a task: ``lit-embed report`` takes its columns and metrics from here.
+papers' tables show it (their column header, and the metric each paper reports where it is not the first).
+Local files in the hub's layout are read the same way (see :mod:`lit_embed.data.finetune`). This module is the
+one place that knows a task: ``lit-embed report`` takes its columns and metrics from here, and ``val/score``
+its selection.
 """
 
 from __future__ import annotations
