@@ -1,8 +1,8 @@
 """Tiny local stand-ins for what a shipped sweep's runs need from the hub and a cluster, so that every stage of
 every sweep file runs a step or two in CI: the command a run would execute, with override arguments composed
-after it. What makes a run what it is stays (its configs and keys, the model class, the strategy, the backbone's
-positions, the data's length and protocol); only sizes and sources change (a one-layer backbone of the same
-positions, the packaged MiniLM for hub encoders and tokenizers, the shipped corpus, local task files, a CPU).
+after it. What makes a run what it is stays (its configs and keys, the model class, the strategy, the data's length
+and protocol); only sizes and sources change (a one-layer backbone with the positions the data's length is checked
+against, the packaged MiniLM for hub encoders and tokenizers, the shipped corpus, local task files, a CPU).
 """
 
 from __future__ import annotations
