@@ -62,6 +62,9 @@ class TaskData(Protocol):
     tokenizer: str | None
     #: Whether ``{stage}/average/{metric}`` is logged over the evaluation sets (XNLI's languages).
     average_eval_sets: bool
+    #: The paper whose protocol the run follows (``hashformers``...), or ``None``: the task table's per-paper
+    #: selection and reported metrics follow it.
+    paper: str | None
 
     def eval_set_names(self, stage: str) -> list[str]:
         """Names of the evaluation sets of ``stage`` (``val``, ``test``) in dataloader order; ``""`` alone for one set."""

@@ -13,12 +13,13 @@ import torch
 
 from lit_embed.cli import main
 from lit_embed.data.finetune import TaskDataModule, XNLIDataModule, truncate_longest_first
-from lit_embed.data.tasks import TASKS, XNLI_LANGUAGES, get_task
+from lit_embed.data.tasks import PAPERS, TASKS, XNLI_LANGUAGES, get_task
 from lit_embed.embeddings import DenseEmbedding, SubspaceEmbedding
+from lit_embed.errors import ConfigError
 from lit_embed.lightning_cli import LitEmbedCLI
 from lit_embed.models import Encoder, MaskedLM, SequenceClassifier
-from lit_embed.models.metrics import TaskEvaluation
-from tests.helpers import CONFIGS, tiny_encoder
+from lit_embed.models.metrics import POOLED, TaskEvaluation, selection_score
+from tests.helpers import CONFIGS, TINY_CANINE, tiny_encoder
 from tests.helpers.tasks import FORMATS, write_split, write_task
 
 # -- the task table and every task's data -----------------------------------------------------------
@@ -195,11 +196,49 @@ def test_duplicates_padded_by_a_distributed_sampler_are_not_counted():
     assert float(result["accuracy"]) != pytest.approx(float(naive))
 
 
-def test_evaluation_sets_are_kept_apart():
+def test_evaluation_sets_are_kept_apart_and_pooled():
     evaluation = evaluate(("accuracy",), 2, torch.tensor([1, 1]), torch.tensor([1, 1]), set_id=0)
     evaluate(("accuracy",), 2, torch.tensor([0, 0, 1]), torch.tensor([1, 1, 1]), set_id=1, evaluation=evaluation)
     result = evaluation.compute()
     assert float(result[0]["accuracy"]) == 1.0 and float(result[1]["accuracy"]) == pytest.approx(1 / 3)
+    assert float(result[POOLED]["accuracy"]) == pytest.approx(3 / 5) and int(result[POOLED]["count"]) == 5
+    assert POOLED not in evaluate(("accuracy",), 2, torch.tensor([1]), torch.tensor([1])).compute()  # one set: no pool
+
+
+def two_sets(task, first: tuple[list, list], second: tuple[list, list]) -> dict:
+    """:meth:`TaskEvaluation.compute` of ``task`` on two evaluation sets, each ``(predicted ids, labels)``."""
+    evaluation = TaskEvaluation(task.metrics, task.num_outputs)
+    for set_id, (preds, target) in enumerate((first, second)):
+        evaluation.update(set_id, torch.arange(len(preds)), torch.tensor(preds), torch.tensor(target), torch.zeros(len(preds)))
+    return evaluation.compute()
+
+
+@pytest.mark.parametrize("paper", [*PAPERS, None])
+@pytest.mark.parametrize("name", [name for name, task in TASKS.items() if not task.regression and task.benchmark == "glue"])
+def test_val_score_follows_the_metric_each_paper_selects_by(name, paper):
+    """Every GLUE classification task under every protocol, on two sets (as MNLI's matched and mismatched): the
+    first 3/5 right (F1 0.5), the second 2/10 (F1 1/3); pooled accuracy 5/15."""
+    task = TASKS[name]
+    results = two_sets(task, ([1, 1, 0, 0, 0], [1, 0, 0, 0, 1]), ([1] * 10, [1, 1] + [0] * 8))
+    selection = task.selection(paper)
+    score = float(selection_score(results, selection))
+    expected = {("mnli", "hashformers"): 5 / 15, ("mrpc", "hashformers"): 3 / 5}.get((name, paper))
+    if expected is None:  # every other paper and task: the task's first metric on its first set
+        assert selection.metric == task.main_metric and not selection.pooled
+        expected = float(results[0][task.main_metric])
+    assert score == pytest.approx(expected)
+    assert float(selection_score(results, selection, averaged=True)) == pytest.approx(
+        expected if selection.pooled else float((results[0][selection.metric] + results[1][selection.metric]) / 2))
+
+
+def test_a_paper_metric_outside_the_tasks_metrics_is_refused():
+    from lit_embed.data.tasks import Selection, Task, register_task
+
+    for bad in ({"shown": {"hashformers": "f1"}}, {"selected": {"hashformers": Selection("matthews")}}):
+        with pytest.raises(ConfigError, match=r"task 'mine': hashformers's metric '(f1|matthews)' is not one of its "
+                                              r"metrics \['accuracy'\]: add it"):
+            register_task(Task("mine", "user", "", None, ("text",), ("a", "b"), **bad))
+    assert "mine" not in TASKS
 
 
 # -- the classifier ----------------------------------------------------------------------------------------
@@ -376,6 +415,49 @@ def test_protocols_compose_with_every_experiment(protocol, tmp_path, monkeypatch
         assert cli.model.optim.schedule == "cosine_restarts" and cli.model.optim.betas == (0.9, 0.999)
     else:
         assert cli.datamodule.protocol == "split_train" and cli.datamodule.split_seed == 42
+
+
+def learning_rates(optim, total: int) -> list[float]:
+    """The learning rate of each of ``total`` optimiser steps under ``optim``'s schedule."""
+    from lit_embed.models.optim import configure_adamw
+
+    configured = configure_adamw(torch.nn.Linear(2, 2), optim, total, fused=False)
+    optimizer, scheduler = configured["optimizer"], configured["lr_scheduler"]["scheduler"]
+    rates = []
+    for _ in range(total):
+        rates.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        scheduler.step()
+    return rates
+
+
+HASHFORMERS_FINETUNING = {  # every config that fine-tunes by HashFormers' Table 5, as a run composes it
+    "protocol": ["--config", str(CONFIGS / "experiments/finetune/glue/rte.yaml"), "--config", str(CONFIGS / "protocol/hashformers.yaml")],
+    "canine_c": ["--config", str(CONFIGS / "experiments/hashformers/canine_c.yaml"), "--model.init_args.encoder", TINY_CANINE],
+    "proformer": ["--config", str(CONFIGS / "experiments/hashformers/proformer.yaml")],
+}
+
+
+@pytest.mark.parametrize("name", HASHFORMERS_FINETUNING)
+def test_hashformers_fine_tuning_restarts_its_cosine_five_times_after_six_percent_warm_up(name, tmp_path, monkeypatch):
+    """The authors' GLUE script (tr_glue.py:142-145): 6% warm-up to the peak, then 5 cosine cycles from the peak."""
+    monkeypatch.chdir(tmp_path)
+    cli = LitEmbedCLI(args=[*HASHFORMERS_FINETUNING[name], *ON_CPU], run=False)
+    optim, total = cli.model.optim, 1000
+    rates = learning_rates(optim, total)
+    warmup = int(0.06 * total)
+    assert all(a < b for a, b in zip(rates[:warmup], rates[1:warmup + 1]))  # rising until the peak
+    starts = [warmup] + [step for step in range(warmup + 1, total) if rates[step] > rates[step - 1]]
+    assert len(starts) == 5 and [rates[step] for step in starts] == pytest.approx([optim.lr] * 5)
+    assert [b - a for a, b in zip(starts, starts[1:])] == [(total - warmup) // 5] * 4  # equal cycles
+    assert min(rates[starts[1] - 3:starts[1]]) < 0.01 * optim.lr  # each cycle decays to about 0 before its restart
+
+
+def test_a_cosine_without_cycles_is_refused_before_the_run(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert cli_fit(tmp_path, "--model.init_args.optim.schedule", "cosine_restarts", "--model.init_args.optim.num_cycles", "0") == 2
+    assert "num_cycles=0 must be 1 or more" in capsys.readouterr().err
+    assert not list(tmp_path.rglob("*.ckpt")) and not list(tmp_path.rglob("results.json"))
 
 
 def test_a_given_validation_interval_overrides_the_papers_schedule(tmp_path, monkeypatch):

@@ -32,7 +32,7 @@ from lit_embed.errors import ConfigError
 from lit_embed.models import ShuffleRandom
 from tests.helpers import CONFIGS, REPO, TINY_CANINE, TINY_CANINE_TABLES, tiny_encoder
 from tests.helpers.cli import fit_demo, run_params
-from tests.helpers.papers import CANINE_C_COUNTED, CANINE_C_MODULES, EMB_1K_COUNTED, TABLE_2
+from tests.helpers.papers import CANINE_C_COUNTED, CANINE_C_MODULES, EMB_1K_COUNTED, TABLE_2, TABLE_6_SUBWORD
 
 DEMO = CONFIGS / "demo_hashformer.yaml"
 
@@ -84,17 +84,43 @@ def counted(figure: str) -> float:
     return float(figure[:-1]) * {"K": 1e3, "M": 1e6}[figure[-1]]
 
 
-def test_every_hashformers_experiment_is_in_table_2():
-    assert {p.stem for p in (CONFIGS / "experiments" / "hashformers").glob("*.yaml")} == set(TABLE_2)
+def test_every_hashformers_experiment_is_in_table_2_or_table_6():
+    subword = {f"{name}_subword" for name in TABLE_6_SUBWORD}
+    assert {p.stem for p in (CONFIGS / "experiments" / "hashformers").glob("*.yaml")} == set(TABLE_2) | subword
 
 
 #: Table 2 rows lit-embed counts otherwise, each with its own test below.
 COUNTED_OTHERWISE = {"canine_c", "md5_emb1k", "lsh_emb1k"}
 
 
-@pytest.mark.parametrize("name", sorted(set(TABLE_2) - COUNTED_OTHERWISE))
+def printed_config(path: Path, capsys) -> dict:
+    """The config ``lit-embed fit`` composes from ``path`` (``--print_config``), as data."""
+    import yaml
+
+    with pytest.raises(SystemExit) as stop:
+        main(["fit", "--config", str(path), "--print_config"])
+    assert stop.value.code in (0, None)
+    return yaml.safe_load(capsys.readouterr().out)
+
+
+@pytest.mark.parametrize("name", TABLE_6_SUBWORD)
+def test_table_6_pretrains_the_word_model_on_bpe_pieces(name, capsys):
+    """Appendix C: each subword experiment is its word model, pre-trained and hashed the same way, on the pieces of
+    the BERT baselines' BPE tokenizer."""
+    folder = CONFIGS / "experiments" / "hashformers"
+    word, subword = printed_config(folder / f"{name}.yaml", capsys), printed_config(folder / f"{name}_subword.yaml", capsys)
+    strategy = subword["model"]["init_args"]["embedding"]["init_args"]
+    assert strategy.pop("tokenization") == "subword" and word["model"]["init_args"]["embedding"]["init_args"].pop(
+        "tokenization", "word") == "word"
+    assert subword["data"]["init_args"]["tokenizer"] == "roberta-base"
+    for config in (word, subword):
+        config.pop("config", None)
+    assert subword == word
+
+
+@pytest.mark.parametrize("name", sorted(set(TABLE_2) - COUNTED_OTHERWISE) + [f"{n}_subword" for n in TABLE_6_SUBWORD])
 def test_params_reproduce_table_2(name):
-    total, embedding, pcr_all, pcr_emb, poep = TABLE_2[name]
+    total, embedding, pcr_all, pcr_emb, poep = TABLE_2[name.removesuffix("_subword")]  # Table 6: the word model's
     report = run_params(CONFIGS / "experiments" / "hashformers" / f"{name}.yaml")
     assert (human(report["total_params"]), human(report["embedding_params"])) == (total, embedding)
     assert human(report["baseline_total_params"]) == "124.6M" and human(report["baseline_embedding_params"]) == "38.6M"
@@ -545,6 +571,25 @@ def test_lsh_checkpoint_restores_the_hasher_and_its_ngram_vocabulary(tmp_path):
     batch = {"codes": codes, "attention_mask": torch.ones(codes.shape[:2], dtype=torch.long)}
     with torch.no_grad():
         assert torch.equal(restored.encode(batch).last_hidden_state, again.encode(batch).last_hidden_state)
+
+
+def test_a_hashformer_fine_tuned_from_its_checkpoint_alone_is_counted_against_its_baseline(tmp_path, monkeypatch):
+    """A sweep's fine-tuning gives only the pre-training checkpoint (backbone, strategy and vocabulary unset): a hash
+    strategy has no vocabulary, so the dense baseline its figures compare with comes from the checkpoint too."""
+    monkeypatch.chdir(tmp_path)
+    ckpt = run_demo(tmp_path / "pretrain", "--trainer.max_steps", "2", "--trainer.val_check_interval", "2",
+                    "--trainer.limit_val_batches", "1")
+    args = ["fit", "--config", str(CONFIGS / "demo_finetune.yaml"), "--model.init_args.checkpoint", str(ckpt),
+            "--model.init_args.encoder", "null", "--model.init_args.embedding", "null", "--model.init_args.vocab_size", "null",
+            "--trainer.max_steps", "2", "--trainer.val_check_interval", "2", "--trainer.limit_val_batches", "1",
+            "--trainer.limit_test_batches", "1", "--trainer.default_root_dir", str(tmp_path / "finetune"),
+            "--trainer.enable_progress_bar", "false"]
+    with one_thread():
+        assert main(args) == 0
+    results = json.loads(next((tmp_path / "finetune").rglob("results.json")).read_text())
+    assert results["strategy"] == "HashProj" and results["parameters"]["baseline_embedding_params"] == 50265 * 64
+    finetuned = torch.load(next((tmp_path / "finetune").rglob("*.ckpt")), map_location="cpu", weights_only=False)
+    assert finetuned["hyper_parameters"]["baseline_vocab_size"] == 50265  # the fine-tuned checkpoint rebuilds alone
 
 
 @pytest.mark.slow

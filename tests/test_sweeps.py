@@ -18,15 +18,26 @@ import pytest
 import yaml
 
 from lit_embed.cli import main
+from lit_embed.data.tasks import BENCHMARK_TABLES
 from lit_embed.errors import ConfigError
 from lit_embed.files import write_json_atomic
 from lit_embed.folders import LOCK_FILE
 from lit_embed.results import RESULTS_FILE
 from lit_embed.sweeps.launch import Launch, commands, launch_here, plan_text, summary
-from lit_embed.sweeps.outcomes import OUTPUT_FILE, STATUS_FILE, book, chosen, grids, outcome, resolve
-from lit_embed.sweeps.plan import MANIFEST, Sweep, load_sweep, manifest
+from lit_embed.sweeps.outcomes import (
+    OUTPUT_FILE,
+    STATUS_FILE,
+    book,
+    checkpoint_of,
+    chosen,
+    grids,
+    outcome,
+    resolve,
+)
+from lit_embed.sweeps.plan import MANIFEST, Sweep, candidates, load_sweep, manifest
 from lit_embed.sweeps.slurm import job_script, submit
 from tests.helpers import CONFIGS, REPO
+from tests.helpers.standins import composed, compress_overrides, fit_overrides, write_task_data
 
 FINETUNE = str(CONFIGS / "demo_finetune.yaml")
 COMPRESS = str(CONFIGS / "compress" / "sparse_coding.yaml")
@@ -530,31 +541,107 @@ def test_the_papers_sweep_files_plan_their_tables(monkeypatch):
     assert len({r.point for r in k_sub["mnli"].runs}) == 6  # Table 6: lr {1, 2, 3}e-5 x batch {16, 32}
     assert {r.value("task") for r in k_sub["from_mnli"].runs} == {"rte", "mrpc", "stsb"}
     assert k_sub["from_mnli"].references == ["mnli"]
-    assert stages["hashformers_glue"]["glue"].seeds == [0, 1, 2]
+    # Each paper's models are pre-trained by its own sweep (one run each, one node of 8 GPUs), 26 in all.
+    pretraining = {name: [s for s in plan.values() if s.name.startswith("pretrain")] for name, plan in stages.items()}
+    assert {name: sum(len(s.runs) for s in found) for name, found in pretraining.items() if found} == {
+        "hashformers_glue": 12 + 4, "k_sub_embedding_glue": 10, "xnli": 3}
+    for found in pretraining.values():
+        for stage in found:
+            assert stage.seeds is None and stage.gpus_per_run == 8 and stage.slurm["time"] == "48:00:00"
+            assert all(run.configs()[0].startswith("configs/experiments/") for run in stage.runs)
+    for name, plan in stages.items():
+        for stage in plan.values():
+            values = [str(v) for run in stage.runs for _, v in run.overrides()]
+            assert not [v for v in values if v.startswith("runs/")], f"{name}/{stage.name} starts from a run made by hand"
+            if stage.name.startswith("pretrain"):
+                continue
+            assert stage.gpus_per_run == 1  # fine-tuning: one GPU, as the papers
+            for run in stage.runs:  # a run starts from the earlier runs of its own model
+                assert all(d.value("model") == run.value("model") for d in run.dependencies)
+    assert {s.name: s.references for s in [*k_sub.values(), *stages["xnli"].values()]} == {
+        "pretrain": [], "glue": ["pretrain"], "mnli": ["pretrain"], "from_mnli": ["mnli"], "cross_lingual": ["pretrain"],
+        "translate_train_all": ["pretrain"]}
+    hashformers = stages["hashformers_glue"]
+    assert list(hashformers) == ["pretrain", "pretrain_subword", "glue", "proformer", "canine_c", "glue_subword"]
+    assert hashformers["glue"].references == ["pretrain"] and hashformers["glue_subword"].references == ["pretrain_subword"]
+    assert {len(r.dependencies) for s in ("glue", "glue_subword") for r in hashformers[s].runs} == {1}
+    for name in ("glue", "proformer", "canine_c", "glue_subword"):
+        assert hashformers[name].seeds == [0, 1, 2]  # tr_glue.py:374
+        assert {r.value("task") for r in hashformers[name].runs} == set(BENCHMARK_TABLES["GLUE"])
+    for name in ("proformer", "canine_c"):  # trained on each task from their own configs: no pre-training run
+        stage = hashformers[name]
+        assert not stage.references and stage.configs == [f"configs/experiments/hashformers/{name}.yaml"]
+        assert all(not run.configs()[:-1] and "model.init_args.checkpoint" not in dict(run.overrides())
+                   for run in stage.runs)
+        assert {r.label for r in stage.runs} == {name}
     for name in ("sparse_coding_glue", "sparse_coding_jglue"):
         compress = stages[name]["compress"]
         assert {r.value("method") for r in compress.runs} == {"sparse_coding", "unk", "pca"}
         assert {r.value("retention") for r in compress.runs} == {"0.5", "0.6", "0.7", "0.8", "0.9", "1"}
         assert stages[name]["aq"].command == "compress"
-    assert set(stages["xnli"]) == {"cross_lingual", "translate_train_all"}
+    assert list(stages["xnli"]) == ["pretrain", "cross_lingual", "translate_train_all"]
+
+
+@pytest.fixture(scope="session")
+def standin_tasks(tmp_path_factory) -> Path:
+    """Local stand-ins of every hub task the sweeps fine-tune on, written once for the session."""
+    return write_task_data(tmp_path_factory.mktemp("standin_tasks"))
+
+
+def run_standin(sweep, run, ran: set[str], task_data: Path, minilm: str, capsys) -> None:
+    """``run``'s command lines as its launcher runs them (in this process), small and local, after the earlier runs
+    its references name (the first of each that this test has not run yet)."""
+    if run.id in ran:
+        return
+    stages = {stage.name: stage for stage in sweep.stages}
+    paths = {}
+    for name in run.stage.references:
+        pool = candidates(run, stages[name])
+        earlier = next((r for r in pool if r.id in ran), pool[0])
+        run_standin(sweep, earlier, ran, task_data, minilm, capsys)
+        paths |= {f"${{{name}.checkpoint}}": str(checkpoint_of(earlier)), f"${{{name}.folder}}": str(earlier.folder)}
+    for argv in commands(run, Launch(), paths):
+        extra = fit_overrides(composed(argv), task_data, minilm) if argv[0] == "fit" else compress_overrides(argv)
+        status = main([*argv, *extra])
+        assert status == 0, f"{run.id}: lit-embed {' '.join(argv)}\n{capsys.readouterr().err[-3000:]}"
+    assert outcome(run).state == "done", run.id
+    ran.add(run.id)
+
+
+def run_sweep_standins(path: Path, folder: Path, runs, task_data: Path, minilm: str, capsys):
+    """``runs(sweep)`` of the sweep file ``path`` on local stand-ins under ``folder``; the plan recorded for report."""
+    sweep = load_sweep(path, folder)
+    ran: set[str] = set()
+    for run in runs(sweep):
+        run_standin(sweep, run, ran, task_data, minilm, capsys)
+    write_json_atomic(sweep.folder / MANIFEST, manifest(sweep))
+    return sweep
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.stem)
+def test_every_stage_of_the_shipped_sweeps_runs_on_local_standins(path, tmp_path, monkeypatch, capsys, standin_tasks,
+                                                                  minilm_path):
+    """Each stage's first run (and the earlier runs it starts from) runs two steps, its checkpoint feeding the next
+    stage, then report reads the sweep folder: a sweep file that cannot run fails here, not on a cluster."""
+    monkeypatch.chdir(REPO)  # the sweep files' paths are relative to the repository's root
+    sweep = run_sweep_standins(path, tmp_path / path.stem, lambda plan: [stage.runs[0] for stage in plan.stages],
+                               standin_tasks, minilm_path, capsys)
+    capsys.readouterr()
+    assert main(["report", str(sweep.folder)]) == 0, capsys.readouterr().err
+    if path.stem == "hashformers_glue":  # MNLI selects by accuracy on matched and mismatched pooled (tr_glue.py)
+        results = outcome(sweep.run("glue/model=bert_mlm,task=mnli,seed=0")).results
+        metrics = results["metrics"]
+        assert results["paper"] == "hashformers" and results["checkpoint"]["monitor"] == "val/score"
+        assert metrics["test/score"] == pytest.approx((metrics["test/matched/accuracy"] + metrics["test/mismatched/accuracy"]) / 2)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.stem)
-def test_each_fit_stage_of_the_shipped_sweeps_parses(path, monkeypatch, capsys):
-    """The first run of each fit stage, as `lit-embed fit --print_config` parses it (earlier stages' results
-    stand in as a file name)."""
+def test_every_run_of_the_shipped_sweeps_runs_on_local_standins(path, tmp_path, monkeypatch, capsys, standin_tasks,
+                                                                minilm_path):
     monkeypatch.chdir(REPO)
-    sweep = load_sweep(path)
-    for stage in sweep.stages:
-        if stage.command != "fit":
-            continue
-        paths = {f"${{{name}.{what}}}": "runs/earlier.ckpt" for name in stage.references for what in ("checkpoint", "folder")}
-        (argv,) = commands(stage.runs[0], Launch(), paths)
-        with pytest.raises(SystemExit) as stop:
-            main([*argv, "--print_config"])
-        assert stop.value.code in (0, None), capsys.readouterr().err
-        assert "class_path: lit_embed.models.SequenceClassifier" in capsys.readouterr().out
+    sweep = run_sweep_standins(path, tmp_path / path.stem, lambda plan: plan.runs, standin_tasks, minilm_path, capsys)
+    assert all(outcome(run).state == "done" for run in sweep.runs)
 
 
 def test_readme_sweeps_section_names_every_shipped_sweep_and_launcher():

@@ -196,7 +196,9 @@ def choose_k(source: Source, candidates: dict, data: Data, accelerator: str, lim
     finally:
         module.embedding = original
     best = max(scores, key=lambda k: (scores[k], -k))
-    return best, {"metric": f"val/score ({module.task.main_metric})", "original": baseline, "scores": scores}
+    selection = module.task.selection(data.module.paper)  # what val/score is under the data's paper
+    metric = selection.metric + (", the validation sets pooled" if selection.pooled else "")
+    return best, {"metric": f"val/score ({metric})", "original": baseline, "scores": scores}
 
 
 def check_k_choosable(source: Source, data: Data) -> None:

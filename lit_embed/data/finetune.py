@@ -80,8 +80,9 @@ class TaskDataModule(TextDataModule):
             DistilBERT tokenizer runs MeCab that way; it needs ``pip install 'lit-embed[ja]'``).
         num_workers: DataLoader worker processes.
         paper: the paper whose protocol the run follows (``k-sub-embedding``, ``hashformers``,
-            ``sparse-coding``; the configs under ``configs/protocol/`` set it): results.json records it and
-            ``lit-embed report`` shows each task's metric as that paper's tables do.
+            ``sparse-coding``; the configs under ``configs/protocol/`` set it): results.json records it,
+            ``val/score`` selects checkpoints by that paper's metric and ``lit-embed report`` shows each task's
+            metric as that paper's tables do (the task table's ``selection`` and ``shown_metric``).
         predict_input: what ``lit-embed predict`` predicts: a file (``.txt``: one text per line, a pair
             tab-separated; csv, tsv, jsonl or parquet with the task's text columns), texts (a list), or a split
             of the task (``test``, ``validation``, ``train``); default the task's test split.
@@ -127,6 +128,7 @@ class TaskDataModule(TextDataModule):
         if self.data_dir is not None and not self.data_dir.is_dir():
             raise MissingFileError(f"data_dir {data_dir!r} is not a folder: check the path")
         self.protocol = protocol
+        self.paper = paper
         self.val_fraction = val_fraction
         self.split_seed = split_seed
         self.max_length = max_length

@@ -4,10 +4,11 @@ theirs with :func:`register_task`, and a config defines its own (your labelled d
 
 A row says where the task lives on the HuggingFace hub, which columns hold the text and the label,
 the label names (in the order every model of lit-embed uses; ``None`` for regression), the metrics
-(the first selects checkpoints), which splits evaluate it, and how the papers' tables show it (their
-column header, and the metric each paper reports where it is not the first). Local files in the hub's
-layout are read the same way (see :mod:`lit_embed.data.finetune`). This module is the one place that
-knows a task: ``lit-embed report`` takes its columns and metrics from here.
+(the first selects checkpoints unless a paper selects by another), which splits evaluate it, and how the
+papers' tables show it (their column header, and the metric each paper reports where it is not the first).
+Local files in the hub's layout are read the same way (see :mod:`lit_embed.data.finetune`). This module is the
+one place that knows a task: ``lit-embed report`` takes its columns and metrics from here, and ``val/score``
+its selection.
 """
 
 from __future__ import annotations
@@ -38,6 +39,16 @@ PAPERS: tuple[str, ...] = get_args(Paper)
 
 
 @dataclass(frozen=True)
+class Selection:
+    """What selects a run's checkpoint (logged as ``val/score``): one of the task's metrics, on its first
+    validation set, or on all of its validation sets taken as one (``pooled``: HashFormers' MNLI, whose script
+    validates on matched and mismatched concatenated)."""
+
+    metric: str
+    pooled: bool = False
+
+
+@dataclass(frozen=True)
 class Task:
     """One fine-tuning task.
 
@@ -56,7 +67,8 @@ class Task:
         source_labels: the order of the integer labels in the hub's files where it differs from
             ``labels`` (JNLI's hub order is entailment, contradiction, neutral).
         value_range: the scores a regression label may take (STS-B and JSTS: 0 to 5).
-        metrics: metric names; the first one selects checkpoints (logged as ``val/score``).
+        metrics: metric names; the first one selects checkpoints (logged as ``val/score``) unless ``selected`` says
+            otherwise.
         validation: evaluation sets ``{name: split}``; a single set is named ``""``.
         test: labelled test sets; ``None`` where the labels are hidden (GLUE, JGLUE), in which case
             ``test`` scores the validation sets (what the papers report as dev results).
@@ -66,6 +78,8 @@ class Task:
         header: its column in the papers' tables (default the name, upper case).
         shown: the metric a paper's tables show where it is not the first of ``metrics``
             (HashFormers: MRPC accuracy).
+        selected: how a paper's runs select their checkpoint where it is not by the first of ``metrics`` on the
+            first validation set (HashFormers: MRPC by accuracy, MNLI by accuracy on matched and mismatched pooled).
         per_set_columns: the tables give each evaluation set a column (XNLI's languages); otherwise the
             first set stands for the task (MNLI matched).
         data_files: a config-defined task's local files of each split (``train``, ``validation``, ``test``).
@@ -92,6 +106,7 @@ class Task:
     source: str = ""
     header: str = ""
     shown: dict[str, str] = field(default_factory=dict)
+    selected: dict[str, Selection] = field(default_factory=dict)
     per_set_columns: bool = False
     revision: str | None = None
     files: str | None = None
@@ -100,6 +115,12 @@ class Task:
     held_out: tuple[str, ...] = ()
     definition: dict | None = None
     eval_every: dict[str, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for paper, metric in [*self.shown.items(), *((p, s.metric) for p, s in self.selected.items())]:
+            if metric not in self.metrics:
+                raise ConfigError(f"task {self.name!r}: {paper}'s metric {metric!r} is not one of its metrics "
+                                  f"{list(self.metrics)}: add it to metrics")
 
     @property
     def regression(self) -> bool:
@@ -128,6 +149,11 @@ class Task:
         """The metric ``paper``'s tables show for this task (the first of ``metrics`` unless it says otherwise)."""
         return self.shown.get(paper or "", self.main_metric)
 
+    def selection(self, paper: str | None) -> Selection:
+        """What selects the checkpoints of a run that follows ``paper`` (the first metric on the first set unless
+        it says otherwise)."""
+        return self.selected.get(paper or "", Selection(self.main_metric))
+
     def report_columns(self) -> list[tuple[str, str]]:
         """``(header, evaluation set)`` of each column the papers' tables give this task."""
         sets = list(self.test or self.validation)
@@ -154,18 +180,23 @@ def _jglue(name, config, columns, labels, metrics=("accuracy",), files=JGLUE_FIL
                 revision=JGLUE_REVISION, files=files, **kwargs)
 
 
+# HashFormers selects checkpoints as its GLUE script does (HUIYINXUE/hashformer, src/tr_glue.py:206-215 and 300-306):
+# by the metric it reports per task, eval_acc for MRPC (not F1) and eval_mnli/acc for MNLI, whose dev set is
+# validation_mismatched and validation_matched concatenated (src/utils/preproc_glue.py:85-101; its test set, the
+# figure the tables print, is matched alone); elsewhere by the first metric (CoLA mcc, QQP f1, STS-B spearmanr).
 TASKS: dict[str, Task] = {
     t.name: t
     for t in (
         _glue("cola", ("sentence",), ("unacceptable", "acceptable"), ("matthews", "accuracy"), header="CoLA"),
         _glue("sst2", ("sentence",), ("negative", "positive"), header="SST"),
         _glue("mrpc", ("sentence1", "sentence2"), ("not_equivalent", "equivalent"), ("f1", "accuracy"),
-              shown={"hashformers": "accuracy"}),
+              shown={"hashformers": "accuracy"}, selected={"hashformers": Selection("accuracy")}),
         _glue("qqp", ("question1", "question2"), ("not_duplicate", "duplicate"), ("f1", "accuracy")),
         _glue("stsb", ("sentence1", "sentence2"), None, ("spearman", "pearson"), value_range=(0.0, 5.0), header="STS"),
         _glue(
             "mnli", ("premise", "hypothesis"), NLI_LABELS,
             validation={"matched": "validation_matched", "mismatched": "validation_mismatched"},
+            selected={"hashformers": Selection("accuracy", pooled=True)},
         ),
         _glue("qnli", ("question", "sentence"), ("entailment", "not_entailment")),
         _glue("rte", ("sentence1", "sentence2"), ("entailment", "not_entailment")),

@@ -40,7 +40,7 @@ from lit_embed.folders import start_checkpoint
 from lit_embed.interfaces import TaskData, provides
 from lit_embed.models.base import EmbeddingModule, Init, StrategyFactory
 from lit_embed.models.encoder import Encoder
-from lit_embed.models.metrics import TaskEvaluation
+from lit_embed.models.metrics import POOLED, TaskEvaluation, selection_score
 from lit_embed.models.optim import OptimConfig
 
 #: k-sub-embedding Table 6: peak 2e-5 with 6% warm-up and linear decay; the rest as in pre-training.
@@ -57,8 +57,9 @@ class SequenceClassifier(EmbeddingModule):
 
     Metrics are logged as ``{stage}/{metric}`` for a single evaluation set and
     ``{stage}/{set}/{metric}`` where there are several (``val/matched/accuracy``,
-    ``test/de/accuracy`` and ``test/average/accuracy``); ``val/score`` is the task's first metric
-    (averaged over the sets where the data averages them), for checkpoint selection. The task and
+    ``test/de/accuracy`` and ``test/average/accuracy``); ``val/score`` selects checkpoints: the metric the
+    data's paper selects by (the task's first unless the task table says otherwise: HashFormers' MRPC accuracy, and
+    MNLI accuracy on matched and mismatched pooled), averaged over the sets where the data averages them. The task and
     the run's seed are recorded in the hyper-parameters.
 
     Args:
@@ -96,7 +97,11 @@ class SequenceClassifier(EmbeddingModule):
         if checkpoint is not None and (encoder is None or embedding is None or vocab_size is None):
             path = start_checkpoint(checkpoint, "pre-training checkpoint")  # a file, or a run's newest
             pretraining = read_checkpoint(path, "pre-training checkpoint")
-            encoder, embedding, vocab_size, taken = _model_of(pretraining, checkpoint, encoder, embedding, vocab_size)
+            model, taken = _model_of(pretraining, checkpoint, {
+                "encoder": encoder, "embedding": embedding, "vocab_size": vocab_size,
+                "baseline_vocab_size": baseline_vocab_size, "baseline_encoder": baseline_encoder})
+            encoder, embedding, vocab_size = model["encoder"], model["embedding"], model["vocab_size"]
+            baseline_vocab_size, baseline_encoder = model["baseline_vocab_size"], model["baseline_encoder"]
             taken["checkpoint"] = str(path)  # the run records which file it started from
         if encoder is None:
             raise ConfigError("SequenceClassifier needs model.init_args.encoder, or a checkpoint to take it from "
@@ -278,39 +283,38 @@ class SequenceClassifier(EmbeddingModule):
         if not results:
             return
         data = self.trainer.datamodule if provides(self.trainer.datamodule, TaskData) else None
+        sets = {set_id: values for set_id, values in results.items() if set_id != POOLED}
         names = data.eval_set_names(stage) if data is not None else [""]
-        if len(names) < len(results):
-            names = [str(i) for i in range(max(results) + 1)]
+        if len(names) < len(sets):
+            names = [str(i) for i in range(max(sets) + 1)]
         metrics = (*self.task.metrics, "loss")
-        for set_id, values in results.items():
+        for set_id, values in sets.items():
             for metric in metrics:
                 self.log("/".join(p for p in (stage, names[set_id], metric) if p), values[metric], add_dataloader_idx=False)
         averaged = data is not None and data.average_eval_sets
         if averaged:
             for metric in metrics:
-                mean = torch.stack([values[metric] for values in results.values()]).mean()
+                mean = torch.stack([values[metric] for values in sets.values()]).mean()
                 self.log(f"{stage}/average/{metric}", mean, add_dataloader_idx=False)
-        main = self.task.main_metric
-        first = results[min(results)][main]
-        score = torch.stack([v[main] for v in results.values()]).mean() if averaged else first
-        self.log(f"{stage}/score", score, prog_bar=stage == "val", add_dataloader_idx=False)
+        selection = self.task.selection(data.paper if data is not None else None)  # the data's paper selects by it
+        self.log(f"{stage}/score", selection_score(results, selection, averaged), prog_bar=stage == "val",
+                 add_dataloader_idx=False)
 
 
-def _model_of(checkpoint: dict, name: str, encoder, embedding, vocab_size):
-    """What the config leaves out of the backbone, strategy and vocabulary, from the model ``checkpoint``
-    records: ``(encoder, embedding, vocab_size, the configs taken)``."""
+def _model_of(checkpoint: dict, name: str, given: dict) -> tuple[dict, dict]:
+    """What the config leaves unset (``None`` in ``given``) of the backbone, strategy and vocabulary, and of the dense
+    baseline the pre-training was counted against (a hash strategy's ``baseline_vocab_size``), from the model
+    ``checkpoint`` records: ``(the values, the configs taken)``."""
     recorded = recorded_model(checkpoint)
     if recorded is None:
         raise CheckpointError(f"pre-training checkpoint {name!r} does not record its model: give model.init_args.encoder, "
                               f"embedding and vocab_size as it was trained")
     init = recorded["init_args"]
-    taken = {}
-    if encoder is None:
-        taken["encoder"] = init["encoder"]
-        encoder = build_from_config(nn.Module, init["encoder"], "encoder")
-    if embedding is None:
-        taken["embedding"] = init["embedding"]
-        embedding = strategy_factory(init["embedding"])
-    if vocab_size is None:
-        vocab_size = taken["vocab_size"] = init.get("vocab_size")
-    return encoder, embedding, vocab_size, taken
+    build = {"encoder": lambda c: build_from_config(nn.Module, c, "encoder"), "embedding": strategy_factory,
+             "baseline_encoder": lambda c: build_from_config(nn.Module, c, "baseline_encoder")}
+    values, taken = dict(given), {}
+    for key, value in given.items():
+        if value is None and init.get(key) is not None:
+            taken[key] = init[key]
+            values[key] = build.get(key, lambda c: c)(init[key])
+    return values, taken

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import difflib
 import inspect
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
@@ -22,6 +23,9 @@ from torchmetrics.utilities import dim_zero_cat
 
 from lit_embed.errors import ConfigError
 
+if TYPE_CHECKING:
+    from lit_embed.data.tasks import Selection
+
 #: The task table's metrics (GLUE's and JGLUE's); any function of ``torchmetrics.functional`` may be named too.
 METRICS = ("accuracy", "f1", "matthews", "pearson", "spearman")
 _REGRESSION_METRICS = ("pearson", "spearman")
@@ -30,6 +34,8 @@ AVERAGES = ("macro", "weighted", "micro")
 #: Metrics of a correlation, agreement or ranking, undefined on targets of one value (torchmetrics' names end so).
 NEED_TWO_VALUES = ("matthews", "pearson", "spearman", "corrcoef", "cohen_kappa", "auroc", "average_precision", "r2_score",
                    "explained_variance")
+#: :meth:`TaskEvaluation.compute`'s key of the figures over all evaluation sets as one (MNLI matched + mismatched).
+POOLED = -1
 
 
 def task_metric(name: str, preds: Tensor, target: Tensor, num_classes: int | None) -> Tensor:
@@ -152,20 +158,35 @@ class TaskEvaluation(Metric):
         self.loss.append(loss.detach().float())
 
     def compute(self) -> dict[int, dict[str, Tensor]]:
-        """``{set_id: {metric: value, "loss": mean loss, "count": examples}}`` over unique examples."""
+        """``{set_id: {metric: value, "loss": mean loss, "count": examples}}`` over unique examples; where there are
+        several sets, :data:`POOLED` holds the same over all of them taken as one set."""
         if len(self.index) == 0:  # a list before the sync across ranks, a tensor after it
             return {}
         set_id, index = dim_zero_cat(self.set_id), dim_zero_cat(self.index)
         keep = first_occurrences(set_id * (int(index.max()) + 1) + index)
         set_id, preds, target, loss = set_id[keep], dim_zero_cat(self.preds)[keep], dim_zero_cat(self.target)[keep], dim_zero_cat(self.loss)[keep]
+        sets = sorted(set(set_id.tolist()))
+        groups = [(sid, set_id == sid) for sid in sets] + ([(POOLED, torch.ones_like(set_id, dtype=torch.bool))]
+                                                           if len(sets) > 1 else [])
         results = {}
-        for sid in sorted(set(set_id.tolist())):
-            mine = set_id == sid
+        for sid, mine in groups:
             values = {m: task_metric(m, preds[mine], target[mine], self.num_classes) for m in self.metric_names}
             values["loss"] = loss[mine].mean()
             values["count"] = mine.sum()
             results[sid] = values
         return results
+
+
+def selection_score(results: dict[int, dict[str, Tensor]], selection: Selection, averaged: bool = False) -> Tensor:
+    """The figure that selects checkpoints (``val/score``) from :meth:`TaskEvaluation.compute`'s ``results``:
+    ``selection``'s metric over all sets pooled where it says so (and there are several), else its mean over the
+    sets where they are ``averaged`` (XNLI's languages), else on the first set."""
+    if selection.pooled and POOLED in results:
+        return results[POOLED][selection.metric]
+    sets = [values for key, values in sorted(results.items()) if key != POOLED]
+    if averaged:
+        return torch.stack([values[selection.metric] for values in sets]).mean()
+    return sets[0][selection.metric]
 
 
 def first_occurrences(keys: Tensor) -> Tensor:

@@ -23,7 +23,7 @@ class OptimConfig:
         lr: peak learning rate.
         warmup: warm-up steps; a value below 1 is a fraction of the total steps (fine-tuning's 0.06).
         schedule: ``linear`` decay to 0, ``cosine_restarts`` (HashFormers' fine-tuning), or ``constant``.
-        num_cycles: hard restarts for ``cosine_restarts``.
+        num_cycles: cycles of ``cosine_restarts`` after the warm-up, each from the peak down to 0 (HashFormers: 5).
     """
 
     lr: float = 2e-4
@@ -39,6 +39,8 @@ class OptimConfig:
             raise ConfigError(f"lr={self.lr} must be positive")
         if self.warmup < 0:
             raise ConfigError(f"warmup={self.warmup} must be >= 0 (steps, or a fraction below 1)")
+        if self.num_cycles < 1:
+            raise ConfigError(f"num_cycles={self.num_cycles} must be 1 or more (the cosine's cycles after warm-up)")
 
     def warmup_steps(self, total_steps: int) -> int:
         return int(self.warmup * total_steps) if 0 < self.warmup < 1 else int(self.warmup)

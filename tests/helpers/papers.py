@@ -34,3 +34,8 @@ CANINE_C_MODULES = ("132.1M", "12.6M")
 #: k-sub-embedding Table 7: millions of tokens of each XNLI language in the paper's CommonCrawl extract (3,985M).
 TABLE_7 = {"ar": 181, "bg": 193, "de": 338, "el": 170, "en": 802, "es": 273, "fr": 315, "hi": 91, "ru": 426, "sw": 232,
            "th": 125, "tr": 178, "ur": 101, "vi": 323, "zh": 237}
+
+
+#: HashFormers Table 6 (Appendix C): the models it pre-trains on BPE pieces as well as on words; each is the
+#: experiment ``<name>_subword``, with the counts of ``<name>``'s Table 2 row.
+TABLE_6_SUBWORD = ("md5_emb50k", "md5_proj", "lsh_emb50k", "lsh_proj")
