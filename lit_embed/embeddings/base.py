@@ -122,7 +122,7 @@ class EmbeddingStrategy(CheckpointSized, ABC):
     def num_total_parameters(self) -> int:
         """What the strategy adds to a model's total (PCR_All, PoEP): all of its parameters, or its embedding figure
         where that is larger: stored codes the papers count as parameters (sparse-coding ids and weights, additive
-        quantization's codes) are buffers, not ``nn.Parameter``\ s."""
+        quantization's codes) are buffers, not ``nn.Parameter`` objects."""
         return max(sum(p.numel() for p in self.parameters()), self.num_embedding_parameters())
 
     def full_weight(self) -> Tensor | None:
