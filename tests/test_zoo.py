@@ -1,0 +1,241 @@
+"""The embedding-compression zoo (issue 28): each well-known method as a strategy, counted by its paper's formula,
+sized to a budget of a 30522 x 384 table (or refusing, naming what it can meet), trained by every objective, and
+exported to transformers computing what lit-embed computes."""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from lit_embed.checkpoints import FACTS, describe, load_model
+from lit_embed.embeddings import (
+    DeepHashEmbedding,
+    FactorizedEmbedding,
+    HashingTrickEmbedding,
+    QREmbedding,
+    ROBEEmbedding,
+    SubspaceEmbedding,
+    TTEmbedding,
+    WeightedHashEmbedding,
+)
+from lit_embed.embeddings.hashed_ids import PRIME, hash_ids
+from lit_embed.embeddings.sizing import TOLERANCE, fit_budget
+from lit_embed.errors import ConfigError
+from lit_embed.export.command import export
+from lit_embed.models import MaskedLM, SequenceClassifier, ShuffleRandom
+from tests.helpers import CONFIGS, REPO, tiny_encoder
+
+V, D = 30522, 384
+
+
+def papers_count(cls, vocab: int, d: int, **a) -> int:
+    """Each paper's parameter count, written from the paper (not from the strategy's code)."""
+    if cls is HashingTrickEmbedding:  # Weinberger et al.: a table of m buckets
+        return a["num_buckets"] * d
+    if cls is WeightedHashEmbedding:  # Svenstrup et al. §3: B d shared vectors + K k importance parameters
+        return a["num_buckets"] * d + vocab * a.get("num_hashes", 2)
+    if cls is ROBEEmbedding:  # Desai et al.: the array's size is the memory
+        return a["memory"]
+    if cls is DeepHashEmbedding:  # Kang et al.: only the decoder network's weights and biases
+        widths = [a.get("num_hashes", 1024)] + [a["width"]] * a.get("num_layers", 2) + [d]
+        return sum(i * o + o for i, o in zip(widths, widths[1:]))
+    if cls is FactorizedEmbedding:  # ALBERT §3.1: O(V x E + E x H)
+        return vocab * a["rank"] + a["rank"] * d + (d if a.get("bias") else 0)
+    if cls is QREmbedding:  # Shi et al. §3: (ceil(|S| / m) + m) x D; concatenation halves D per table
+        m, halves = a["remainder_rows"], a.get("operation") == "concat"
+        return math.ceil(vocab / m) * (d // 2 if halves else d) + m * (d - d // 2 if halves else d)
+    if cls is TTEmbedding:  # Khrulkov et al. eq. (3) / TT-Rec: sum_k R_{k-1} I_k J_k R_k
+        ranks = [1] + [a["rank"]] * (len(a["vocab_factors"]) - 1) + [1]
+        return sum(ranks[k] * i * j * ranks[k + 1] for k, (i, j) in enumerate(zip(a["vocab_factors"], a["dim_factors"])))
+    raise AssertionError(cls)
+
+
+#: method -> argument sets its count is checked with (built small: 3000 ids, width 24)
+FORMULAS = {
+    HashingTrickEmbedding: [{"num_buckets": 7}, {"num_buckets": 500, "signed": False}],
+    WeightedHashEmbedding: [{"num_buckets": 50}, {"num_buckets": 9, "num_hashes": 3}],
+    ROBEEmbedding: [{"memory": 100, "block_size": 8}, {"memory": 7777, "block_size": 5}],
+    DeepHashEmbedding: [{"width": 16, "num_hashes": 32}, {"width": 5, "num_layers": 3, "num_hashes": 64}],
+    FactorizedEmbedding: [{"rank": 4}, {"rank": 24, "bias": True}],
+    QREmbedding: [{"remainder_rows": 55}, {"remainder_rows": 7, "operation": "add"}, {"remainder_rows": 100, "operation": "concat"}],
+    TTEmbedding: [{"rank": 3, "vocab_factors": [15, 15, 15], "dim_factors": [2, 3, 4]},
+                  {"rank": 5, "num_cores": 2, "vocab_factors": [60, 50], "dim_factors": [4, 6]}],
+}
+
+
+@pytest.mark.parametrize("cls", list(FORMULAS), ids=lambda cls: cls.__name__)
+def test_each_method_counts_what_its_paper_counts(cls):
+    for arguments in FORMULAS[cls]:
+        expected = papers_count(cls, 3000, 24, **arguments)
+        assert cls.count_parameters(3000, 24, **arguments) == expected, arguments
+        assert cls(3000, 24, **arguments).num_embedding_parameters() == expected, arguments
+
+
+#: method -> what a budget of 10%, 1% and 0.1% of a 30522 x 384 table gives: the value chosen, or the values either
+#: side that the refusal names (one where the budget lies beyond the method's smallest size)
+BUDGETS = {
+    HashingTrickEmbedding: {0.1: 3052, 0.01: 305, 0.001: (30, 31)},  # rows of 384: 0.1% lies between two
+    WeightedHashEmbedding: {0.1: 2893, 0.01: 146, 0.001: (1,)},  # the V x 2 importance weights are 0.52% alone
+    ROBEEmbedding: {0.1: 1_172_045, 0.01: 117_204, 0.001: 11_720},  # any number of values
+    DeepHashEmbedding: {0.1: 587, 0.01: 78, 0.001: 8},
+    FactorizedEmbedding: {0.1: 38, 0.01: (3, 4), 0.001: (1,)},  # each unit of E costs V + H = 30,906
+    QREmbedding: {0.1: 3041, 0.01: (175,), 0.001: (175,)},  # (ceil(V/m) + m) d is smallest at m = sqrt(V): 1.15%
+    TTEmbedding: {0.1: 77, 0.01: (23, 24), 0.001: (6, 7)},  # the middle core grows as r^2
+}
+
+
+@pytest.mark.parametrize("share", [0.1, 0.01, 0.001])
+@pytest.mark.parametrize("cls", list(BUDGETS), ids=lambda cls: cls.__name__)
+def test_each_method_meets_a_budget_within_one_percent_or_names_the_nearest_it_can(cls, share):
+    expected, target = BUDGETS[cls][share], round(share * V * D)
+    if isinstance(expected, int):
+        sizing = fit_budget(cls, V, D, share, {})
+        assert sizing.value == expected and abs(sizing.count - target) <= TOLERANCE * target
+        assert sizing.count == papers_count(cls, V, D, **_full_arguments(cls, sizing.value))
+        return
+    with pytest.raises(ConfigError) as refused:
+        fit_budget(cls, V, D, share, {})
+    message = str(refused.value)
+    for value in expected:
+        count = papers_count(cls, V, D, **_full_arguments(cls, value))
+        assert abs(count - target) > TOLERANCE * target and f"{count:,}" in message and f"{cls.size_parameter}={value})" in message
+    assert len(expected) == 2 or "its smallest size" in message
+
+
+def _full_arguments(cls, value: int) -> dict:
+    arguments = {cls.size_parameter: value}
+    if cls is TTEmbedding:  # 32^3 >= 30522, 384 = 8 x 6 x 8
+        arguments |= {"vocab_factors": [32, 32, 32], "dim_factors": [8, 6, 8]}
+    return arguments
+
+
+def test_qr_with_concatenation_is_the_two_sub_embedding_but_for_its_quotient_rows():
+    """The docs' sentence: QR-concat with m rows is SubspaceEmbedding(f=2, Q=m, radix codes), the quotient table
+    ceil(V/m) rows (the same vectors where V = m^2)."""
+    qr, subspace = QREmbedding(400, 8, remainder_rows=20, operation="concat"), SubspaceEmbedding(400, 8, num_tables=2)
+    with torch.no_grad():
+        q_table, r_table = subspace.tables  # radix codes: digit 0 is n % Q, digit 1 is n // Q
+        q_table.copy_(qr.remainder)
+        r_table.copy_(qr.quotient)
+    ids = torch.arange(400)
+    assert torch.equal(qr(ids)[:, [*range(4, 8), *range(4)]], subspace(ids))
+
+
+def test_hash_functions_are_seeded_universal_hashes_kept_in_the_checkpoint():
+    """Never Python's hash(): (a x + b) mod p mod m with (a, b) drawn from NumPy's generator of the seed, the same in
+    any process, and a persistent buffer, so a checkpoint brings them back whatever the seed then given."""
+    strategy = HashingTrickEmbedding(1000, 8, num_buckets=64, seed=3)
+    drawn = np.random.default_rng(3)
+    a, b = drawn.integers(1, PRIME, 2), drawn.integers(0, PRIME, 2)
+    assert strategy.hash_coefficients.tolist() == [[int(a[0]), int(b[0])], [int(a[1]), int(b[1])]]
+    ids = torch.tensor([0, 1, 999])
+    assert hash_ids(ids, strategy.hash_coefficients, 64)[:, 0].tolist() == [(int(a[0]) * x + int(b[0])) % PRIME % 64
+                                                                          for x in (0, 1, 999)]
+    other = HashingTrickEmbedding(1000, 8, num_buckets=64, seed=4)
+    assert not torch.equal(other.hash_coefficients, strategy.hash_coefficients)
+    other.load_state_dict(strategy.state_dict())
+    assert torch.equal(other(ids), strategy(ids))
+
+
+ZOO = {
+    "hashing_trick": functools.partial(HashingTrickEmbedding, num_buckets=300),
+    "hash_embeddings": functools.partial(WeightedHashEmbedding, num_buckets=100, num_hashes=3),
+    "robe": functools.partial(ROBEEmbedding, memory=1000, block_size=4),
+    "dhe": functools.partial(DeepHashEmbedding, width=16, num_hashes=32),
+    "albert": functools.partial(FactorizedEmbedding, rank=4, bias=True),
+    "qr": functools.partial(QREmbedding, remainder_rows=100),
+    "tt": functools.partial(TTEmbedding, rank=3),
+}
+
+
+@pytest.mark.parametrize("name", list(ZOO))
+def test_each_method_trains_in_every_objective(name):
+    """MLM with the decoder tied to the strategy's V x d weight, Shuffle+Random, and fine-tuning: every parameter of
+    the strategy gets a gradient."""
+    codes = torch.randint(30522, (2, 10), generator=torch.Generator().manual_seed(0))
+    mask = torch.ones_like(codes)
+    labels = torch.full_like(codes, -100)
+    labels[:, 2:6] = codes[:, 2:6]
+    shuffled = torch.full_like(codes, -100)
+    shuffled[:, 1:9] = torch.randint(3, (2, 8))
+    runs = [
+        (MaskedLM(tiny_encoder(16), vocab_size=30522, embedding=ZOO[name]), {"labels": labels}, lambda out: out[0]),
+        (ShuffleRandom(tiny_encoder(16), vocab_size=30522, embedding=ZOO[name]), {"labels": shuffled}, lambda out: out[0]),
+        (SequenceClassifier("topics", encoder=tiny_encoder(16), embedding=ZOO[name], vocab_size=30522), {},
+         lambda out: out.sum()),
+    ]
+    for module, extra, loss in runs:
+        loss(module({"codes": codes, "attention_mask": mask, **extra})).backward()
+        for parameter_name, parameter in module.embedding.named_parameters():
+            assert parameter.grad is not None and parameter.grad.abs().sum() > 0, (type(module).__name__, parameter_name)
+
+
+@pytest.mark.parametrize("name", [p.stem for p in sorted((CONFIGS / "embedding").glob("*.yaml"))
+                                  if p.stem in {"hashing_trick", "hash_embeddings", "robe", "dhe", "albert_factorized",
+                                                "qr", "tt"}])
+def test_each_methods_yaml_counts_at_a_budget_of_the_demo(name):
+    """`lit-embed params --config configs/demo.yaml --model.init_args.embedding configs/embedding/<method>.yaml
+    --model.init_args.embedding.init_args.budget 0.01`: the count it reports is the one the budget chose (or the
+    method refuses, exit 2, naming the nearest budgets it can meet)."""
+    import contextlib
+    import io
+
+    from lit_embed.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    argv = ["params", "--config", str(CONFIGS / "demo.yaml"), "--model.init_args.embedding",
+            str(CONFIGS / "embedding" / f"{name}.yaml"), "--model.init_args.embedding.init_args.budget", "0.01", "--json"]
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(argv)
+    if code == 2:
+        assert "cannot meet budget=0.01" in err.getvalue() and "the nearest it can meet" in err.getvalue()
+        return
+    report = json.loads(out.getvalue())
+    assert code == 0 and report["sizing"]["count"] == report["embedding_params"]
+    assert abs(report["embedding_params"] - 0.01 * 30522 * report["hidden_size"]) <= 0.01 * 0.01 * 30522 * report["hidden_size"]
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    """Every method in a MaskedLM, its weights perturbed, saved as lit-embed saves, exported, and loaded by transformers
+    in one subprocess where lit_embed cannot be imported."""
+    tmp = tmp_path_factory.mktemp("zoo_export")
+    jobs, checkpoints = [], {}
+    ids = torch.randint(0, 30522, (2, 7), generator=torch.Generator().manual_seed(0))
+    for number, (name, factory) in enumerate(ZOO.items()):
+        module = MaskedLM(tiny_encoder(16), vocab_size=30522, embedding=factory)
+        generator = torch.Generator().manual_seed(number)
+        with torch.no_grad():
+            for parameter in module.parameters():
+                parameter.add_(0.05 * torch.randn(parameter.shape, generator=generator))
+        checkpoints[name] = tmp / f"{name}.ckpt"
+        torch.save({"state_dict": module.state_dict(), FACTS: describe(module, "all-MiniLM-L6-v2", None)}, checkpoints[name])
+        export(str(checkpoints[name]), str(tmp / name))
+        jobs.append({"folder": str(tmp / name), "auto": "AutoModel", "out": str(tmp / f"{name}.pt"),
+                     "inputs": {"input_ids": ids.tolist(), "attention_mask": [[1] * 7, [1] * 5 + [0] * 2]}})
+    (tmp / "jobs.json").write_text(json.dumps(jobs))
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"HF_MODULES_CACHE": str(tmp / "hf_modules")}
+    (tmp / "elsewhere").mkdir()
+    done = subprocess.run([sys.executable, str(REPO / "tests" / "helpers" / "export_loader.py"), str(tmp / "jobs.json")],
+                          capture_output=True, text=True, cwd=tmp / "elsewhere", env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "lit_embed imported: False" in done.stdout
+    return {name: (checkpoints[name], torch.load(tmp / f"{name}.pt")) for name in ZOO}
+
+
+@pytest.mark.parametrize("name", list(ZOO))
+def test_each_methods_export_computes_what_lit_embed_computes(exported, name):
+    checkpoint, loaded = exported[name]
+    module, _ = load_model(checkpoint)
+    inputs = loaded["inputs"]
+    with torch.no_grad():
+        expected = module.eval().encode({"codes": inputs["input_ids"], "attention_mask": inputs["attention_mask"]})
+    assert torch.allclose(loaded["output"], expected.last_hidden_state, atol=1e-5)
