@@ -8,6 +8,7 @@ import functools
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 
@@ -15,11 +16,13 @@ import numpy as np
 import pytest
 import torch
 
-from lit_embed.checkpoints import FACTS, describe, load_model
+from lit_embed.checkpoints import FACTS, build_from_config, describe, load_model
 from lit_embed.embeddings import (
     DeepHashEmbedding,
+    EmbeddingStrategy,
     FactorizedEmbedding,
     HashingTrickEmbedding,
+    MixedDimensionEmbedding,
     QREmbedding,
     ROBEEmbedding,
     SubspaceEmbedding,
@@ -55,7 +58,21 @@ def papers_count(cls, vocab: int, d: int, **a) -> int:
     if cls is TTEmbedding:  # Khrulkov et al. eq. (3) / TT-Rec: sum_k R_{k-1} I_k J_k R_k
         ranks = [1] + [a["rank"]] * (len(a["vocab_factors"]) - 1) + [1]
         return sum(ranks[k] * i * j * ranks[k + 1] for k, (i, j) in enumerate(zip(a["vocab_factors"], a["dim_factors"])))
+    if cls is MixedDimensionEmbedding:  # Ginart et al. §3: sum_i n_i d_i + d_i d (block tables and projections)
+        return sum(n * di + di * d for n, di in zip(a["block_sizes"], a["block_dims"]))
     raise AssertionError(cls)
+
+
+def zipf_widths(vocab: int, base_dim: int, blocks: int = 4, alpha: float = 0.3, d: int = 384) -> tuple[list, list]:
+    """Mixed dimensions by the id-order proxy, worked from the paper's rule: blocks of 1, 2, 4, 8 fifteenths of the
+    vocabulary, popularity the mean of 1/rank over a block, d_i = round(base_dim (p_i / p_0)^alpha)."""
+    sizes = [vocab * 2**i // (2**blocks - 1) for i in range(blocks - 1)]
+    sizes.append(vocab - sum(sizes))
+    popularity, start = [], 0
+    for n in sizes:
+        popularity.append(sum(1 / r for r in range(start + 1, start + n + 1)) / n)
+        start += n
+    return sizes, [min(d, max(1, round(base_dim * (p / popularity[0]) ** alpha))) for p in popularity]
 
 
 #: method -> argument sets its count is checked with (built small: 3000 ids, width 24)
@@ -69,6 +86,51 @@ FORMULAS = {
     TTEmbedding: [{"rank": 3, "vocab_factors": [15, 15, 15], "dim_factors": [2, 3, 4]},
                   {"rank": 5, "num_cores": 2, "vocab_factors": [60, 50], "dim_factors": [4, 6]}],
 }
+
+
+def test_mixed_dimension_counts_what_its_paper_counts():
+    """The widths the power law gives by the id-order proxy, and widths given, both counted as the paper counts."""
+    for base_dim, alpha in ((24, 0.3), (10, 0.0), (17, 1.0)):
+        sizes, dims = zipf_widths(3000, base_dim, alpha=alpha, d=24)
+        strategy = MixedDimensionEmbedding(3000, 24, base_dim=base_dim, alpha=alpha)
+        assert strategy.block_dims == dims and [t.shape[0] for t in strategy.tables] == sizes
+        count = papers_count(MixedDimensionEmbedding, 3000, 24, block_sizes=sizes, block_dims=dims)
+        assert strategy.num_embedding_parameters() == count == MixedDimensionEmbedding.count_parameters(
+            3000, 24, base_dim=base_dim, alpha=alpha)
+    given = MixedDimensionEmbedding(3000, 24, num_blocks=2, block_dims=[5, 3])
+    assert given.num_embedding_parameters() == papers_count(MixedDimensionEmbedding, 3000, 24, block_sizes=[1000, 2000],
+                                                            block_dims=[5, 3])
+
+
+def test_mixed_dimension_ranks_by_a_count_file_and_its_checkpoint_needs_no_file(tmp_path):
+    counts = np.zeros(300, dtype=int)
+    counts[[299, 7, 150]] = [50, 40, 30]  # the three most frequent, in that order
+    path = tmp_path / "counts.txt"
+    path.write_text("\n".join(map(str, counts)) + "\n")
+    strategy = MixedDimensionEmbedding(300, 12, num_blocks=3, frequencies=str(path), alpha=0.5)
+    assert strategy.block_of[[299, 7, 150]].tolist() == [0, 0, 0] and strategy.row_of[[299, 7, 150]].tolist() == [0, 1, 2]
+    assert strategy.block_dims == [12, 1, 1]  # the rare blocks count nothing: the narrowest width
+    config = strategy.config(with_sizes=True)
+    assert config["init_args"]["frequencies"] is None and config["init_args"]["block_dims"] == [12, 1, 1]
+    path.unlink()
+    rebuilt = build_from_config(EmbeddingStrategy, config, "embedding")
+    rebuilt.load_state_dict(strategy.state_dict())
+    ids = torch.arange(300)
+    assert torch.equal(rebuilt(ids), strategy(ids))
+
+
+@pytest.mark.parametrize("content, message", [
+    (None, "is not a file of one integer count per line"),
+    ("1\n2\nthree\n", "is not a file of one integer count per line"),
+    ("1\n2\n", "holds 2 counts: it needs one non-negative count per vocabulary id, 300 lines"),
+    ("\n".join(["1"] * 299 + ["-4"]), "holds 300 counts (some negative)"),
+])
+def test_a_count_file_that_is_not_one_count_per_id_is_refused_naming_it(tmp_path, content, message):
+    path = tmp_path / "counts.txt"
+    if content is not None:
+        path.write_text(content)
+    with pytest.raises(ConfigError, match=re.escape(f"frequencies={str(path)!r}") + ".*" + re.escape(message)):
+        MixedDimensionEmbedding(300, 12, frequencies=str(path))
 
 
 @pytest.mark.parametrize("cls", list(FORMULAS), ids=lambda cls: cls.__name__)
@@ -89,6 +151,7 @@ BUDGETS = {
     FactorizedEmbedding: {0.1: 38, 0.01: (3, 4), 0.001: (1,)},  # each unit of E costs V + H = 30,906
     QREmbedding: {0.1: 3041, 0.01: (175,), 0.001: (175,)},  # (ceil(V/m) + m) d is smallest at m = sqrt(V): 1.15%
     TTEmbedding: {0.1: 77, 0.01: (23, 24), 0.001: (6, 7)},  # the middle core grows as r^2
+    MixedDimensionEmbedding: {0.1: (100, 101), 0.01: 10, 0.001: (1,)},  # a unit of base_dim widens 16,278 rows
 }
 
 
@@ -114,6 +177,8 @@ def _full_arguments(cls, value: int) -> dict:
     arguments = {cls.size_parameter: value}
     if cls is TTEmbedding:  # 32^3 >= 30522, 384 = 8 x 6 x 8
         arguments |= {"vocab_factors": [32, 32, 32], "dim_factors": [8, 6, 8]}
+    if cls is MixedDimensionEmbedding:
+        arguments["block_sizes"], arguments["block_dims"] = zipf_widths(V, value)
     return arguments
 
 
@@ -153,6 +218,7 @@ ZOO = {
     "albert": functools.partial(FactorizedEmbedding, rank=4, bias=True),
     "qr": functools.partial(QREmbedding, remainder_rows=100),
     "tt": functools.partial(TTEmbedding, rank=3),
+    "mixed_dimension": functools.partial(MixedDimensionEmbedding, base_dim=8),
 }
 
 
@@ -180,7 +246,7 @@ def test_each_method_trains_in_every_objective(name):
 
 @pytest.mark.parametrize("name", [p.stem for p in sorted((CONFIGS / "embedding").glob("*.yaml"))
                                   if p.stem in {"hashing_trick", "hash_embeddings", "robe", "dhe", "albert_factorized",
-                                                "qr", "tt"}])
+                                                "qr", "tt", "mixed_dimension"}])
 def test_each_methods_yaml_counts_at_a_budget_of_the_demo(name):
     """`lit-embed params --config configs/demo.yaml --model.init_args.embedding configs/embedding/<method>.yaml
     --model.init_args.embedding.init_args.budget 0.01`: the count it reports is the one the budget chose (or the

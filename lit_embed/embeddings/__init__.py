@@ -21,6 +21,7 @@ from lit_embed.embeddings.hashformer import (
     HashStrategy,
     ProFormerEmbedding,
 )
+from lit_embed.embeddings.mixed_dimension import MixedDimensionEmbedding
 from lit_embed.embeddings.quantized import AdditiveQuantizedEmbedding
 from lit_embed.embeddings.sparse_coded import (
     PartialEmbedding,
@@ -52,6 +53,7 @@ __all__ = [
     "Hasher",
     "LSHHasher",
     "MD5Hasher",
+    "MixedDimensionEmbedding",
     "ProFormerEmbedding",
     "PCAEmbedding",
     "PartialEmbedding",
