@@ -19,6 +19,7 @@ import torch
 from lit_embed.checkpoints import FACTS, build_from_config, describe, load_model
 from lit_embed.embeddings import (
     DeepHashEmbedding,
+    DPQEmbedding,
     EmbeddingStrategy,
     FactorizedEmbedding,
     HashingTrickEmbedding,
@@ -60,6 +61,8 @@ def papers_count(cls, vocab: int, d: int, **a) -> int:
         return sum(ranks[k] * i * j * ranks[k + 1] for k, (i, j) in enumerate(zip(a["vocab_factors"], a["dim_factors"])))
     if cls is MixedDimensionEmbedding:  # Ginart et al. §3: sum_i n_i d_i + d_i d (block tables and projections)
         return sum(n * di + di * d for n, di in zip(a["block_sizes"], a["block_dims"]))
+    if cls is DPQEmbedding:  # Chen et al. §4: what inference keeps, K x d values and V x D codes (one parameter each)
+        return a["codewords"] * d + vocab * a.get("groups", 8)
     raise AssertionError(cls)
 
 
@@ -83,6 +86,7 @@ FORMULAS = {
     DeepHashEmbedding: [{"width": 16, "num_hashes": 32}, {"width": 5, "num_layers": 3, "num_hashes": 64}],
     FactorizedEmbedding: [{"rank": 4}, {"rank": 24, "bias": True}],
     QREmbedding: [{"remainder_rows": 55}, {"remainder_rows": 7, "operation": "add"}, {"remainder_rows": 100, "operation": "concat"}],
+    DPQEmbedding: [{"codewords": 16}, {"codewords": 5, "groups": 3}],
     TTEmbedding: [{"rank": 3, "vocab_factors": [15, 15, 15], "dim_factors": [2, 3, 4]},
                   {"rank": 5, "num_cores": 2, "vocab_factors": [60, 50], "dim_factors": [4, 6]}],
 }
@@ -152,6 +156,7 @@ BUDGETS = {
     QREmbedding: {0.1: 3041, 0.01: (175,), 0.001: (175,)},  # (ceil(V/m) + m) d is smallest at m = sqrt(V): 1.15%
     TTEmbedding: {0.1: 77, 0.01: (23, 24), 0.001: (6, 7)},  # the middle core grows as r^2
     MixedDimensionEmbedding: {0.1: (100, 101), 0.01: 10, 0.001: (1,)},  # a unit of base_dim widens 16,278 rows
+    DPQEmbedding: {0.1: 2416, 0.01: (2,), 0.001: (2,)},  # 8 codes per token are 2.1% already
 }
 
 
@@ -219,6 +224,7 @@ ZOO = {
     "qr": functools.partial(QREmbedding, remainder_rows=100),
     "tt": functools.partial(TTEmbedding, rank=3),
     "mixed_dimension": functools.partial(MixedDimensionEmbedding, base_dim=8),
+    "dpq": functools.partial(DPQEmbedding, codewords=8, groups=4),
 }
 
 
@@ -246,7 +252,7 @@ def test_each_method_trains_in_every_objective(name):
 
 @pytest.mark.parametrize("name", [p.stem for p in sorted((CONFIGS / "embedding").glob("*.yaml"))
                                   if p.stem in {"hashing_trick", "hash_embeddings", "robe", "dhe", "albert_factorized",
-                                                "qr", "tt", "mixed_dimension"}])
+                                                "qr", "tt", "mixed_dimension", "dpq"}])
 def test_each_methods_yaml_counts_at_a_budget_of_the_demo(name):
     """`lit-embed params --config configs/demo.yaml --model.init_args.embedding configs/embedding/<method>.yaml
     --model.init_args.embedding.init_args.budget 0.01`: the count it reports is the one the budget chose (or the

@@ -4,6 +4,7 @@ from lit_embed.embeddings.assignment import Assignment, ClusterAssignment, Radix
 from lit_embed.embeddings.base import EmbeddingStrategy
 from lit_embed.embeddings.canine import CanineHashEmbedding, CharacterTextEncoder
 from lit_embed.embeddings.dense import DenseEmbedding
+from lit_embed.embeddings.dpq import DPQEmbedding
 from lit_embed.embeddings.factorised import FactorizedEmbedding, QREmbedding, TTEmbedding
 from lit_embed.embeddings.hash_text import HashTextEncoder
 from lit_embed.embeddings.hashed_ids import (
@@ -38,6 +39,7 @@ __all__ = [
     "CanineHashEmbedding",
     "CharacterTextEncoder",
     "ClusterAssignment",
+    "DPQEmbedding",
     "DeepHashEmbedding",
     "DenseEmbedding",
     "EmbeddingStrategy",
