@@ -8,6 +8,7 @@ import functools
 import re
 
 import pytest
+import torch
 
 from lit_embed.checkpoints import build_from_config
 from lit_embed.cli import main
@@ -173,3 +174,29 @@ def test_params_shows_what_the_budget_chose_and_refuses_what_cannot_be_met(capsy
     assert main(["params", "--config", DEMO, "--model.init_args.embedding.init_args.budget", "0.0001"]) == 2
     error = capsys.readouterr().err
     assert "SubspaceEmbedding cannot meet budget=0.0001" in error and "(table_size=32), its smallest size" in error
+
+
+class _LowRank(EmbeddingStrategy):
+    """A plugin's strategy that takes a budget but gives no count formula: the base class counts it built on the meta
+    device."""
+
+    size_parameter = "rank"
+
+    def __init__(self, vocab_size: int, hidden_size: int, rank: int = 4, budget: int | float | None = None) -> None:
+        super().__init__(vocab_size, hidden_size)
+        self.rank = rank
+        self.a = torch.nn.Parameter(torch.zeros(vocab_size, rank))
+        self.b = torch.nn.Parameter(torch.zeros(rank, hidden_size))
+
+    def forward(self, codes):
+        return self.a[codes] @ self.b
+
+    @classmethod
+    def size_range(cls, vocab_size: int, hidden_size: int, **_) -> tuple[int, int]:
+        return 1, hidden_size
+
+
+def test_a_strategy_without_a_formula_is_counted_built_on_the_meta_device():
+    assert _LowRank.count_parameters(1000, 16, rank=3) == 3 * (1000 + 16)
+    strategy = _LowRank(1000, 16, budget=5 * 1016)
+    assert strategy.rank == 5 and strategy.a.device.type == "cpu" and strategy.num_embedding_parameters() == 5080

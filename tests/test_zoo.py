@@ -117,6 +117,8 @@ def test_mixed_dimension_ranks_by_a_count_file_and_its_checkpoint_needs_no_file(
     assert strategy.block_dims == [12, 1, 1]  # the rare blocks count nothing: the narrowest width
     config = strategy.config(with_sizes=True)
     assert config["init_args"]["frequencies"] is None and config["init_args"]["block_dims"] == [12, 1, 1]
+    budgeted = MixedDimensionEmbedding(300, 12, num_blocks=3, frequencies=str(path), alpha=0.5, budget=876)
+    assert budgeted.block_dims == [11, 1, 1] and budgeted.num_embedding_parameters() == 876  # (42 + 12) 11 + 85 + 173 + 24
     path.unlink()
     rebuilt = build_from_config(EmbeddingStrategy, config, "embedding")
     rebuilt.load_state_dict(strategy.state_dict())

@@ -4,6 +4,7 @@ to the hidden size."""
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import numpy as np
@@ -118,6 +119,16 @@ def block_sizes(vocab_size: int, num_blocks: int) -> list[int]:
 def read_counts(path: str, vocab_size: int) -> np.ndarray:
     """The count file's ``vocab_size`` non-negative integers, one per line (line i: id i's count)."""
     try:
+        stamp = Path(path).stat().st_mtime_ns  # a budget counts many sizes: the file is read once while unchanged
+    except OSError as error:
+        raise ConfigError(f"frequencies={path!r} is not a file of one integer count per line ({error}): write id i's "
+                          f"count on line i") from None
+    return _read_counts(path, vocab_size, stamp)
+
+
+@functools.lru_cache(maxsize=4)
+def _read_counts(path: str, vocab_size: int, stamp: int) -> np.ndarray:
+    try:
         lines = Path(path).read_text().split()
         counts = np.array([int(line) for line in lines], dtype=np.int64)
     except (OSError, UnicodeDecodeError, ValueError) as error:
@@ -126,6 +137,7 @@ def read_counts(path: str, vocab_size: int) -> np.ndarray:
     if len(counts) != vocab_size or (counts < 0).any():
         raise ConfigError(f"frequencies={path!r} holds {len(counts)} counts{' (some negative)' if (counts < 0).any() else ''}"
                           f": it needs one non-negative count per vocabulary id, {vocab_size} lines")
+    counts.flags.writeable = False  # shared by the cache
     return counts
 
 
