@@ -181,7 +181,8 @@ class DeepHashEmbedding(HashedIdStrategy):
     ``num_buckets`` buckets, each mapped uniformly to [-1, 1] (the paper's uniform encoding, k = 1024, m = 10^6),
     and a deep network of ``num_layers`` hidden layers of ``width`` units with Mish activations decodes it into the
     vector. Parameters: the network's, ``k w + w + (L - 1)(w^2 + w) + w d + d``. The paper's batch normalisation is
-    left out (a strategy's vectors must not depend on the batch they come in).
+    left out (a strategy's vectors must not depend on the batch they come in). A tied decoder runs the network on
+    every id (``V x k`` encodings per step): the method has no table to score instead.
 
     Args:
         width: units of each hidden layer.
