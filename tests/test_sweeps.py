@@ -441,6 +441,8 @@ def test_report_of_a_sweep_averages_the_chosen_point_over_seeds_and_names_what_i
     # dense on topics: lr=1e-4, seeds 1 and 2: 82 and 84 -> 83.0 ± 1.4
     assert "| dense |" in demo and "83.0 ± 1.4" in demo
     assert "Grid search, stage mnli" in out and "lr=0.0001" in out
+    assert "| dense | topics | 83.0 ± 1.4 | 63.0 ± 1.4 | lr=0.0001 |" in out  # val/score x 100, as the tables above
+    assert "the highest val/score of its best checkpoint x 100" in out
     assert "mnli/model=3se,task=sst2,lr=3e-05,seed=2: left" in out
     assert "rte/model=dense,task=topics,seed=1: left" in out
     probe = ("import sys; from lit_embed.cli import main; status = main(['report', sys.argv[1]]); "
