@@ -56,7 +56,7 @@ def test_an_unstarted_run_leaves_no_folder_it_made_and_a_started_one_keeps_its_o
     for root in ("runs/a", "runs/kept", "new/b/c"):
         claim_version(tmp_path / root)
     (tmp_path / "runs" / "a" / "version_0" / "config.yaml").write_text("as a run writes it when it starts")
-    assert len(discard_unstarted()) == 3
+    assert len([p for p in discard_unstarted() if tmp_path in p.parents]) == 3  # (and earlier tests' claims, elsewhere)
     assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*")) == ["runs", "runs/kept"]
     claim_version(tmp_path / "runs" / "a")
     (tmp_path / "runs" / "a" / "version_0" / "checkpoints").mkdir()
