@@ -26,7 +26,7 @@ from pathlib import Path
 
 from lit_embed.data.sources import SAMPLES, SCRIPT_DATASETS, file_kind, how_to_fetch, parse_hub_name
 from lit_embed.errors import ConfigError, HubError, UserError
-from lit_embed.hub import PACKAGED_MINILM, resolve_pretrained
+from lit_embed.hub import PACKAGED_MINILM, offline_cause, require_hub, resolve_pretrained
 from lit_embed.tables import Table, render
 
 #: Seconds to wait for the hub's answer on one name.
@@ -63,7 +63,7 @@ def lookup(repo_id: str, repo_type: str, revision: str | None) -> Repo:
     try:
         info = HfApi().repo_info(repo_id, repo_type=repo_type, revision=revision, timeout=TIMEOUT)
     except OfflineModeIsEnabled as error:
-        raise HubDown("HF_HUB_OFFLINE=1") from error
+        raise HubDown(offline_cause() or "offline mode is on") from error
     except RevisionNotFoundError as error:
         raise NotFound(f"no revision {revision!r}") from error
     except RepositoryNotFoundError as error:
@@ -129,9 +129,10 @@ def main(argv: list[str]) -> int:
         failures.append(f"{sum(bool(n.problem) for n in names)} name(s) cannot be used as configured: {'; '.join(problems)}")
     if offline is not None:
         unchecked = sum(n.reachable == f"no ({offline})" for n in names)
+        unset = "HF_HUB_OFFLINE=0 " if offline.startswith("HF_HUB_OFFLINE") else ""  # what the user set, else nothing
         failures.append(
             f"the hub could not be reached ({offline}), so {unchecked} hub name(s) were not checked: run it where the "
-            f"hub is reachable (HF_HUB_OFFLINE=0 lit-embed data {' '.join(argv)})"
+            f"hub is reachable ({unset}lit-embed data {' '.join(argv)})"
         )
     if failures:
         raise HubError("data check: " + "; and ".join(failures))
@@ -290,6 +291,7 @@ def check_all(names: list[Name], trusted: bool) -> str | None:
             continue
         known = SCRIPT_DATASETS.get(name.repo.lower()) if name.kind == "dataset" and not name.files_only else None
         if down is None:
+            require_hub()  # one probe of a few seconds at most, not a lookup's timeout, where the hub does not answer
             try:
                 repo = lookup(name.repo, name.kind, name.revision)
             except NotFound as error:

@@ -38,8 +38,10 @@ def export(ckpt: str, out: str, overwrite: bool = False, tokenizer: str | None =
            trust_remote_code: bool = False) -> Path:
     """Write the export of ``ckpt`` (a .ckpt, a run folder or an experiment folder) to ``out``, atomically.
     ``trust_remote_code``: let the tokenizer run the code it ships (never taken from what the checkpoint records)."""
+    from lit_embed.files import atomic_folder, check_output
+
+    check_output(Path(out), overwrite, check_replaceable, inputs=[ckpt])  # at once, not after the loading's seconds
     from lit_embed.checkpoints import load_model, recorded_tokenizer
-    from lit_embed.files import atomic_folder
     from lit_embed.folders import start_checkpoint
     from lit_embed.hub import trusting_remote_code
 
