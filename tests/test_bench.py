@@ -1,5 +1,5 @@
 """The benchmark suite keeps working: every benchmark runs at its smallest size (figures are not checked
-here), and the peers written for it compute what they claim to."""
+here), and the peers and inputs written for it are what they claim to be."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ import json
 import subprocess
 import sys
 
+import numpy as np
+import pytest
 import torch
 
 from tests.helpers import REPO
@@ -26,10 +28,15 @@ def test_benchmark_suite_runs_at_smoke_size():
     assert "lit-embed equal-size" in out and "speed-up vs dense" in out
     # the peers an expert would pick, each in the table of what it is compared with (optional ones may be skipped)
     assert "SparseAdam" in out and "AdamW on touched rows" in out and "speed-up vs best peer" in out
-    assert "RobertaForMaskedLM" in out and "speed-up vs HuggingFace MLM" in out
+    assert "LM head on masked positions (expert peer)" in out and "speed-up vs expert peer" in out
+    assert "logits at every position" in out and "speed-up vs HF full logits" in out
+    assert "RobertaForMaskedLM(labels=)" in out and "speed-up vs BERT-MLM (HF)" in out  # HashFormers' Table 3
     assert "faiss Kmeans" in out and "xxHash XXH3-128" in out
     assert "== startup:" in out and "import torch" in out and "lit-embed report" in out
     assert "bf16 autocast" in out and "largest loss gap vs fp32" in out
+    # real text as the headline input, uniform ids as a second row; the physical limit
+    assert "real-text ids" in out and "uniform ids" in out and "% of limit" in out
+
 
 
 def bench_module(monkeypatch, name: str):
@@ -69,10 +76,9 @@ def test_results_say_when_no_gpu_figures_exist(monkeypatch, tmp_path):
     payload = {"title": "T", "description": "D", "date": "2026-01-01", "command": "c", "environment": environment,
                "rows": [{"what": "x", "seconds": 1.0}]}
     (tmp_path / "x.cpu.json").write_text(json.dumps(payload))
-    monkeypatch.setattr(run, "RESULTS", tmp_path)
-    assert "No GPU results" in run.render()
+    assert "No GPU results" in run.render(tmp_path)
     (tmp_path / "x.cuda.json").write_text(json.dumps({**payload, "environment": {**environment, "gpu": "H100"}}))
-    assert "No GPU results" not in run.render()
+    assert "No GPU results" not in run.render(tmp_path)
 
 
 def test_a_measurement_in_a_child_process_comes_back_as_its_row(monkeypatch):
@@ -82,3 +88,98 @@ def test_a_measurement_in_a_child_process_comes_back_as_its_row(monkeypatch):
     jobs = [{"shape": [100, 8], "label": "nn.Embedding(sparse=True), SparseAdam"}]
     rows = harness.in_children(bench.__file__, jobs, harness.Context(), bench.measure_memory)
     assert len(rows) == 1 and rows[0]["step memory MB"] >= 0
+
+
+def test_the_expert_mlm_peer_computes_huggingfaces_loss_on_the_masked_positions_alone(monkeypatch):
+    """The headline MLM peer (HuggingFace's encoder, its LM head on the masked positions only) is HuggingFace's
+    masked LM: with the same weights it gives the loss and gradients that ``*ForMaskedLM(labels=)`` gives."""
+    builders = bench_module(monkeypatch, "builders")
+    config = builders.backbone_config("roberta_s", 1000, smoke=True)
+    expert, full = builders.HuggingFaceMLM(config, masked_only=True), builders.HuggingFaceMLM(config, masked_only=False)
+    full.load_state_dict(expert.state_dict())
+    data = builders.batch(expert, (3, 40), seed=1, ids="uniform")
+    assert (data["labels"] != -100).sum() > 0
+    losses = []
+    for model in (expert, full):
+        model.eval()  # no dropout: the two runs see the same network
+        loss, logits, _ = model(data)
+        loss.backward()
+        losses.append(loss.detach())
+    torch.testing.assert_close(losses[0], losses[1])
+    assert logits.shape[:2] == data["codes"].shape  # the full peer scores every position, the expert only the masked
+    weight = "model.roberta.encoder.layer.0.attention.self.query.weight"
+    grads = [dict(model.named_parameters())[weight].grad for model in (expert, full)]
+    torch.testing.assert_close(grads[0], grads[1])
+
+
+@pytest.mark.parametrize("vocab_size", [50265, 250002, 1000])
+def test_text_like_ids_are_real_text_inside_any_vocabulary(monkeypatch, vocab_size):
+    """Windows of real prose, the same for a seed, inside the vocabulary and clear of the specials (ids 0-3 and
+    the last), whether the vocabulary is larger than the tokenizer's (ids kept) or smaller (folded); and, as
+    text does, they repeat: fewer distinct ids than uniform ids of the same batch."""
+    real_text = bench_module(monkeypatch, "real_text")
+    ids = real_text.text_ids((8, 66), vocab_size, seed=3, chars=60_000)
+    assert ids.shape == (8, 64) and np.array_equal(ids, real_text.text_ids((8, 66), vocab_size, seed=3, chars=60_000))
+    assert not np.array_equal(ids, real_text.text_ids((8, 66), vocab_size, seed=4, chars=60_000))
+    assert ids.min() >= 4 and ids.max() <= vocab_size - 2
+    uniform = real_text.uniform_ids((8, 66), vocab_size, seed=3)
+    assert uniform.min() >= 4 and uniform.max() <= vocab_size - 2
+    assert len(np.unique(ids)) < 0.8 * len(np.unique(uniform))
+    if vocab_size > 30523:  # the tokenizer's own ids: the windows decode to words of the prose
+        words = real_text.tokenizer().tokenizer.decode(ids[0].tolist()).split()
+        assert sum(word.isalpha() for word in words) > len(words) / 2
+
+
+def test_without_prose_on_the_machine_text_like_ids_are_zipf_ids_and_say_so(monkeypatch):
+    real_text = bench_module(monkeypatch, "real_text")
+    monkeypatch.setattr(real_text, "sources", lambda: iter(()))
+    for cached in (real_text.prose, real_text.token_stream):
+        cached.cache_clear()
+        monkeypatch.setattr(real_text, cached.__name__, cached)
+    try:
+        ids = real_text.text_ids((4, 130), 50265, chars=12_345)
+        assert real_text.describe(12_345).startswith("Zipf ids")
+    finally:
+        real_text.prose.cache_clear()
+        real_text.token_stream.cache_clear()
+    assert ids.shape == (4, 128) and ids.min() >= 4 and ids.max() <= 50263
+    assert np.bincount(ids.ravel()).argmax() == 4  # rank 1 of the Zipf law is the most frequent id
+
+
+def test_prose_is_sentences_read_once(monkeypatch):
+    """Manual pages lose their roff requests and escapes; code, commit records and headings are not prose; a
+    paragraph met twice (a licence copied into many packages) is taken once."""
+    real_text = bench_module(monkeypatch, "real_text")
+    page = ('.TH LS 1\n.SH NAME\nls \\- list directory contents\n.SH DESCRIPTION\n.PP\nList information about the '
+            '\\fBFILEs\\fR (the current directory by default), sorted alphabetically when no option is given.\n')
+    assert "\\f" not in real_text.man_page_text(page) and ".SH" not in real_text.man_page_text(page)
+    licence = "Permission is hereby granted to any person obtaining a copy of this software and its documentation."
+    texts = [("docs", real_text.man_page_text(page)), ("docs", f"{licence}\n\ncommit 8683bdd7 Author: A <a@b.c> 2011-02-27"),
+             ("other", f"def f(x):\n    return x ** 2 + g(x, y=3) * h[0]\n\n{licence}\n\nUsage:")]
+    monkeypatch.setattr(real_text, "sources", lambda: iter(texts))
+    real_text.prose.cache_clear()
+    try:
+        paragraphs, taken = real_text.prose(10_000)
+    finally:
+        real_text.prose.cache_clear()
+    assert paragraphs == ("List information about the FILEs (the current directory by default), sorted alphabetically "
+                          "when no option is given.", licence)
+    assert taken == {"docs": sum(len(p) for p in paragraphs)}
+
+
+def test_what_an_embedding_step_must_move(monkeypatch):
+    """The embedding step's physical limit counts the output and its gradient, the codes, the table rows a
+    forward reads, and 8 accesses per parameter the optimiser steps: every row of a dense table, the touched
+    rows for the lazy peers, the small tables of subspace."""
+    bench = bench_module(monkeypatch, "bench_embedding_step")
+    from lit_embed.embeddings import SubspaceEmbedding
+
+    codes = torch.tensor([[5, 7, 7, 9], [5, 11, 12, 9]])  # 8 tokens, 5 distinct rows
+    tokens, unique, d, vocab = 8, 5, 16, 1000
+    activations = 4 * 2 * tokens * d + 8 * tokens
+    dense = torch.nn.Embedding(vocab, d)
+    assert bench.step_bytes("nn.Embedding, fused AdamW", dense, codes, d) == activations + 4 * (unique * d + 8 * vocab * d)
+    lazy = bench.TouchedRowsAdamW(vocab, d)
+    assert bench.step_bytes("dense table, AdamW on touched rows", lazy, codes, d) == activations + 4 * 9 * unique * d
+    subspace = SubspaceEmbedding(vocab, d, num_tables=3)
+    assert bench.step_bytes("subspace f=3", subspace, codes, d) == activations + 4 * 8 * subspace.table_size * d

@@ -6,7 +6,8 @@
     python tools/bench/run.py --threads 1          # one torch thread: steadier figures on a busy machine
     python tools/bench/run.py --smoke --no-write   # smallest sizes, nothing written (CI's smoke test)
 
-Each benchmark writes ``results/<name>.<device>.json``; ``RESULTS.md`` is rebuilt from all of them.
+Each benchmark writes ``results/<name>.<device>.json`` (again after every complete group of rows, marked
+partial until it ends); ``RESULTS.md`` is rebuilt from all of them.
 """
 
 from __future__ import annotations
@@ -21,7 +22,9 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from harness import RESULTS, Context, environment, markdown_table, write_json  # noqa: E402
+from lit_embed.files import write_atomic, write_json_atomic  # noqa: E402
+
+from harness import RESULTS, Context, environment, load_average, markdown_table  # noqa: E402
 
 INTRO = """# Benchmarks
 
@@ -40,17 +43,20 @@ NO_GPU = """No GPU results: every figure below was measured on the CPU (no `resu
 """
 
 
-def render() -> str:
+def render(results: Path = RESULTS) -> str:
     parts = [INTRO]
-    if not any(RESULTS.glob("*.cuda*.json")):
+    if not any(results.glob("*.cuda*.json")):
         parts.append(NO_GPU)
-    for path in sorted(RESULTS.glob("*.json")):
+    for path in sorted(results.glob("*.json")):
         result = json.loads(path.read_text())
         env = result["environment"]
         where = env.get("gpu") or f"{env['cpu_count']} CPU cores, {env['torch_threads']} torch threads"
         parts.append(f"## {result['title']}\n")
         parts.append(f"{result['description']}\n")
-        parts.append(f"Measured {result['date']} on {where} (torch {env['torch']}): `{result['command']}`\n")
+        load = f", load average {env.get('load average')} -> {result.get('load average after')}" if "load average" in env else ""
+        parts.append(f"Measured {result['date']} on {where} (torch {env['torch']}{load}): `{result['command']}`\n")
+        if not result.get("complete", True):
+            parts.append("**Partial: the run stopped before this benchmark finished; the rows below are those it had.**\n")
         parts.append(markdown_table(result["rows"]) + "\n")
     return "\n".join(parts)
 
@@ -72,28 +78,34 @@ def main(argv: list[str] | None = None) -> int:
         import torch
 
         torch.set_num_threads(args.threads)
-    ctx = Context(device=args.device, smoke=args.smoke)
     for name in args.names or available():
         module = importlib.import_module(f"bench_{name}")
         print(f"== {name}: {module.TITLE}", flush=True)
-        rows = module.run(ctx)
-        print(markdown_table(rows), flush=True)
-        if args.no_write:
-            continue
         options = (["--device", args.device] if args.device != "cpu" else []) + (["--threads", str(args.threads)] if args.threads else [])
-        command = " ".join(["python tools/bench/run.py", name, *options])
+        ctx = Context(device=args.device, smoke=args.smoke)
         payload = {
             "title": module.TITLE,
             "description": (module.__doc__ or "").strip(),
             "date": datetime.date.today().isoformat(),
-            "command": command,
+            "command": " ".join(["python tools/bench/run.py", name, *options]),
             "environment": environment(ctx),
-            "rows": rows,
         }
-        write_json(RESULTS / f"{name}.{args.device.replace(':', '')}.json", payload)
-    if not args.no_write:
-        (HERE / "RESULTS.md").write_text(render())
+        path = RESULTS / f"{name}.{args.device.replace(':', '')}.json"
+        if not args.no_write:
+            ctx.partial = lambda rows, payload=payload, path=path: save(path, payload, rows, complete=False)
+        rows = module.run(ctx)
+        print(markdown_table(rows), flush=True)
+        if not args.no_write:
+            save(path, payload, rows, complete=True)
     return 0
+
+
+def save(path: Path, payload: dict, rows: list[dict], complete: bool) -> None:
+    """Write a benchmark's result file (partial until ``complete``) and rebuild RESULTS.md (beside the results
+    folder) from every result in its folder."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(path, {**payload, "load average after": load_average(), "complete": complete, "rows": rows})
+    write_atomic(path.parent.parent / "RESULTS.md", render(path.parent))
 
 
 if __name__ == "__main__":
