@@ -34,9 +34,9 @@ def test_benchmark_suite_runs_at_smoke_size():
     assert "faiss Kmeans" in out and "xxHash XXH3-128" in out
     assert "== startup:" in out and "import torch" in out and "lit-embed report" in out
     assert "bf16 autocast" in out and "largest loss gap vs fp32" in out
-    # real text as the headline input, uniform ids as a second row; the physical limit
+    # real text as the headline input, uniform ids as a second row; the physical limit; the data pipeline
     assert "real-text ids" in out and "uniform ids" in out and "% of limit" in out
-
+    assert "HuggingFace run_mlm way" in out and "tokens/s per core" in out and "cores for one GPU" in out
 
 
 def bench_module(monkeypatch, name: str):
