@@ -1,5 +1,6 @@
 """The benchmark suite keeps working: every benchmark runs at its smallest size (figures are not checked
-here), and the peers and inputs written for it are what they claim to be."""
+here), the peers and inputs written for it are what they claim to be, and the GPU kit refuses a machine
+without a GPU and keeps what each of its parts wrote however the part ends."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import importlib
 import json
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -183,3 +186,70 @@ def test_what_an_embedding_step_must_move(monkeypatch):
     assert bench.step_bytes("dense table, AdamW on touched rows", lazy, codes, d) == activations + 4 * 9 * unique * d
     subspace = SubspaceEmbedding(vocab, d, num_tables=3)
     assert bench.step_bytes("subspace f=3", subspace, codes, d) == activations + 4 * 8 * subspace.table_size * d
+
+
+def test_the_gpu_kit_refuses_a_machine_without_a_gpu(monkeypatch, capsys):
+    """No GPU: one line saying so, exit 2, and nothing run or written (the results and RESULTS.md as they were)."""
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU: the kit would run")
+    run = bench_module(monkeypatch, "run")
+    folder = REPO / "tools" / "bench"
+    before = {path: path.stat().st_mtime_ns for path in [folder / "RESULTS.md", *(folder / "results").iterdir()]}
+    assert run.main(["--device", "cuda", "--quick"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("No GPU is present") and "the GPU kit (--quick) needs one" in err and "\n" not in err
+    assert {path: path.stat().st_mtime_ns for path in [folder / "RESULTS.md", *(folder / "results").iterdir()]} == before
+    assert run.main(["--device", "cuda", "pretrain_step"]) == 2  # any benchmark on a GPU that is not there
+
+
+def test_the_gpu_kit_keeps_every_partial_result_when_parts_fail_or_run_out_of_time(monkeypatch, tmp_path):
+    """The kit's budget and bookkeeping on the CPU, with parts standing in for the GPU ones: a part that passes,
+    one that writes a partial result and then runs past its share of the budget (it and the process it started
+    are stopped, its result kept), one that fails, one skipped. The kit goes on after each, records how each
+    ended, logs with timestamps, copies what it has to --out, and exits 1."""
+    kit = bench_module(monkeypatch, "kit")
+    results, out = tmp_path / "bench" / "results", tmp_path / "out"
+    partial = results / "slow.cuda.json"
+    pid_file = tmp_path / "grandchild.pid"
+    python = sys.executable
+    slow = (f"import json, pathlib, subprocess, sys, time; pathlib.Path({str(partial)!r}).write_text(json.dumps("
+            f"{{'title': 'slow', 'description': '', 'date': '', 'command': '', 'environment': {{'cpu_count': 2, "
+            f"'torch_threads': 1, 'torch': '2'}}, 'complete': False, 'rows': [{{'figure': 1.5}}]}})); "
+            f"child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
+            f"pathlib.Path({str(pid_file)!r}).write_text(str(child.pid)); print('measured 1 row', flush=True); time.sleep(60)")
+    parts = [kit.Part("passes", [python, "-c", "print('hello from the GPU')"], 1),
+             kit.Part("slow", [python, "-c", slow], 1),
+             kit.Part("fails", [python, "-c", "import sys; sys.exit(3)"], 1),
+             kit.Part("DDP", [python, "-c", "raise SystemExit('must not run')"], 1, "needs 2 GPUs, this machine has 1")]
+    monkeypatch.setattr(kit, "parts", lambda gpus: parts)
+    monkeypatch.setattr(kit, "gpu_count", lambda: 1)
+    harness = bench_module(monkeypatch, "harness")
+    monkeypatch.setattr(harness, "environment", lambda ctx: {"cpu_count": 2, "torch_threads": 1, "torch": "2"})
+    start = time.monotonic()
+    assert kit.main(24, str(out), results) == 1
+    assert time.monotonic() - start < 24
+    summary = json.loads((results / "gpu_kit.cuda.json").read_text())
+    assert summary["complete"] and [row["status"] for row in summary["rows"]] == ["passed", "out of time", "failed (exit 3)", "skipped"]
+    assert json.loads(partial.read_text())["rows"] == [{"figure": 1.5}]  # what the stopped part had written
+    assert not running(int(pid_file.read_text()))  # the process the stopped part had started is stopped too
+    log = (results / "gpu_kit.log").read_text()
+    assert "hello from the GPU" in log and "measured 1 row" in log and "must not run" not in log
+    assert all(line.startswith("[") and "s] " in line for line in log.splitlines())
+    assert "**Partial" in (results.parent / "RESULTS.md").read_text()
+    assert sorted(p.name for p in out.iterdir()) == ["RESULTS.md", "gpu_kit.cuda.json", "gpu_kit.log", "slow.cuda.json"]
+
+
+def running(pid: int) -> bool:
+    """Whether process ``pid`` still runs (a zombie, ended but not yet reaped by its new parent, does not)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state != "Z"
+
+
+def test_the_gpu_kit_refuses_a_budget_too_short_to_run_anything(monkeypatch, tmp_path, capsys):
+    kit = bench_module(monkeypatch, "kit")
+    assert kit.main(3, None, tmp_path) == 2
+    assert "--budget 3 is too short" in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())

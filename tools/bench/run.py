@@ -5,6 +5,7 @@
     python tools/bench/run.py --device cuda        # on a GPU, synchronised timings
     python tools/bench/run.py --threads 1          # one torch thread: steadier figures on a busy machine
     python tools/bench/run.py --smoke --no-write   # smallest sizes, nothing written (CI's smoke test)
+    python tools/bench/run.py --device cuda --quick   # the GPU kit: tests and GPU figures in 7 minutes (kit.py)
 
 Each benchmark writes ``results/<name>.<device>.json`` (again after every complete group of rows, marked
 partial until it ends); ``RESULTS.md`` is rebuilt from all of them.
@@ -68,7 +69,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=None, help="torch's intra-op threads (default: one per core)")
     parser.add_argument("--smoke", action="store_true", help="smallest sizes, one repeat: checks the suite runs")
     parser.add_argument("--no-write", action="store_true", help="print the tables, write no result files")
+    parser.add_argument("--quick", action="store_true", help="with --device cuda: the GPU kit (see kit.py)")
+    parser.add_argument("--budget", type=float, default=None, help="with --quick: the kit's seconds in all (default 420)")
+    parser.add_argument("--out", default=None, help="with --quick: also copy the log and results here (default $OUT)")
     args = parser.parse_args(argv)
+    if not args.quick and (args.budget is not None or args.out is not None):
+        parser.error("--budget and --out are the GPU kit's: give them with --device cuda --quick")
+    if args.device.startswith("cuda"):
+        from kit import gpu_count
+
+        if not gpu_count():
+            what = "the GPU kit (--quick)" if args.quick else f"--device {args.device}"
+            print(f"No GPU is present (torch sees no CUDA device): {what} needs one, so nothing was run or written; "
+                  f"run it on a GPU machine, or leave out --device for the CPU benchmarks.", file=sys.stderr)
+            return 2
+    if args.quick:
+        import kit
+
+        if not args.device.startswith("cuda") or args.names or args.smoke:
+            parser.error("--quick is the GPU kit: give it with --device cuda alone (and --budget/--out)")
+        return kit.main(args.budget, args.out, RESULTS)
     unknown = sorted(set(args.names) - set(available()))
     if unknown:
         parser.error(f"unknown benchmark(s) {unknown}: choose from {available()}")
