@@ -253,3 +253,24 @@ def test_the_gpu_kit_refuses_a_budget_too_short_to_run_anything(monkeypatch, tmp
     assert kit.main(3, None, tmp_path) == 2
     assert "--budget 3 is too short" in capsys.readouterr().err
     assert not any(tmp_path.iterdir())
+
+
+def test_headlines_name_their_peer_and_input_and_follow_the_rows(monkeypatch, tmp_path):
+    """A headline is read from the rows of a result file: lit-embed's figure, its peer's of the same run, the input
+    and the ratio with its range; a headline whose rows are missing is left out rather than guessed."""
+    run = bench_module(monkeypatch, "run")
+    environment = {"cpu_count": 2, "torch_threads": 2, "torch": "2", "load average": 3.5}
+    expert = "HuggingFace *ForMaskedLM, LM head on masked positions (expert peer)"
+    rows = [{"model": "RoBERTa_S", "strategy": "subspace f=3", "ids": "real-text ids", "batch": "32x128",
+             "seconds per step": 5.0, "speed-up vs expert peer": 1.21, "vs expert peer range": "1.1-1.3"},
+            {"model": "RoBERTa_S", "strategy": expert, "ids": "real-text ids", "batch": "32x128", "seconds per step": 6.05}]
+    payload = {"title": "T", "description": "D", "date": "2026-01-01", "command": "c", "environment": environment}
+    (tmp_path / "pretrain_step.cpu.json").write_text(json.dumps({**payload, "rows": rows}))
+    text = run.render(tmp_path)
+    line = next(line for line in text.splitlines() if line.startswith("| RoBERTa_S MLM step, subspace f=3, 32x128"))
+    assert "| real-text ids | 5 s |" in line and f"{expert}: 6.05 s" in line and "1.21x (1.1-1.3)" in line and "load 3.5" in line
+    assert "XLM-R_S" not in text.split("## Headlines")[1].split("No GPU results")[0]  # no rows, no claim
+    (tmp_path / "pretrain_step.cpu.json").write_text(json.dumps({**payload, "rows": rows[:1]}))
+    assert "## Headlines" not in run.render(tmp_path)  # its peer's row is missing: the claim goes
+    with pytest.raises(SystemExit):
+        run.main(["--headlines", "cluster"])

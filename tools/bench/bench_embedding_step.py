@@ -1,7 +1,7 @@
 """Embedding training step (forward, backward, optimiser step) of every strategy against the best of
 the ways an expert would train a full V x d table.
 
-Each set-up maps a batch of 32 x 128 codes to vectors, takes a fixed random gradient back, and steps
+Each set-up, on one torch thread, maps a batch of 32 x 128 codes to vectors, takes a fixed random gradient back, and steps
 its optimiser with lit-embed's AdamW settings (the papers'). The codes, the headline: windows of real
 English text read on this machine (`real_text.py`: WordPiece ids, or a hash strategy's codes of its
 words; words are hashed once each in the data pipeline, see the tokenise + hash benchmark); the
@@ -61,6 +61,7 @@ from harness import (
 )
 
 TITLE = "Embedding step: every strategy against the best peer (nn.Embedding + fused AdamW, SparseAdam, touched-row AdamW)"
+THREADS = 1  # steadier figures on a shared machine; the memory bandwidth is measured with the same
 SIZE, SMOKE_SIZE = (32, 128), (4, 16)
 #: A set-up: the module, and the optimiser it is stepped with (given the module).
 Setup = tuple[Callable[[], nn.Module], Callable[[nn.Module], object]]

@@ -53,6 +53,7 @@ import torch
 from harness import RESULTS, child_main, in_children, memory_bandwidth, spread_cell
 
 TITLE = "Data pipeline: corpus text to packed MLM / S+R batches, tokens/s per CPU core, against HuggingFace's run_mlm way"
+THREADS = 1  # per core; the children also get ONE_CORE
 LENGTH, BATCH, ROUNDS = 512, 32, 3
 LIT_STREAM, LIT_CACHED, LIT_SR = "lit-embed MLM, streaming", "lit-embed MLM, cached (datasets.map pass)", "lit-embed S+R, MD5 hashing, streaming"
 HF, HF_STREAM = "HuggingFace run_mlm way (map + group + collator)", "HuggingFace run_mlm way, streaming"
@@ -181,16 +182,11 @@ def gpu_rate() -> tuple[float, str]:
 
 def run(ctx) -> list[dict]:
     length = 32 if ctx.smoke else LENGTH
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        bandwidth = memory_bandwidth(ctx)
-        with tempfile.TemporaryDirectory() as folder:
-            corpus, corpus_bytes = write_corpus(Path(folder), 50_000 if ctx.smoke else 4_000_000)
-            jobs = [{"way": way, "corpus": corpus, "length": length} for _ in range(1 if ctx.smoke else ROUNDS) for way in WAYS]
-            measured = in_children(__file__, jobs, ctx, measure, env=ONE_CORE)
-    finally:
-        torch.set_num_threads(threads)
+    bandwidth = memory_bandwidth(ctx)
+    with tempfile.TemporaryDirectory() as folder:
+        corpus, corpus_bytes = write_corpus(Path(folder), 50_000 if ctx.smoke else 4_000_000)
+        jobs = [{"way": way, "corpus": corpus, "length": length} for _ in range(1 if ctx.smoke else ROUNDS) for way in WAYS]
+        measured = in_children(__file__, jobs, ctx, measure, env=ONE_CORE)
     rates = {way: sorted(m["tokens"] / m["seconds"] for m in measured if m["way"] == way) for way in WAYS}
     hf = rates[HF][len(rates[HF]) // 2]
     gpu, source = gpu_rate()

@@ -1,7 +1,8 @@
 """What every benchmark shares: a synchronised timer, the machine it ran on, and result files.
 
 A benchmark module ``bench_<name>.py`` defines ``run(ctx) -> list[dict]``; each row names what was
-timed and, where it has one, the baseline measured in the same run and the ratio between them. A
+timed and, where it has one, the baseline measured in the same run and the ratio between them; it may
+set ``THREADS``, the torch threads it runs with unless ``run.py --threads`` says otherwise. A
 benchmark hands its rows so far to ``ctx.report`` whenever a group of them is complete, so that a run
 cut short (the GPU kit's time budget) keeps what it measured.
 

@@ -5,6 +5,7 @@
     python tools/bench/run.py --device cuda        # on a GPU, synchronised timings
     python tools/bench/run.py --threads 1          # one torch thread: steadier figures on a busy machine
     python tools/bench/run.py --smoke --no-write   # smallest sizes, nothing written (CI's smoke test)
+    python tools/bench/run.py --headlines          # the benchmarks behind the headlines (headlines.py)
     python tools/bench/run.py --device cuda --quick   # the GPU kit: tests and GPU figures in 7 minutes (kit.py)
 
 Each benchmark writes ``results/<name>.<device>.json`` (again after every complete group of rows, marked
@@ -23,6 +24,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+import headlines  # noqa: E402
+
 from lit_embed.files import write_atomic, write_json_atomic  # noqa: E402
 
 from harness import RESULTS, Context, environment, load_average, markdown_table  # noqa: E402
@@ -34,18 +37,30 @@ given as a ratio. Rebuild with `python tools/bench/run.py [NAME...] [--device cu
 generated from `results/*.json`.
 """
 
+HEADLINES = """## Headlines
+
+Each claim names its peer and its input (real-text ids, the headline, or uniform ids); the ratio is the
+median of the per-round ratios, with their range, in the same run; "% of memory limit" is the time the
+bytes a step must move would take at the machine's measured bandwidth over the measured time (see each
+benchmark). To measure them again, on a quiet machine: `python tools/bench/run.py --headlines` (CPU),
+and the GPU rows with `python tools/bench/run.py --device cuda --quick` (the GPU kit).
+"""
+
 
 def available() -> list[str]:
     return sorted(p.stem.removeprefix("bench_") for p in HERE.glob("bench_*.py"))
 
 
 NO_GPU = """No GPU results: every figure below was measured on the CPU (no `results/*.cuda.json` exists).
-`python tools/bench/run.py --device cuda` on a machine with a GPU adds them.
+`python tools/bench/run.py --device cuda --quick` (the GPU kit, `kit.py`) on a machine with a GPU adds them.
 """
 
 
 def render(results: Path = RESULTS) -> str:
     parts = [INTRO]
+    headline_table = headlines.table(results)
+    if headline_table:
+        parts += [HEADLINES, headline_table + "\n"]
     if not any(results.glob("*.cuda*.json")):
         parts.append(NO_GPU)
     for path in sorted(results.glob("*.json")):
@@ -69,6 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=None, help="torch's intra-op threads (default: one per core)")
     parser.add_argument("--smoke", action="store_true", help="smallest sizes, one repeat: checks the suite runs")
     parser.add_argument("--no-write", action="store_true", help="print the tables, write no result files")
+    parser.add_argument("--headlines", action="store_true", help="run the benchmarks the headlines read (headlines.py)")
     parser.add_argument("--quick", action="store_true", help="with --device cuda: the GPU kit (see kit.py)")
     parser.add_argument("--budget", type=float, default=None, help="with --quick: the kit's seconds in all (default 420)")
     parser.add_argument("--out", default=None, help="with --quick: also copy the log and results here (default $OUT)")
@@ -89,18 +105,22 @@ def main(argv: list[str] | None = None) -> int:
         if not args.device.startswith("cuda") or args.names or args.smoke:
             parser.error("--quick is the GPU kit: give it with --device cuda alone (and --budget/--out)")
         return kit.main(args.budget, args.out, RESULTS)
+    if args.headlines:
+        if args.names:
+            parser.error(f"--headlines runs {headlines.benchmarks()}: give no names with it")
+        args.names = headlines.benchmarks()
     unknown = sorted(set(args.names) - set(available()))
     if unknown:
         parser.error(f"unknown benchmark(s) {unknown}: choose from {available()}")
-    if args.threads is not None:
-        if args.threads < 1:
-            parser.error(f"--threads {args.threads} must be at least 1")
-        import torch
+    if args.threads is not None and args.threads < 1:
+        parser.error(f"--threads {args.threads} must be at least 1")
+    import torch
 
-        torch.set_num_threads(args.threads)
+    cores = torch.get_num_threads()
     for name in args.names or available():
         module = importlib.import_module(f"bench_{name}")
         print(f"== {name}: {module.TITLE}", flush=True)
+        torch.set_num_threads(args.threads or getattr(module, "THREADS", cores))
         options = (["--device", args.device] if args.device != "cpu" else []) + (["--threads", str(args.threads)] if args.threads else [])
         ctx = Context(device=args.device, smoke=args.smoke)
         payload = {
