@@ -163,7 +163,6 @@ def step_timer(model, data: dict | list[dict], ctx, dtype: torch.dtype | None = 
     scaler = torch.amp.GradScaler("cuda", enabled=ctx.device.startswith("cuda") and amp_dtype(ctx, dtype) == torch.float16)
 
     def step() -> torch.Tensor:
-        optimizer.zero_grad(set_to_none=True)
         with autocast(ctx, dtype):
             loss, _, _ = model(next(batches))
         scaler.scale(loss).backward()
@@ -171,6 +170,7 @@ def step_timer(model, data: dict | list[dict], ctx, dtype: torch.dtype | None = 
             scaler.step(optimizer)
             scaler.update()
             scheduler.step()
+        optimizer.zero_grad(set_to_none=True)  # at the end, not the start: models taking turns hold no gradients
         return loss.detach()
 
     return step

@@ -103,7 +103,7 @@ def table(results: Path, render_row: Callable[[list[str]], str] = lambda cells: 
             if not path.exists():
                 continue
             result = json.loads(path.read_text())
-            ours = next((row for row in result["rows"] if matches(row, headline.ours)), None)
+            ours = next((row for row in result["rows"] if matches(row, headline.ours) and row.get(headline.ratio) is not None), None)
             if ours is None:
                 continue
             spec = {**headline.peer, headline.name: ours.get(headline.peer_from)} if headline.peer_from else headline.peer
