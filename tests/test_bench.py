@@ -139,9 +139,13 @@ def test_without_prose_on_the_machine_text_like_ids_are_zipf_ids_and_say_so(monk
     for cached in (real_text.prose, real_text.token_stream):
         cached.cache_clear()
         monkeypatch.setattr(real_text, cached.__name__, cached)
+    from lit_embed.embeddings import HashProj
+
     try:
         ids = real_text.text_ids((4, 130), 50265, chars=12_345)
         assert real_text.describe(12_345).startswith("Zipf ids")
+        codes = real_text.text_codes(HashProj(None, 8).text_encoder(None), (4, 130), chars=12_345)  # hashed Zipf words
+        assert codes.shape == (4, 128, 3) and (codes[..., 0] == 5).all()  # every token a hashed word (row 5)
     finally:
         real_text.prose.cache_clear()
         real_text.token_stream.cache_clear()

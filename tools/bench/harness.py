@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import real_text
 import torch
 
 RESULTS = Path(__file__).parent / "results"
@@ -216,6 +217,7 @@ def environment(ctx: Context) -> dict:
         "torch_threads": torch.get_num_threads(),
         "device": ctx.device,
         "load average": load_average(),
+        "text-like ids": real_text.describe(),
     }
     if ctx.device.startswith("cuda"):
         info["gpu"] = torch.cuda.get_device_name()

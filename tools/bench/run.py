@@ -71,6 +71,8 @@ def render(results: Path = RESULTS) -> str:
         parts.append(f"{result['description']}\n")
         load = f", load average {env.get('load average')} -> {result.get('load average after')}" if "load average" in env else ""
         parts.append(f"Measured {result['date']} on {where} (torch {env['torch']}{load}): `{result['command']}`\n")
+        if env.get("text-like ids"):
+            parts.append(f"Text-like ids: {env['text-like ids']}.\n")
         if not result.get("complete", True):
             parts.append("**Partial: the run stopped before this benchmark finished; the rows below are those it had.**\n")
         parts.append(markdown_table(result["rows"]) + "\n")
