@@ -1,12 +1,13 @@
 """Embedding training step (forward, backward, optimiser step) of every strategy against the best of
 the ways an expert would train a full V x d table.
 
-Each set-up, on one torch thread, maps a batch of 32 x 128 codes to vectors, takes a fixed random gradient back, and steps
-its optimiser with lit-embed's AdamW settings (the papers'). The codes, the headline: windows of real
-English text read on this machine (`real_text.py`: WordPiece ids, or a hash strategy's codes of its
-words; words are hashed once each in the data pipeline, see the tokenise + hash benchmark); the
-labelled second rows: uniformly random ids (or random codes), the touched-row peers' worst case.
-"unique rows" is the number of distinct ids in the batch.
+Each set-up, on one torch thread, maps a batch of 32 x 128 codes to vectors, takes a fixed random
+gradient back, and steps its optimiser with lit-embed's AdamW settings (the papers'). The codes, the
+headline: windows of real English text read on this machine (`real_text.py`: WordPiece ids, or a hash
+strategy's codes of its words; words are hashed once each in the data pipeline, see the tokenise + hash
+benchmark); the labelled second rows: uniformly random ids (or random codes), the touched-row peers'
+worst case. "unique rows" is the number of distinct ids in the batch.
+
 The peers, each a full table: `nn.Embedding(V, d)` with a dense gradient and lit-embed's fused AdamW
 (issue 8's baseline); `nn.Embedding(V, d, sparse=True)` with `torch.optim.SparseAdam` (sparse
 gradients, Adam on the touched rows, no weight decay: SparseAdam has none); and a dense table
@@ -22,8 +23,8 @@ elementwise kernels on the CPU), which lit-embed used before issue 8.
 
 Time: the peers take turns step by step (a warm-up, then 7 rounds, medians) and the fastest is the
 best peer; every other row then takes turns with the best peer the same way, and "speed-up vs best
-peer" divides the best peer's median of those rounds by the row's, so a busy machine slows both
-alike. Memory: each set-up runs two steps (the second holds the table, its optimiser state and the
+peer" is the median over those rounds of the best peer's time over the row's ("speed-up range": the
+lowest and highest), so a busy machine slows both alike. Memory: each set-up runs two steps (the second holds the table, its optimiser state and the
 step's gradient at once) in a process of its own, after two steps of the same set-up on a 1000-row
 table (so that what loads on first use is not counted); "step memory MB" is the peak resident set
 size (VmHWM, lowered to the resident size through /proc/self/clear_refs before the module is built)

@@ -100,25 +100,27 @@ def measure_memory(job: dict, ctx) -> dict:
 
 
 def run(ctx) -> list[dict]:
-    rows, jobs = [], []
+    rows, measured = [], []
     peers = {"vs expert peer": EXPERT, "vs HF full logits": FULL, "vs dense": DENSE}
     for model_name, size, dtype, labels, uniform, with_memory in groups(ctx):
         models = {label: functools.partial(build, model_name, label, ctx.smoke) for label in labels}
         group = [{"model": model_name, **row} for row in time_group(ctx, models, size, dtype, uniform, peers)]
         if with_memory and not ctx.device.startswith("cuda"):  # on a GPU time_group measured it
+            jobs = []
             for label, row in zip(labels, [row for row in group if row["ids"] == IDS["text"]]):
                 job = {"model": model_name, "label": label, "batch": list(size), "dtype": row["dtype"]}
-                if label != GATHERED and job not in [known for _, known in jobs]:  # each model once
+                if label != GATHERED and job not in measured:  # each model once
                     jobs.append((row, job))
+                    measured.append(job)
+            for (row, _), memory in zip(jobs, in_children(__file__, [job for _, job in jobs], ctx, measure_memory)):
+                row.update(memory)
         rows += group
-        ctx.report(rows)
-    for (row, _), memory in zip(jobs, in_children(__file__, [job for _, job in jobs], ctx, measure_memory)):
-        row.update(memory)
-    for row in rows:
-        peer = next((r for r in rows if r["model"] == row["model"] and r["batch"] == row["batch"] and r["dtype"] == row["dtype"]
-                     and r["strategy"] == EXPERT and "peak memory MB" in r), None)
-        if peer is not None and "peak memory MB" in row and peer["peak memory MB"] > 0:  # 0 possible in one process
-            row["memory vs expert peer"] = row["peak memory MB"] / peer["peak memory MB"]
+        for row in rows:
+            peer = next((r for r in rows if r["model"] == row["model"] and r["batch"] == row["batch"]
+                         and r["dtype"] == row["dtype"] and r["strategy"] == EXPERT and "peak memory MB" in r), None)
+            if peer is not None and "peak memory MB" in row and peer["peak memory MB"] > 0:  # 0 possible in one process
+                row["memory vs expert peer"] = row["peak memory MB"] / peer["peak memory MB"]
+        ctx.report(rows)  # each group's times and memory as soon as they exist
     return rows
 
 
