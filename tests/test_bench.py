@@ -192,18 +192,38 @@ def test_what_an_embedding_step_must_move(monkeypatch):
     assert bench.step_bytes("subspace f=3", subspace, codes, d) == activations + 4 * 8 * subspace.table_size * d
 
 
-def test_the_gpu_kit_refuses_a_machine_without_a_gpu(monkeypatch, capsys):
-    """No GPU: one line saying so, exit 2, and nothing run or written (the results and RESULTS.md as they were)."""
-    if torch.cuda.is_available():
-        pytest.skip("this machine has a GPU: the kit would run")
+@pytest.mark.parametrize("argv", [
+    ["--device", "cuda", "--quick"],
+    ["--device", "cuda:1", "--quick", "--budget", "60", "--out", "{tmp}/out"],
+    ["--device", "cuda", "pretrain_step"],
+    ["--device", "cuda", "--headlines"],
+])
+def test_a_gpu_run_on_a_machine_without_a_gpu_says_so_in_one_line_and_runs_and_writes_nothing(
+        monkeypatch, tmp_path, capsys, argv):
+    """Whatever asks for a GPU (the kit, with its options, or benchmarks) where torch sees no CUDA device:
+    one line saying so and what to do, exit 2, no part or benchmark started, and nothing written (results,
+    RESULTS.md, --out, $OUT)."""
     run = bench_module(monkeypatch, "run")
-    folder = REPO / "tools" / "bench"
-    before = {path: path.stat().st_mtime_ns for path in [folder / "RESULTS.md", *(folder / "results").iterdir()]}
-    assert run.main(["--device", "cuda", "--quick"]) == 2
-    err = capsys.readouterr().err.strip()
-    assert err.startswith("No GPU is present") and "the GPU kit (--quick) needs one" in err and "\n" not in err
-    assert {path: path.stat().st_mtime_ns for path in [folder / "RESULTS.md", *(folder / "results").iterdir()]} == before
-    assert run.main(["--device", "cuda", "pretrain_step"]) == 2  # any benchmark on a GPU that is not there
+    kit = bench_module(monkeypatch, "kit")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    results = tmp_path / "bench" / "results"
+    results.mkdir(parents=True)
+    (results / "embedding_step.cpu.json").write_text("{}")
+    monkeypatch.setattr(run, "RESULTS", results)
+    monkeypatch.setenv("OUT", str(tmp_path / "from_env"))
+
+    def started(*args, **kwargs):
+        raise AssertionError("a GPU part or benchmark was started without a GPU")
+
+    monkeypatch.setattr(kit, "run_parts", started)
+    monkeypatch.setattr(run, "importlib", type("NoImports", (), {"import_module": staticmethod(started)}))
+    before = sorted(tmp_path.rglob("*"))
+    assert run.main([arg.format(tmp=tmp_path) for arg in argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("No GPU is present") and err.count("\n") == 1, err
+    assert "nothing was run or written" in err
+    assert ("the GPU kit (--quick) needs one" if "--quick" in argv else f"--device {argv[1]} needs one") in err
+    assert sorted(tmp_path.rglob("*")) == before and (results / "embedding_step.cpu.json").read_text() == "{}"
 
 
 def test_the_gpu_kit_keeps_every_partial_result_when_parts_fail_or_run_out_of_time(monkeypatch, tmp_path):

@@ -29,6 +29,15 @@ import real_text
 import torch
 
 RESULTS = Path(__file__).parent / "results"
+REPO = Path(__file__).resolve().parents[2]
+
+
+def checkout_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """This process's environment, this checkout first on PYTHONPATH, and ``extra``: for the processes a
+    benchmark starts, so that they run the checkout's lit-embed, installed or not (a GPU machine may hold only
+    a copy of the repository)."""
+    path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+    return {**os.environ, "PYTHONPATH": path, **(extra or {})}
 
 
 @dataclass
@@ -171,7 +180,7 @@ def in_children(script: str, jobs: list, ctx: Context, measure: Callable[[object
     rows = []
     for job in jobs:
         command = [sys.executable, script, ctx.device, str(int(ctx.smoke)), str(torch.get_num_threads()), json.dumps(job)]
-        done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "PYTHONWARNINGS": "ignore", **(env or {})})
+        done = subprocess.run(command, capture_output=True, text=True, env=checkout_env({"PYTHONWARNINGS": "ignore", **(env or {})}))
         if done.returncode:
             raise RuntimeError(f"measuring {job} in {Path(script).name} failed:\n{done.stderr[-3000:]}")
         rows += [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]

@@ -40,8 +40,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness import REPO, checkout_env
+
 HERE = Path(__file__).resolve().parent
-REPO = HERE.parents[1]
 DEFAULT_BUDGET = 420.0
 #: Seconds kept back at the end for the summary and the copies.
 RESERVE = 5.0
@@ -112,7 +113,7 @@ def run_part(part: Part, seconds: float, log: Log) -> dict:
         return {"part": part.name, "status": "skipped", "note": part.skip}
     log(f"== {part.name}: starting, {seconds:.0f} s at most: {' '.join(part.command)}")
     start = time.monotonic()
-    process = subprocess.Popen(part.command, cwd=REPO, env={**os.environ, **OFFLINE}, stdout=subprocess.PIPE,
+    process = subprocess.Popen(part.command, cwd=REPO, env=checkout_env(OFFLINE), stdout=subprocess.PIPE,
                                stderr=subprocess.STDOUT, text=True, errors="replace", start_new_session=True)
     reader = threading.Thread(target=lambda: [log(f"   {line.rstrip()}") for line in process.stdout], daemon=True)
     reader.start()

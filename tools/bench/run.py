@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+sys.path[:0] = [str(HERE), str(HERE.parents[1])]  # the benchmarks' modules; this checkout's lit-embed, installed or not
 
 import headlines  # noqa: E402
 
@@ -52,7 +52,11 @@ def available() -> list[str]:
 
 
 NO_GPU = """No GPU results: every figure below was measured on the CPU (no `results/*.cuda.json` exists).
-`python tools/bench/run.py --device cuda --quick` (the GPU kit, `kit.py`) on a machine with a GPU adds them.
+The GPU kit (`kit.py`) adds them on a machine with a GPU, in about 7 minutes, from the root of a copy of this
+repository (lit-embed need not be installed, no network is used; the packages of `pyproject.toml` and its
+`test` extra, with a CUDA build of torch): `python tools/bench/run.py --device cuda --quick`. Its results
+land in `tools/bench/results/` (`*.cuda.json`, `gpu_kit.cuda.json`, `gpu_kit.log`) and this file, all
+copied to `--out DIR` (by default `$OUT`, where set) after every part.
 """
 
 
