@@ -294,6 +294,24 @@ def test_headlines_name_their_peer_and_input_and_follow_the_rows(monkeypatch, tm
     line = next(line for line in text.splitlines() if line.startswith("| RoBERTa_S MLM step, subspace f=3, 32x128"))
     assert "| real-text ids | 5 s |" in line and f"{expert}: 6.05 s" in line and "1.21x (1.1-1.3)" in line and "load 3.5" in line
     assert "XLM-R_S" not in text.split("## Headlines")[1].split("No GPU results")[0]  # no rows, no claim
+    headlines = bench_module(monkeypatch, "headlines")
+    assert all("ids" in headline.ours or headline.input for headline in headlines.HEADLINES)  # each names its input
+    ways = [{"way": "lit-embed MLM, streaming", "tokens/s per core": 2e5, "vs HF run_mlm": 2.0},
+            {"way": "HuggingFace run_mlm way (map + group + collator)", "tokens/s per core": 1e5}]
+    (tmp_path / "pipeline.cpu.json").write_text(json.dumps({**payload, "rows": ways}))
+    baseline = "BERT-MLM, HuggingFace RobertaForMaskedLM(labels=), logits at every position (baseline)"
+    table3 = [{"strategy": baseline, "ids": "real-text ids", "ms per sample": 20.0},  # another group's baseline
+              {"strategy": baseline, "ids": "real-text ids", "ms per sample": 17.0},
+              {"strategy": "HashFormer-MD-Proj, S+R", "ids": "real-text ids", "ms per sample": 16.0,
+               "speed-up vs BERT-MLM (HF)": 1.06, "vs BERT-MLM (HF) range": "1.01-1.1"}]
+    (tmp_path / "table3.cpu.json").write_text(json.dumps({**payload, "rows": table3}))
+    lines = run.render(tmp_path).splitlines()
+    line = next(line for line in lines if line.startswith("| data pipeline"))
+    assert "| real English prose" in line and "run_mlm way (map + group + collator): 1e+05 tokens/s" in line
+    line = next(line for line in lines if line.startswith("| HashFormers' Table 3"))
+    assert f"{baseline}: 17 ms |" in line and "1.06x (1.01-1.1)" in line  # the peer of its own group
+    for name in ("pipeline", "table3"):
+        (tmp_path / f"{name}.cpu.json").unlink()
     (tmp_path / "pretrain_step.cpu.json").write_text(json.dumps({**payload, "rows": rows[:1]}))
     assert "## Headlines" not in run.render(tmp_path)  # its peer's row is missing: the claim goes
     with pytest.raises(SystemExit):

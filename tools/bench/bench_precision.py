@@ -16,9 +16,10 @@ PyTorch's CPU kernels have bf16 instructions here (AVX512-BF16 or AMX).
 What bounds the speed: without those instructions bf16 matmuls take slower paths than fp32's, and
 autocast adds casts of every weight and activation: on machines without AVX512-BF16 ("oneDNN bf16"
 no) a bf16 step took 4 to 50 times as long as an fp32 one during development (RoBERTa_S at 2 x 128
-and 8 x 128, a shared machine). With them (the run below) bf16 is faster, and
-`configs/trainer/cpu_bf16.yaml` is the trainer config for such CPUs; `configs/trainer/cpu.yaml`
-stays fp32. Rerun this benchmark on your CPU before choosing.
+and 8 x 128, a shared machine). With them bf16 may be faster or not, by the CPU, the shapes and the
+machine's load: read the rows below, which say whether it has them. `configs/trainer/cpu_bf16.yaml` is
+the trainer config for such CPUs; `configs/trainer/cpu.yaml` stays fp32. Rerun this benchmark on your CPU
+before choosing.
 """
 from __future__ import annotations
 
