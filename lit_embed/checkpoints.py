@@ -10,18 +10,16 @@ trust-granting key, no class from outside lit-embed, Lightning and the installed
 anything else is refused, naming the type; a checkpoint you trust can be rewritten as plain data once,
 knowingly::
 
-    python -m lit_embed.checkpoints convert --trust IN.ckpt OUT.ckpt
+    lit-embed convert --trust IN.ckpt OUT.ckpt
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import importlib
 import json
 import os
 import pickle
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -107,7 +105,7 @@ def load_plain(path: str | os.PathLike, what: str) -> Any:
         raise CheckpointError(
             f"{what} {str(path)!r} holds a Python object of type {found}, which lit-embed does not load: "
             f"unpickling it could run code. If you trust where it came from, rewrite it as plain data once with "
-            f"`python -m lit_embed.checkpoints convert --trust {path} NEW.ckpt` and use NEW.ckpt"
+            f"`lit-embed convert --trust {path} NEW.ckpt` and use NEW.ckpt"
         ) from None
     except Exception as error:  # whatever a damaged file makes the reader trip over
         reason = str(error).splitlines()[0].split(". ")[0][:160] if str(error) else type(error).__name__
@@ -349,21 +347,3 @@ def convert(source: str, target: str) -> None:
         torch.save(plain(checkpoint), handle)
     load_plain(target, "converted checkpoint")  # plain data now (what it names is checked when a command reads it)
 
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m lit_embed.checkpoints", allow_abbrev=False,
-                                     description="Rewrite a checkpoint you trust as tensors and plain data.")
-    commands = parser.add_subparsers(dest="command", required=True)
-    converting = commands.add_parser("convert", allow_abbrev=False, help="unpickle IN trusting it (runs its code) and write OUT as plain data")
-    converting.add_argument("--trust", action="store_true", required=True,
-                            help="required: you trust IN, since unpickling it runs whatever code it holds")
-    converting.add_argument("source", metavar="IN")
-    converting.add_argument("target", metavar="OUT")
-    args = parser.parse_args(argv)
-    convert(args.source, args.target)
-    print(f"wrote {args.target}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

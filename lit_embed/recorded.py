@@ -53,7 +53,7 @@ _NAMED: ContextVar[frozenset[str]] = ContextVar("lit_embed_named_classes", defau
 
 def name_user_classes(config: Any) -> None:
     """Let recorded configs read later in this command name the classes ``config`` (the user's own) names
-    (:func:`lit_embed.cli.main` runs each command in a context of its own, where this ends)."""
+    (:func:`lit_embed.commands.main` runs each command in a context of its own, where this ends)."""
     _NAMED.set(_NAMED.get() | class_paths(config))
 
 

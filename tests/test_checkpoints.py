@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from lit_embed.checkpoints import model_differences, plain, read_checkpoint, recorded_model
-from lit_embed.cli import main
+from lit_embed.commands import main
 from lit_embed.errors import CheckpointError, MissingFileError
 from tests.helpers import CONFIGS, REPO
 
@@ -58,7 +58,7 @@ def test_the_allow_list_is_empty_every_checkpoint_is_plain_data():
 def test_convert_rewrites_a_trusted_checkpoint_as_plain_data(tmp_path):
     import numpy as np
 
-    from lit_embed.checkpoints import main as checkpoints_main
+    from lit_embed.commands.convert import main as convert_main
     from lit_embed.models.optim import OptimConfig
 
     torch.save({"state_dict": {"w": torch.ones(2)}, "hyper_parameters": {"optim": OptimConfig(lr=0.1), "x": np.arange(3)}},
@@ -66,8 +66,8 @@ def test_convert_rewrites_a_trusted_checkpoint_as_plain_data(tmp_path):
     with pytest.raises(CheckpointError, match="OptimConfig"):
         read_checkpoint(tmp_path / "old.ckpt")
     with pytest.raises(SystemExit):  # --trust is required
-        checkpoints_main(["convert", str(tmp_path / "old.ckpt"), str(tmp_path / "new.ckpt")])
-    assert checkpoints_main(["convert", "--trust", str(tmp_path / "old.ckpt"), str(tmp_path / "new.ckpt")]) == 0
+        convert_main([str(tmp_path / "old.ckpt"), str(tmp_path / "new.ckpt")])
+    assert convert_main(["--trust", str(tmp_path / "old.ckpt"), str(tmp_path / "new.ckpt")]) == 0
     new = read_checkpoint(tmp_path / "new.ckpt")
     assert new["hyper_parameters"]["optim"]["lr"] == 0.1 and torch.equal(new["hyper_parameters"]["x"], torch.arange(3))
     assert plain({"a": (1, Path("b"))}) == {"a": (1, "b")}

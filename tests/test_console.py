@@ -6,7 +6,7 @@ import logging
 from types import SimpleNamespace
 
 from lit_embed.callbacks.console import EpochProgressBar, LayerSummary
-from lit_embed.console import quiet
+from lit_embed.notices import quiet
 
 
 def test_lightning_tips_are_dropped_and_its_other_messages_kept(caplog):

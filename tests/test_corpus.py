@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from lit_embed.cli import main
+from lit_embed.commands import main
 from lit_embed.data.corpus import CorpusDataModule
 from lit_embed.hub import resolve_pretrained
 from tests.helpers import CONFIGS

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from lit_embed.cli import main
+from lit_embed.commands import main
 from lit_embed.data import check
 from tests.helpers import CONFIGS
 

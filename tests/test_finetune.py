@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 import torch
 
-from lit_embed.cli import main
+from lit_embed.commands import main
+from lit_embed.commands.lightning import LitEmbedCLI
 from lit_embed.data.finetune import TaskDataModule, XNLIDataModule, truncate_longest_first
 from lit_embed.data.tasks import PAPERS, TASKS, XNLI_LANGUAGES, get_task
 from lit_embed.embeddings import DenseEmbedding, SubspaceEmbedding
 from lit_embed.errors import ConfigError
-from lit_embed.lightning_cli import LitEmbedCLI
 from lit_embed.models import Encoder, MaskedLM, SequenceClassifier
 from lit_embed.models.metrics import POOLED, TaskEvaluation, selection_score
 from tests.helpers import CONFIGS, TINY_CANINE, tiny_encoder

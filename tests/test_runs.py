@@ -154,7 +154,7 @@ def test_a_requeued_slurm_run_continues_in_its_own_folder(tmp_path, monkeypatch)
 
     import torch
 
-    from lit_embed.cli import main
+    from lit_embed.commands import main
     from tests.helpers import CONFIGS
 
     monkeypatch.chdir(tmp_path)
@@ -192,7 +192,7 @@ def test_a_finished_run_has_one_last_checkpoint_at_its_end_and_gives_the_model_i
     signal: a finished fit's last.ckpt was its first validation's (step 2 of 6), or the signal's (step 1)."""
     import torch
 
-    from lit_embed.cli import main
+    from lit_embed.commands import main
     from tests.helpers import CONFIGS
 
     monkeypatch.chdir(tmp_path)

@@ -109,7 +109,7 @@ def _load_checkpoint(path: Path, model_config: str | None, untie: bool) -> Sourc
 
 def _config_file_model(model_config: str) -> dict:
     """The model's ``{"class_path", "init_args"}`` in a lit-embed config file (``--model_config``)."""
-    from lit_embed.lightning_cli import ModelOnlyCLI
+    from lit_embed.commands.lightning import ModelOnlyCLI
 
     cli = ModelOnlyCLI(args=["--config", model_config], run=False)
     return yaml.safe_load(cli.parser.dump(cli.config, skip_none=False))["model"]

@@ -6,7 +6,7 @@ own (:mod:`lit_embed.folders`), atomic checkpoints and a clean stop on a signal
 (:mod:`lit_embed.callbacks.guard`), and a progress bar and model summary that say only what is true
 (:mod:`lit_embed.callbacks.console`); a checkpoint given to ``--ckpt_path`` is read safely and must be of the
 configured model. A ``--config`` file that lit-embed wrote (a run's or a compress output's ``config.yaml``) is read
-as :mod:`lit_embed.recorded` reads every recorded config. :mod:`lit_embed.cli` imports this module only for the
+as :mod:`lit_embed.recorded` reads every recorded config. :mod:`lit_embed.commands` imports this module only for the
 commands that need Lightning.
 """
 
@@ -338,4 +338,17 @@ class ModelOnlyCLI(LitEmbedCLI):
         """Nothing: there is no trainer."""
 
 
-__all__ = ["LitEmbedCLI", "ModelOnlyCLI"]
+
+
+
+def _subcommand(name: str):
+    def run(argv: list[str]) -> int:
+        LitEmbedCLI(args=[name, *argv])
+        return 0
+
+    run.__name__ = run.__qualname__ = name
+    run.__doc__ = f"``lit-embed {name}``: LightningCLI's {name} of a lit-embed config."
+    return run
+
+
+fit, validate, test, predict = map(_subcommand, SUBCOMMANDS)

@@ -22,7 +22,7 @@ from lit_embed.files import atomic_writer
 class AtomicCheckpointIO(TorchCheckpointIO):
     """``torch.save`` into a temporary file next to the checkpoint, flushed to disk, then ``os.replace``.
 
-    Used by the shipped trainer configs (``plugins: [lit_embed.checkpointing.AtomicCheckpointIO]``);
+    Used by the shipped trainer configs (``plugins: [lit_embed.checkpoint_io.AtomicCheckpointIO]``);
     remote paths (``s3://``, ``gs://``) keep Lightning's writer, since an object store's upload is
     already all-or-nothing. It remembers the step of each file it wrote (:meth:`saved_step`), so that
     :class:`~lit_embed.callbacks.RunGuard` writes ``last.ckpt`` at the end of training only where it is behind.
