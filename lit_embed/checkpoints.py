@@ -20,6 +20,8 @@ import importlib
 import json
 import os
 import pickle
+from collections.abc import Collection
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -177,6 +179,47 @@ def model_differences(recorded: dict, configured: dict) -> list[str]:
     return lines
 
 
+@dataclass(frozen=True)
+class ModelCheck:
+    """A checkpoint's recorded model held against the requested one (:func:`check_model`)."""
+
+    #: The model config the checkpoint records (``None``: it records none, and nothing was compared).
+    recorded: dict | None
+    #: What makes them different models, one ``key: checkpoint X, config Y`` line each.
+    differences: list[str]
+    #: The init args the request leaves unset, as the checkpoint records them.
+    filled: dict
+
+    def listed(self, most: int = 6) -> str:
+        """The differences in one line (the first ``most``, and how many more)."""
+        extra = len(self.differences) - most
+        return "; ".join(self.differences[:most]) + (f"; and {extra} more" if extra > 0 else "")
+
+
+def check_model(checkpoint: dict, requested: dict, keys: Collection[str] | None = None,
+                tokenizer: str | None = None) -> ModelCheck:
+    """The one check of a checkpoint against the model a command is asked to build: ``--ckpt_path``, the start
+    checkpoint of a fine-tuning (``model.init_args.checkpoint``), compress, export and analyze all come here.
+
+    ``requested`` is a model config (``{"class_path", "init_args"}``; either may be missing), ``keys`` the init args
+    compared and filled (default all), ``tokenizer`` the one the request's data reads (a checkpoint trained with another
+    is a different model). What the checkpoint records comes through :func:`read_checkpoint`, as
+    :mod:`lit_embed.recorded` reads it.
+    """
+    recorded = recorded_model(checkpoint)
+    if recorded is None:
+        return ModelCheck(None, [], {})
+    theirs, mine = dict(recorded["init_args"]), dict(requested.get("init_args") or {})
+    if keys is not None:
+        theirs, mine = {k: theirs.get(k) for k in keys}, {k: mine.get(k) for k in keys}
+    differences = model_differences({**recorded, "init_args": theirs}, {**requested, "init_args": mine})
+    trained = recorded_tokenizer(checkpoint)
+    if trained and tokenizer and tokenizer != trained:
+        differences.append(f"data tokenizer: checkpoint {trained!r}, config {tokenizer!r}")
+    filled = {k: v for k, v in theirs.items() if v is not None and mine.get(k) is None}
+    return ModelCheck(recorded, differences, filled)
+
+
 def build_from_config(base: type, config: dict, key: str):
     """Instantiate a ``{"class_path", "init_args"}`` config of a subclass of ``base`` as jsonargparse does."""
     from jsonargparse import ArgumentParser
@@ -220,6 +263,11 @@ def load_model(name: str | os.PathLike, what: str = "checkpoint", config: dict |
 
     path = start_checkpoint(name, what)
     checkpoint = read_checkpoint(path, what)
+    if config is not None:  # the given config: the model the checkpoint records, or it does not fit
+        check = check_model(checkpoint, config)
+        if check.differences:
+            raise CheckpointError(f"{what} {str(path)!r} records another model than the config given "
+                                  f"({check.listed()}): {fix}")
     config = config or recorded_model(checkpoint)
     if config is None:
         raise CheckpointError(f"{what} {str(path)!r} does not record its model config (it was not written by "

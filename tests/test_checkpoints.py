@@ -116,6 +116,34 @@ def test_an_old_fine_tuned_checkpoint_tests_and_resumes(tmp_path, monkeypatch):
                  "--trainer.limit_train_batches", "3", "--trainer.limit_val_batches", "1"]) == 0
 
 
+def loads_of(path: Path, monkeypatch) -> list[str]:
+    """Every torch.load of ``path`` from now on (by name, or through the file object Lightning's loader opens)."""
+    loads, real, target = [], torch.load, os.path.abspath(path)
+
+    def load(f, *args, **kwargs):
+        name = f if isinstance(f, (str, os.PathLike)) else getattr(f, "path", getattr(f, "name", None))
+        if isinstance(name, (str, os.PathLike)) and os.path.abspath(name) == target:
+            loads.append(target)
+        return real(f, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "load", load)
+    return loads
+
+
+@pytest.mark.parametrize("command", ["test", "fit"])
+def test_a_command_reads_its_ckpt_path_once(command, tmp_path, monkeypatch):
+    """--ckpt_path is read once, checked, and handed to Lightning (which read it a second time, and LightningCLI
+    a third to apply the model it records over the config)."""
+    monkeypatch.chdir(tmp_path)
+    ckpt = tmp_path / "finetune.ckpt"
+    shutil.copy(LEGACY / "finetune.ckpt", ckpt)
+    loads = loads_of(ckpt, monkeypatch)
+    args = ["--config", str(CONFIGS / "demo_finetune.yaml"), *small(), "--trainer.limit_test_batches", "1",
+            "--trainer.limit_val_batches", "1", "--trainer.limit_train_batches", "2", "--trainer.max_epochs", "2"]
+    assert main([command, *args, "--ckpt_path", str(ckpt)]) == 0
+    assert len(loads) == 1
+
+
 def test_an_old_compressed_model_tests_and_fine_tunes(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     folder = tmp_path / "compressed"

@@ -22,19 +22,19 @@ import pytorch_lightning as pl
 from jsonargparse import Namespace
 from pytorch_lightning.callbacks import ModelSummary, ProgressBar
 from pytorch_lightning.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
+from pytorch_lightning.plugins.io import TorchCheckpointIO
 
 from lit_embed._compat import subcommand_parser
 from lit_embed.callbacks.console import LayerSummary, progress_bar
 from lit_embed.callbacks.guard import RunGuard
 from lit_embed.callbacks.predictions import PredictionWriter
 from lit_embed.callbacks.results_writer import ResultsWriter
+from lit_embed.checkpoint_io import AtomicCheckpointIO
 from lit_embed.checkpoints import (
     build_from_config,
-    model_differences,
+    check_model,
     read_checkpoint,
-    recorded_model,
     recorded_run,
-    recorded_tokenizer,
     resolve_class,
 )
 
@@ -116,7 +116,9 @@ class LitEmbedCLI(LightningCLI):
         in before the run (a paper's evaluation schedule), where jsonargparse would print it before that."""
         asked = [a for a in args or [] if a == "--print_config" or a.startswith("--print_config=")]
         if not asked or isinstance(args, (dict, Namespace)):
-            return super().parse_arguments(parser, args)
+            super().parse_arguments(parser, args)
+            self.start_checkpoint()
+            return
         super().parse_arguments(parser, [a for a in args if a not in asked])
         subcommand = self.config.get("subcommand")
         config = self.config[subcommand] if subcommand else self.config
@@ -131,7 +133,16 @@ class LitEmbedCLI(LightningCLI):
         parser.add_argument("--ckpt_model", choices=["config", "checkpoint"], default="config", help=CKPT_MODEL_HELP)
 
     # -- before the classes: the run's folder and the checkpoint it starts from --------------------------
-    def _parse_ckpt_path(self) -> None:  # LightningCLI's hook: it applies a checkpoint's model over the config
+    def _parse_ckpt_path(self) -> None:  # LightningCLI's hook (see lit_embed._compat)
+        """Nothing: Lightning's would read the ``--ckpt_path`` file a second time and apply the hyper-parameters it
+        records over the config unchecked; :meth:`start_checkpoint` has read it once and checked it."""
+
+    def start_checkpoint(self) -> None:
+        """The run's folder and the checkpoint ``--ckpt_path`` names, read once: resolved (``last``, a run or
+        experiment folder), checked against the configured model (:func:`~lit_embed.checkpoints.check_model`: a
+        different model refused, what the config leaves unset filled in), and handed to Lightning's checkpoint IO
+        so that the trainer does not read the file again."""
+        self.given_checkpoint: tuple[str, dict] | None = None
         subcommand = self.config.get("subcommand")
         if not subcommand:
             return
@@ -165,6 +176,7 @@ class LitEmbedCLI(LightningCLI):
                 f"model.init_args.checkpoint {ckpt_path} (fine-tuning), or give a checkpoint a fit saved"
             )
         self._check_model(config, checkpoint, ckpt_path)
+        self.given_checkpoint = (ckpt_path, checkpoint)
         config = self.config[subcommand]  # the check may have filled in the model from the checkpoint
         if subcommand == "fit" and config.model.init_args.get("checkpoint") is not None:
             config.model.init_args.checkpoint = None  # resumed: every weight comes from --ckpt_path, not the start point
@@ -183,18 +195,15 @@ class LitEmbedCLI(LightningCLI):
         What a fit records (the seed, the tokenizer its weights expect) is taken from the checkpoint where the
         config leaves it unset: testing a fine-tuned checkpoint needs no other file.
         """
-        recorded = recorded_model(checkpoint)
-        if recorded is None:
-            return  # not written by the CLI: its weights are checked against the model when they load
         configured = config.model.as_dict()
-        differences = model_differences(recorded, configured)
-        tokenizer = recorded_tokenizer(checkpoint)
         data = (config.get("data") or {}).get("init_args") or {}
-        if tokenizer and data.get("tokenizer") and data.get("tokenizer") != tokenizer:
-            differences.append(f"data tokenizer: checkpoint {tokenizer!r}, config {data.get('tokenizer')!r}")
+        check = check_model(checkpoint, configured, tokenizer=data.get("tokenizer"))
+        if check.recorded is None:
+            return  # not written by the CLI: its weights are checked against the model when they load
+        recorded = check.recorded
         subcommand = self.config.subcommand
-        if differences:
-            listed = "; ".join(differences[:6]) + (f"; and {len(differences) - 6} more" if len(differences) > 6 else "")
+        if check.differences:
+            listed = check.listed()
             if config.ckpt_model != "checkpoint":
                 raise CheckpointError(
                     f"--ckpt_path {ckpt_path} is a checkpoint of another model than the config builds ({listed}): give "
@@ -205,7 +214,7 @@ class LitEmbedCLI(LightningCLI):
             update = recorded
         else:
             unset = configured.get("init_args") or {}
-            filled = {k: v for k, v in recorded["init_args"].items() if v is not None and unset.get(k) is None}
+            filled = dict(check.filled)
             labels = _recorded_labels(recorded, unset)
             if labels is not None:  # a config-defined task predicts with the labels it was trained with, data or not
                 filled["task"] = {**unset["task"], "labels": labels}
@@ -260,12 +269,24 @@ class LitEmbedCLI(LightningCLI):
 
     def after_instantiate_classes(self) -> None:
         if self.subcommand is not None:
+            self._hand_over_checkpoint()
             for logger in self.trainer.loggers:
                 if isinstance(logger, RunLogger):
                     logger.bind(self.trainer.default_root_dir)
             # The guard first: its hooks (last.ckpt at the end of training) run before the results that report them.
             callbacks = self.trainer.callbacks
             callbacks.sort(key=lambda callback: not isinstance(callback, RunGuard))
+
+    def _hand_over_checkpoint(self) -> None:
+        """The ``--ckpt_path`` checkpoint read in :meth:`start_checkpoint`, given to the trainer's checkpoint IO so that
+        it is not read again (a checkpoint IO of the config's own, not lit-embed's, reads the file itself)."""
+        if self.given_checkpoint is None:
+            return
+        strategy = self.trainer.strategy
+        if type(strategy.checkpoint_io) is TorchCheckpointIO:
+            strategy.checkpoint_io = AtomicCheckpointIO()  # what RunGuard would install at setup
+        if isinstance(strategy.checkpoint_io, AtomicCheckpointIO):
+            strategy.checkpoint_io.hand_over(*self.given_checkpoint)
 
     def before_fit(self) -> None:
         if self._tests_after_fit():
@@ -328,7 +349,7 @@ def _logger_configs(trainer_config) -> list:
 class ModelOnlyCLI(LitEmbedCLI):
     """Parses a full config but builds only the model: no data, no trainer, no download."""
 
-    def _parse_ckpt_path(self) -> None:
+    def start_checkpoint(self) -> None:
         """Nothing: no run is made."""
 
     def instantiate_classes(self) -> None:

@@ -23,9 +23,8 @@ from lit_embed._compat import attached_trainer
 from lit_embed.checkpoints import (
     FACTS,
     build_from_config,
-    model_differences,
+    check_model,
     read_checkpoint,
-    recorded_model,
     recorded_tokenizer,
     resolve_class,
     state_differences,
@@ -166,17 +165,14 @@ class SequenceClassifier(EmbeddingModule):
                 f"checkpoint {name!r} has vocab_size={facts['vocab_size']} but the config sets "
                 f"{self.embedding.vocab_size}: set model.init_args.vocab_size {facts['vocab_size']}"
             )
-        recorded = recorded_model(raw)
-        if recorded is not None:  # what the file records of backbone and strategy must be what the config builds
-            theirs = {k: recorded["init_args"].get(k) for k in ("encoder", "embedding")}
-            mine = {"encoder": self.encoder.as_config(), "embedding": self.embedding.config()}
-            differences = model_differences({"init_args": theirs}, {"init_args": mine})
-            if differences:
-                raise ConfigError(
-                    f"checkpoint {name!r} was pre-trained as another model than the config builds "
-                    f"({'; '.join(differences[:6])}): leave model.init_args.encoder and embedding unset to take the "
-                    f"checkpoint's, or set them as the pre-training did"
-                )
+        mine = {"encoder": self.encoder.as_config(), "embedding": self.embedding.config()}
+        check = check_model(raw, {"init_args": mine}, keys=mine)  # the file's backbone and strategy: the config's?
+        if check.differences:
+            raise ConfigError(
+                f"checkpoint {name!r} was pre-trained as another model than the config builds "
+                f"({check.listed()}): leave model.init_args.encoder and embedding unset to take the "
+                f"checkpoint's, or set them as the pre-training did"
+            )
         state = {k: v for k, v in raw["state_dict"].items() if k.startswith(("encoder.", "embedding."))}
         mine = {k: v for k, v in self.state_dict().items() if k.startswith(("encoder.", "embedding."))}
         details = state_differences(mine, state, sized=fixed_shapes(self))
@@ -305,16 +301,12 @@ def _model_of(checkpoint: dict, name: str, given: dict) -> tuple[dict, dict]:
     """What the config leaves unset (``None`` in ``given``) of the backbone, strategy and vocabulary, and of the dense
     baseline the pre-training was counted against (a hash strategy's ``baseline_vocab_size``), from the model
     ``checkpoint`` records: ``(the values, the configs taken)``."""
-    recorded = recorded_model(checkpoint)
-    if recorded is None:
+    unset = [key for key, value in given.items() if value is None]
+    check = check_model(checkpoint, {}, keys=unset)
+    if check.recorded is None:
         raise CheckpointError(f"pre-training checkpoint {name!r} does not record its model: give model.init_args.encoder, "
                               f"embedding and vocab_size as it was trained")
-    init = recorded["init_args"]
     build = {"encoder": lambda c: build_from_config(nn.Module, c, "encoder"), "embedding": strategy_factory,
              "baseline_encoder": lambda c: build_from_config(nn.Module, c, "baseline_encoder")}
-    values, taken = dict(given), {}
-    for key, value in given.items():
-        if value is None and init.get(key) is not None:
-            taken[key] = init[key]
-            values[key] = build.get(key, lambda c: c)(init[key])
-    return values, taken
+    values = {**given, **{key: build.get(key, lambda c: c)(value) for key, value in check.filled.items()}}
+    return values, dict(check.filled)
