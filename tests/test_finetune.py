@@ -17,6 +17,7 @@ from lit_embed.data.finetune import TaskDataModule, XNLIDataModule, truncate_lon
 from lit_embed.data.tasks import PAPERS, TASKS, XNLI_LANGUAGES, get_task
 from lit_embed.embeddings import DenseEmbedding, SubspaceEmbedding
 from lit_embed.errors import ConfigError
+from lit_embed.interfaces import wire
 from lit_embed.models import Encoder, MaskedLM, SequenceClassifier
 from lit_embed.models.metrics import POOLED, TaskEvaluation, selection_score
 from tests.helpers import CONFIGS, TINY_CANINE, tiny_encoder
@@ -279,6 +280,7 @@ def pretrain_checkpoint(tmp_path: Path, embedding=None, vocab_size: int = 30522)
     data = CorpusDataModule("all-MiniLM-L6-v2", files=["sample-corpus"], max_length=32, batch_size=4, val_size=2, max_texts=50)
     trainer = pl.Trainer(accelerator="cpu", max_steps=2, logger=False, enable_checkpointing=False,
                          enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0)
+    wire(model, data)
     trainer.fit(model, data)
     path = tmp_path / "pretrain.ckpt"
     trainer.save_checkpoint(path)
@@ -292,6 +294,7 @@ def fit_topics(model, tmp_path: Path, **data_args):
     trainer = pl.Trainer(accelerator="cpu", max_steps=2, val_check_interval=2, limit_val_batches=2, logger=False,
                          enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
                          default_root_dir=tmp_path)
+    wire(model, dm)
     trainer.fit(model, dm)
     return trainer, dm
 

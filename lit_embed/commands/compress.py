@@ -36,7 +36,7 @@ from lit_embed.embeddings.text import VocabTextEncoder
 from lit_embed.errors import ConfigError, MissingFileError
 from lit_embed.files import atomic_folder, check_output, write_atomic, write_json_atomic
 from lit_embed.hub import trusting_remote_code
-from lit_embed.interfaces import TaskData, TaskModel, provides
+from lit_embed.interfaces import TaskData, TaskModel, provides, wire
 from lit_embed.recorded import name_user_classes
 
 CONFIG_SUFFIXES = (".yaml", ".yml")
@@ -187,6 +187,7 @@ def choose_k(source: Source, candidates: dict, data: Data, accelerator: str, lim
         module.embedding = embedding
         trainer = pl.Trainer(accelerator=accelerator, devices=1, logger=False, enable_checkpointing=False,
                              enable_progress_bar=False, enable_model_summary=False, limit_val_batches=limit_val_batches)
+        wire(module, data.module)
         trainer.validate(module, datamodule=data.module, verbose=False)
         return float(trainer.callback_metrics["val/score"])
 

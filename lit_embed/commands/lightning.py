@@ -12,6 +12,7 @@ commands that need Lightning.
 
 from __future__ import annotations
 
+import inspect
 import logging
 import os
 import sys
@@ -43,7 +44,7 @@ from lit_embed.data import CorpusDataModule, TaskDataModule, XNLIDataModule  # n
 from lit_embed.errors import CheckpointError, ConfigError, MissingFileError
 from lit_embed.files import write_atomic
 from lit_embed.folders import CHECKPOINTS, newest_checkpoint, run_of, start_checkpoint
-from lit_embed.interfaces import TaskData, provides
+from lit_embed.interfaces import TaskData, provides, wire
 from lit_embed.models import MaskedLM, SequenceClassifier, ShuffleRandom  # noqa: F401
 from lit_embed.recorded import name_user_classes, recorded_config, run_config_hints, written_by_lit_embed
 from lit_embed.runs import RunLogger
@@ -117,9 +118,11 @@ class LitEmbedCLI(LightningCLI):
         asked = [a for a in args or [] if a == "--print_config" or a.startswith("--print_config=")]
         if not asked or isinstance(args, (dict, Namespace)):
             super().parse_arguments(parser, args)
+            self.link_task()
             self.start_checkpoint()
             return
         super().parse_arguments(parser, [a for a in args if a not in asked])
+        self.link_task()
         subcommand = self.config.get("subcommand")
         config = self.config[subcommand] if subcommand else self.config
         if subcommand in (None, "fit"):
@@ -128,6 +131,24 @@ class LitEmbedCLI(LightningCLI):
         sys.stdout.write(subcommand_parser(self, subcommand).dump(
             config, skip_default="skip_default" in flags, skip_none="skip_null" in flags or "skip_unset" in flags))
         sys.exit(0)
+
+    def link_task(self) -> None:
+        """The data's task is the model's: ``data.init_args.task`` becomes ``model.init_args.task`` where the model takes
+        a task and the config leaves it unset, so a config says it once (and records it in both). A model given
+        another task than its data's is refused when the data is set up, naming both."""
+        subcommand = self.config.get("subcommand")
+        config = self.config[subcommand] if subcommand else self.config
+        data, model = config.get("data"), config.get("model")
+        if not isinstance(data, Namespace) or not isinstance(model, Namespace):
+            return
+        task = (data.get("init_args") or Namespace()).get("task")
+        if task is None or (model.get("init_args") or Namespace()).get("task") is not None:
+            return
+        cls = resolve_class(model.class_path)
+        if not isinstance(cls, type) or "task" not in inspect.signature(cls).parameters:
+            return
+        update = {"model": {"class_path": model.class_path, "init_args": {"task": _plain(task)}}}
+        self.config = self.parser.parse_object({subcommand: update} if subcommand else update, self.config)
 
     def add_arguments_to_parser(self, parser) -> None:
         parser.add_argument("--ckpt_model", choices=["config", "checkpoint"], default="config", help=CKPT_MODEL_HELP)
@@ -269,6 +290,7 @@ class LitEmbedCLI(LightningCLI):
 
     def after_instantiate_classes(self) -> None:
         if self.subcommand is not None:
+            wire(self.model, self.datamodule)  # the one step that hands model and data each other
             self._hand_over_checkpoint()
             for logger in self.trainer.loggers:
                 if isinstance(logger, RunLogger):

@@ -63,7 +63,8 @@ class SequenceClassifier(EmbeddingModule):
 
     Args:
         task: a task of :data:`lit_embed.data.tasks.TASKS`, or a config's own
-            (:class:`~lit_embed.data.tasks.TaskDefinition`); must be the data's.
+            (:class:`~lit_embed.data.tasks.TaskDefinition`); must be the data's. A config leaves it unset: the
+            CLI gives the model the data's (``data.init_args.task``).
         encoder, embedding, vocab_size, baseline_vocab_size, baseline_encoder, init: see :class:`EmbeddingModule`.
         checkpoint: a lit-embed pre-training checkpoint to start from.
         classifier_dropout: dropout before the output layer (default the backbone's hidden dropout).
@@ -79,7 +80,7 @@ class SequenceClassifier(EmbeddingModule):
 
     def __init__(
         self,
-        task: str | TaskDefinition,
+        task: str | TaskDefinition | None = None,
         encoder: Encoder | None = None,
         embedding: StrategyFactory | None = None,
         vocab_size: int | None = None,
@@ -92,6 +93,9 @@ class SequenceClassifier(EmbeddingModule):
         trained_tokenizer: str | None = None,
         init: Init = "default",
     ) -> None:
+        if task is None:
+            raise ConfigError("SequenceClassifier needs a task: set data.init_args.task (the model takes the data's), "
+                              "or model.init_args.task")
         pretraining, taken = None, {}
         if checkpoint is not None and (encoder is None or embedding is None or vocab_size is None):
             path = start_checkpoint(checkpoint, "pre-training checkpoint")  # a file, or a run's newest
@@ -213,7 +217,7 @@ class SequenceClassifier(EmbeddingModule):
         if stage == "fit":
             seed = os.environ.get("PL_GLOBAL_SEED")
             self.hparams["seed"] = int(seed) if seed is not None else None
-            data = self.trainer.datamodule
+            data = self.data
             self.trained_tokenizer = (data.tokenizer if provides(data, TaskData) else None) or self.expected_tokenizer
             self.hparams["trained_tokenizer"] = self.trained_tokenizer
         super().setup(stage)
@@ -278,7 +282,7 @@ class SequenceClassifier(EmbeddingModule):
         self.evaluation[stage].reset()
         if not results:
             return
-        data = self.trainer.datamodule if provides(self.trainer.datamodule, TaskData) else None
+        data = self.data if provides(self.data, TaskData) else None
         sets = {set_id: values for set_id, values in results.items() if set_id != POOLED}
         names = data.eval_set_names(stage) if data is not None else [""]
         if len(names) < len(sets):
