@@ -201,7 +201,7 @@ def test_a_plugin_that_fails_to_import_exits_2_naming_it(fresh, tmp_path, capsys
     assert err.startswith("lit-embed: error: plugin 'broken' (litembed_broken) of litembed-broken-plugin 0.2 failed to "
                           "import (RuntimeError: the plugin is broken, at ")
     assert f"{site / 'litembed_broken.py'}:1)" in err and "LIT_EMBED_PLUGINS=0" in err
-    assert plugins.main() == 2 and "litembed-broken-plugin" in capsys.readouterr().err
+    assert main(["plugins"]) == 2 and "litembed-broken-plugin" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(("modules", "cause"), [
