@@ -219,7 +219,7 @@ def test_LIT_EMBED_PLUGINS_0_imports_no_plugin(fresh, demo_site, capsys):
     fresh.syspath_prepend(str(demo_site))
     fresh.setenv(plugins.SWITCH, "0")
     assert plugins.load_plugins() == [] and "litembed_demo_plugin" not in sys.modules
-    assert plugins.main() == 0
+    assert main(["plugins"]) == 0
     assert capsys.readouterr().out.splitlines() == [
         "plugins are off (LIT_EMBED_PLUGINS=0): 1 installed, none loaded",
         "  demo = litembed_demo_plugin (litembed-demo-plugin 0.1)",
