@@ -28,6 +28,7 @@ import torch
 from torch import Tensor
 
 from lit_embed.data.collate import PadCollator
+from lit_embed.data.sources import load_files
 from lit_embed.errors import ConfigError, OutputExistsError
 from lit_embed.files import write_atomic, write_json_atomic, writing
 
@@ -361,8 +362,6 @@ def _save_png(figure, path: Path) -> Path:
 # -- lit-embed analyze -----------------------------------------------------------------------------
 def read_texts(name: str, limit: int) -> list[str]:
     """Up to ``limit`` non-empty texts from a local file or a shipped sample (``sample-corpus``)."""
-    from lit_embed.data.sources import load_files
-
     texts = []
     for text in load_files([name])["text"]:
         if isinstance(text, str) and text.strip():

@@ -25,6 +25,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+from lit_embed.data import tasks
 from lit_embed.errors import ConfigError, PluginError
 
 GROUP = "lit_embed.plugins"
@@ -92,12 +93,10 @@ def load_plugins() -> list[Plugin]:
     if not enabled():
         _loaded = []
         return []
-    from lit_embed.data.tasks import TASKS
-
     loaded = []
     for point in installed():
         distribution, version = _distribution(point)
-        before = set(TASKS)
+        before = set(tasks.TASKS)
         try:
             point.load()
         except Exception as error:
@@ -106,7 +105,7 @@ def load_plugins() -> list[Plugin]:
                 f"({type(error).__name__}: {error}{_where(error)}): fix or uninstall {distribution} "
                 f"(pip uninstall {distribution}), or set {SWITCH}=0 to run without plugins"
             ) from error
-        added = tuple(name for name in TASKS if name not in before)
+        added = tuple(name for name in tasks.TASKS if name not in before)
         loaded.append(Plugin(distribution, version, point.name, point.value, added))
     _loaded = loaded
     return list(loaded)

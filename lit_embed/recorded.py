@@ -30,8 +30,11 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Literal
 
+import pytorch_lightning as pl
+
 from lit_embed.errors import ConfigError
 from lit_embed.folders import CHECKPOINTS, LOCK_FILE
+from lit_embed.plugins import load_plugins
 from lit_embed.results import RESULTS_FILE
 
 #: Keys that let a config run foreign code: never taken from a recorded config.
@@ -145,8 +148,6 @@ def written_by_lit_embed(path: str | os.PathLike) -> bool:
 
 def run_config_hints() -> dict[str, Any]:
     """The types of a full config's top-level keys (a run's or a compress output's ``config.yaml``)."""
-    import pytorch_lightning as pl
-
     return {"trainer": pl.Trainer, "model": pl.LightningModule, "data": pl.LightningDataModule, "ckpt_path": str,
             "ckpt_model": str, "seed_everything": Any, "config": Any}
 
@@ -155,8 +156,6 @@ def run_config_hints() -> dict[str, Any]:
 
 
 def _allowed(module_or_path: str) -> bool:
-    from lit_embed.plugins import load_plugins
-
     top = module_or_path.split(".")[0]
     return top in PACKAGES or top in {plugin.package for plugin in load_plugins()}
 

@@ -7,6 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from torch.utils.tensorboard import SummaryWriter
+
 from lit_embed.analysis import (
     ANALYSIS_DIR,
     ANALYSIS_FILES,
@@ -67,8 +69,6 @@ def main(argv: list[str]) -> int:
     paths = [out / name for name in sorted(ANALYSIS_FILES)]
     is_run = any(run_dir.glob("events.out.tfevents.*"))
     if not args.no_tensorboard and is_run:
-        from torch.utils.tensorboard import SummaryWriter
-
         with writing(run_dir):  # TensorBoard appends to its event file: on a full disk, name the run folder
             writer = SummaryWriter(log_dir=str(run_dir))
             try:

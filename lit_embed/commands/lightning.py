@@ -20,6 +20,7 @@ import warnings
 from pathlib import Path
 
 import pytorch_lightning as pl
+import yaml
 from jsonargparse import Namespace
 from pytorch_lightning.callbacks import ModelSummary, ProgressBar
 from pytorch_lightning.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
@@ -41,6 +42,7 @@ from lit_embed.checkpoints import (
 
 # Configs may name lit-embed's classes short (class_path: TaskDataModule): jsonargparse finds imported subclasses.
 from lit_embed.data import CorpusDataModule, TaskDataModule, XNLIDataModule  # noqa: F401
+from lit_embed.data.tasks import get_task
 from lit_embed.errors import CheckpointError, ConfigError, MissingFileError
 from lit_embed.files import write_atomic
 from lit_embed.folders import CHECKPOINTS, newest_checkpoint, run_of, start_checkpoint
@@ -71,7 +73,6 @@ class RecordedConfigParser(LightningArgumentParser):
     def parse_path(self, path, ext_vars=None, env=None, defaults=True, **kwargs):
         if not written_by_lit_embed(path):
             return super().parse_path(path, ext_vars=ext_vars, env=env, defaults=defaults, **kwargs)
-        import yaml
 
         document = recorded_config(yaml.safe_load(Path(path).read_text()) or {}, f"config {str(path)!r}", "",
                                    run_config_hints())
@@ -350,8 +351,6 @@ def _is(cls, base: type) -> bool:
 def apply_evaluation_schedule(config) -> None:
     """Validate as the run's paper did: every ``eval_every`` steps of the task table (HashFormers' Table 5),
     where the config leaves ``trainer.val_check_interval`` unset; the steps count across epochs."""
-    from lit_embed.data.tasks import get_task
-
     data = (config.get("data") or {}).get("init_args") or {}
     if config.trainer.get("val_check_interval") is not None or not data.get("task") or not data.get("paper"):
         return

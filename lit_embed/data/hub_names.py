@@ -22,6 +22,12 @@ from dataclasses import dataclass, field
 from fnmatch import fnmatch
 from pathlib import Path
 
+import pytorch_lightning as pl
+from huggingface_hub import HfApi, hf_hub_download
+from huggingface_hub.errors import OfflineModeIsEnabled, RepositoryNotFoundError, RevisionNotFoundError
+
+from lit_embed.checkpoints import build_from_config
+from lit_embed.data.finetune import TaskDataModule
 from lit_embed.data.sources import SAMPLES, SCRIPT_DATASETS, file_kind, parse_hub_name
 from lit_embed.errors import UserError
 from lit_embed.hub import PACKAGED_MINILM, resolve_pretrained
@@ -54,9 +60,6 @@ class HubDown(Exception):
 
 def lookup(repo_id: str, repo_type: str, revision: str | None) -> Repo:
     """``repo_id`` (``repo_type`` ``dataset`` or ``model``) at ``revision`` (default its main branch) on the hub."""
-    from huggingface_hub import HfApi, hf_hub_download
-    from huggingface_hub.errors import OfflineModeIsEnabled, RepositoryNotFoundError, RevisionNotFoundError
-
     try:
         info = HfApi().repo_info(repo_id, repo_type=repo_type, revision=revision, timeout=TIMEOUT)
     except OfflineModeIsEnabled as error:
@@ -156,11 +159,6 @@ def _model_names(node, where: str) -> Iterator[tuple[str, str]]:
 
 def _task_data(data: dict):
     """The config's task data module (built: that downloads nothing), or ``None`` for other data."""
-    import pytorch_lightning as pl
-
-    from lit_embed.checkpoints import build_from_config
-    from lit_embed.data.finetune import TaskDataModule
-
     module_name, _, class_name = str(data.get("class_path") or "").rpartition(".")
     try:
         cls = getattr(importlib.import_module(module_name), class_name) if module_name else None

@@ -17,8 +17,20 @@ import shutil
 from pathlib import Path
 
 import torch
+from safetensors.torch import save_file
 
+from lit_embed.accounting import format_parameters, parameter_report
+from lit_embed.checkpoints import load_model, recorded_tokenizer
+from lit_embed.embeddings.state import CheckpointSized
 from lit_embed.errors import CheckpointError, ConfigError, OutputExistsError
+from lit_embed.export.configuration_lit_embed import LitEmbedConfig
+from lit_embed.export.vendor import module_source
+from lit_embed.files import atomic_folder, write_atomic, write_json_atomic
+from lit_embed.folders import start_checkpoint
+from lit_embed.hub import load_tokenizer, trusting_remote_code
+from lit_embed.interfaces import TaskModel, provides
+from lit_embed.recorded import class_paths
+from lit_embed.results import versions
 
 #: What marks a folder as an earlier export (``--overwrite`` replaces only those).
 MARKER = "lit_embed_export.json"
@@ -37,11 +49,6 @@ def export(ckpt: str, out: str, overwrite: bool = False, tokenizer: str | None =
            trust_remote_code: bool = False) -> Path:
     """Write the export of ``ckpt`` (a .ckpt, a run folder or an experiment folder) to ``out``, atomically.
     ``trust_remote_code``: let the tokenizer run the code it ships (never taken from what the checkpoint records)."""
-    from lit_embed.checkpoints import load_model, recorded_tokenizer
-    from lit_embed.files import atomic_folder
-    from lit_embed.folders import start_checkpoint
-    from lit_embed.hub import trusting_remote_code
-
     path = start_checkpoint(ckpt)
     module, checkpoint = load_model(path)
     module.eval()
@@ -60,15 +67,6 @@ def export(ckpt: str, out: str, overwrite: bool = False, tokenizer: str | None =
 
 
 def _fill(folder: Path, module, checkpoint: dict, path: Path, tokenizer: str | None) -> None:
-    from safetensors.torch import save_file
-
-    from lit_embed.export.configuration_lit_embed import LitEmbedConfig
-    from lit_embed.export.vendor import module_source
-    from lit_embed.files import write_atomic, write_json_atomic
-    from lit_embed.interfaces import TaskModel, provides
-    from lit_embed.recorded import class_paths
-    from lit_embed.results import versions
-
     strategy = module.embedding
     classifier = provides(module, TaskModel)
     backbone = {k: v for k, v in module.encoder.config.to_dict().items()
@@ -117,8 +115,6 @@ def _weights(module, classifier: bool) -> dict[str, torch.Tensor]:
 
 def _sized_buffers(strategy) -> dict[str, list[int]]:
     """Shapes of the buffers whose size only the weights know, by their path in the strategy."""
-    from lit_embed.embeddings.state import CheckpointSized
-
     sizes = {}
     for prefix, sub in strategy.named_modules():
         if isinstance(sub, CheckpointSized):
@@ -128,15 +124,11 @@ def _sized_buffers(strategy) -> dict[str, list[int]]:
 
 
 def _save_tokenizer(name: str, folder: Path) -> None:
-    from lit_embed.hub import load_tokenizer
-
     load_tokenizer(name).save_pretrained(folder)
 
 
 def model_card(module, provenance: dict, classifier: bool) -> str:
     """README.md of an export: what it is, its parameters, where it came from, how to load it."""
-    from lit_embed.accounting import format_parameters, parameter_report
-
     strategy = type(module.embedding).__name__
     auto = "AutoModelForSequenceClassification" if classifier else "AutoModel"
     if module.embedding.unlimited_vocabulary:

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from lit_embed.errors import ConfigError, RunBusyError
 from lit_embed.files import write_json_atomic, writing
 from lit_embed.folders import hold
+from lit_embed.signals import received_signal, stop_if_signalled
 from lit_embed.sweeps.outcomes import (
     OUTPUT_FILE,
     SETTLED,
@@ -101,8 +102,6 @@ def run_here(sweep: Sweep, run: Run, launch: Launch, execute: Callable[[list[str
     Global rank 0 holds the run's lock and records its status; the other ranks of a multi-GPU run (which
     Lightning or ``srun`` start with the same command) only run it.
     """
-    from lit_embed.signals import received_signal, stop_if_signalled
-
     found = outcome(run)
     if found.state in SETTLED:
         print(f"{run.id}: {'complete' if found.state == 'done' else found.detail}, nothing to do")
@@ -287,8 +286,6 @@ def _wait_any(running: dict[subprocess.Popen, tuple]) -> subprocess.Popen:
 def _stop(running: dict[subprocess.Popen, tuple]) -> None:
     """This launch was stopped by a signal: pass it on once to every run (each saves a resumable checkpoint)
     and wait for them."""
-    from lit_embed.signals import received_signal
-
     signum = received_signal() or signal.SIGTERM
     for process in running:
         with contextlib.suppress(ProcessLookupError):
