@@ -32,9 +32,9 @@ from typing import Any, Literal
 
 import pytorch_lightning as pl
 
+from lit_embed import plugins
 from lit_embed.errors import ConfigError
 from lit_embed.folders import CHECKPOINTS, LOCK_FILE
-from lit_embed.plugins import load_plugins
 from lit_embed.results import RESULTS_FILE
 
 #: Keys that let a config run foreign code: never taken from a recorded config.
@@ -157,7 +157,7 @@ def run_config_hints() -> dict[str, Any]:
 
 def _allowed(module_or_path: str) -> bool:
     top = module_or_path.split(".")[0]
-    return top in PACKAGES or top in {plugin.package for plugin in load_plugins()}
+    return top in PACKAGES or top in {plugin.package for plugin in plugins.load_plugins()}
 
 
 # -- the types values were recorded for (what jsonargparse would make of a string) -------------------------

@@ -547,6 +547,45 @@ def test_bad_configuration_exits_non_zero_naming_the_fix(extra, message, tmp_pat
 
 
 @pytest.mark.parametrize(
+    ("model_task", "data_task", "found"),
+    [(None, "topics", "topics"), ("topics", "topics", "topics")],
+)
+def test_a_config_says_its_task_once_where_the_data_reads_it(model_task, data_task, found, tmp_path):
+    """The model takes the data's task where the config leaves its own unset (the shipped configs say it once, in
+    data); given in both it must agree (refused at setup otherwise: see above)."""
+    from lit_embed.commands.lightning import ModelOnlyCLI
+
+    config = {"model": {"class_path": "lit_embed.models.SequenceClassifier",
+                        "init_args": {"encoder": str(CONFIGS / "backbone/tiny.yaml"), "vocab_size": 30522,
+                                      **({"task": model_task} if model_task else {})}},
+              "data": {"class_path": "lit_embed.data.TaskDataModule", "init_args": {"task": data_task}}}
+    (tmp_path / "config.yaml").write_text(json.dumps(config))
+    cli = ModelOnlyCLI(args=["--config", str(tmp_path / "config.yaml")], run=False)
+    assert cli.model.task.name == found and cli.config.model.init_args.task == found
+
+
+def test_a_classifier_without_a_task_is_refused_naming_where_to_give_it(tmp_path, capsys):
+    config = {"model": {"class_path": "lit_embed.models.SequenceClassifier",
+                        "init_args": {"encoder": str(CONFIGS / "backbone/tiny.yaml"), "vocab_size": 30522}},
+              "data": {"class_path": "lit_embed.data.CorpusDataModule", "init_args": {"files": ["sample-corpus"]}}}
+    (tmp_path / "config.yaml").write_text(json.dumps(config))  # data of no task
+    assert main(["params", "--config", str(tmp_path / "config.yaml")]) == 2
+    assert "SequenceClassifier needs a task: set data.init_args.task" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("model", [object(), torch.nn.Linear(2, 2)])
+def test_a_data_module_is_wired_only_to_a_model_it_can_feed(model):
+    """wire() refuses, naming what it lacks, a model the data cannot feed, before anything is set up."""
+    data = TaskDataModule("topics")
+    with pytest.raises(ConfigError, match=rf"{type(model).__name__} cannot be fed by TaskDataModule: it lacks .*max_length"):
+        wire(model, data)
+    assert data.fed is None
+    classifier = SequenceClassifier("topics", tiny_encoder(), vocab_size=30522)
+    wire(classifier, data)
+    assert data.model() is classifier and classifier.data is data
+
+
+@pytest.mark.parametrize(
     ("change", "message"),
     [
         ("drop_column", r"no column\(s\) \['label'\] .* task 'topics' expects \['text', 'label'\]"),
