@@ -46,6 +46,8 @@ def parameter_report(model, baseline: dict[str, int] | None = None) -> dict:
     report["baseline_poep"] = base["embedding_params"] / base["total_params"]
     report.update(module_total_params=held["total_params"], module_embedding_params=held["embedding_params"],
                   counting_rules=model.counting_rules())
+    sizing = model.embedding.sizing  # what the strategy's budget chose, where it was given one
+    report["sizing"] = None if sizing is None else {**sizing.as_dict(), "chosen": sizing.describe()}
     return report
 
 
@@ -69,6 +71,8 @@ def format_parameters(report: dict) -> str:
         ("PCR_Emb", f"{100 * report['pcr_emb']:.2f}%"),
         ("PoEP", f"{100 * report['poep']:.2f}% (baseline {100 * report['baseline_poep']:.2f}%)"),
     ]
+    if report.get("sizing"):
+        rows.append(("budget", report["sizing"]["chosen"]))
     rules = report.get("counting_rules") or []
     if rules:  # the figures above are the papers' counts: the modules' own beside them, and the rules between
         rows.append(("held by the modules", f"{report['module_total_params']:,} total, "

@@ -4,7 +4,8 @@ Lightning's own writer (``TorchCheckpointIO``) stages the file in the system's t
 moves it into place, which is a copy, not a rename, whenever that folder is on another filesystem
 than the checkpoints (a local ``/tmp`` and a shared cluster filesystem): a job killed during that
 copy leaves a truncated ``last.ckpt`` that the restarted job cannot load. :class:`AtomicCheckpointIO`
-writes beside the target and renames, which a kill cannot interrupt halfway.
+writes beside the target and renames, which a kill cannot interrupt halfway. Its tensors are written from
+the CPU, so a checkpoint trained on GPUs loads on a machine without one (and on any GPU, not only ``cuda:N``).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import os
 from typing import Any
 
 import torch
+from lightning_fabric.utilities.apply_func import move_data_to_device
 from lightning_fabric.utilities.cloud_io import get_filesystem
 from pytorch_lightning.plugins.io import TorchCheckpointIO
 
@@ -54,7 +56,7 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         if storage_options is not None:
             raise TypeError(f"{type(self).__name__} takes no storage_options (got {storage_options!r})")
         self._steps.pop(os.path.abspath(path), None)
-        self._write(checkpoint, path)
+        self._write(move_data_to_device(checkpoint, torch.device("cpu")), path)
         self._steps[os.path.abspath(path)] = checkpoint.get("global_step")
 
     def remove_checkpoint(self, path: str | os.PathLike) -> None:

@@ -46,7 +46,7 @@ def atomic_writer(path: str | os.PathLike, mode: str = "wb") -> Iterator[IO]:
             yield out
             out.flush()
             os.fsync(out.fileno())
-        os.chmod(temporary, 0o644)  # mkstemp makes it private; results are for everyone who reads the runs
+        _share_as_created(temporary)  # mkstemp makes it private; the user's umask says who reads their runs
         os.replace(temporary, path)
     except BaseException as error:
         with contextlib.suppress(FileNotFoundError):
@@ -89,6 +89,9 @@ def atomic_folder(out: Path, overwrite: bool, fill: Callable[[Path], None], repl
         shutil.rmtree(building, ignore_errors=True)
         building.mkdir()
         fill(building)
+        for made in building.rglob("*"):  # libraries' writers (safetensors) may leave files private
+            if not made.is_symlink():
+                _share_as_created(made)
         check()
         if out.exists():
             old = out.parent / f".{out.name}.replaced-{host}-{os.getpid()}"
@@ -108,6 +111,25 @@ def atomic_folder(out: Path, overwrite: bool, fill: Callable[[Path], None], repl
         if disk_full(error):  # the user's folder, not the hidden one, whichever file (or library) met it
             raise DiskFullError(str(out), device_of(out)) from None
         raise
+
+
+def _share_as_created(path: str | os.PathLike) -> None:
+    """Give ``path`` the mode a plain ``open`` or ``mkdir`` would have given it under the user's umask (0644 under
+    the usual 022; what keeps executable bits, folders among them, may be executed): ``mkstemp``, and libraries
+    writing through temporary files as safetensors does, create files private (0600) whatever the umask says."""
+    executable = os.stat(path).st_mode & 0o111
+    os.chmod(path, (0o777 if executable else 0o666) & ~_umask())
+
+
+def _umask() -> int:
+    """The process's umask, read where Linux shows it without changing it (other threads may be creating files)."""
+    with contextlib.suppress(OSError, ValueError):
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def check_output(out: Path, overwrite: bool, replaceable: Callable[[Path], None],

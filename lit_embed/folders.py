@@ -44,6 +44,7 @@ CHECKPOINTS = "checkpoints"
 LAST = "last.ckpt"
 _held: dict[str, int] = {}  # folder -> open file descriptor of its lock, for this process's life
 _claimed: list[Path] = []  # version folders this process created
+_made: list[Path] = []  # the folders above them that it created too (``runs/<name>``, ``runs``), innermost first
 #: What a run writes before it has done anything.
 STARTED = frozenset({LOCK_FILE, "config.yaml", "hparams.yaml"})
 
@@ -104,7 +105,8 @@ def held(folder: str | os.PathLike) -> bool:
 
 def claim_version(root: str | os.PathLike) -> int:
     """The next free ``version_N`` under ``root``, created atomically (two processes never get the same N)."""
-    root = Path(root)
+    root = Path(root).absolute()
+    _made.extend(folder for folder in (root, *root.parents) if not folder.exists() and folder not in _made)
     root.mkdir(parents=True, exist_ok=True)
     number = max((_number(p) for p in root.glob("version_*")), default=-1) + 1
     while True:
@@ -113,6 +115,9 @@ def claim_version(root: str | os.PathLike) -> int:
         except FileExistsError:
             number += 1
             continue
+        except FileNotFoundError:  # another process's refused run removed the folder it had made
+            root.mkdir(parents=True, exist_ok=True)
+            continue
         _claimed.append((root / f"version_{number}").absolute())
         return number
 
@@ -120,7 +125,8 @@ def claim_version(root: str | os.PathLike) -> int:
 def discard_unstarted() -> list[Path]:
     """Remove the run folders this process claimed that hold nothing but what a run writes as it starts (its
     locks, config.yaml, hparams.yaml): a run refused for bad input or stopped before its first step leaves no
-    ``version_N`` for later commands, TensorBoard or ``report`` to find. Returns the folders removed."""
+    ``version_N`` for later commands, TensorBoard or ``report`` to find, nor an empty ``runs/<name>`` it created to
+    hold one. Returns the run folders removed."""
     removed = []
     for folder in _claimed:
         if folder.is_dir() and all(p.is_dir() or p.name in STARTED for p in folder.rglob("*")):
@@ -128,7 +134,11 @@ def discard_unstarted() -> list[Path]:
                 os.close(_held.pop(str(locked)))
             shutil.rmtree(folder, ignore_errors=True)
             removed.append(folder)
+    for made in _made:  # innermost first; only where empty (another run may have put its own there)
+        with contextlib.suppress(OSError):
+            made.rmdir()
     _claimed.clear()
+    _made.clear()
     return removed
 
 

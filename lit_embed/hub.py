@@ -138,6 +138,16 @@ def offline() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
 
 
+def offline_cause() -> str | None:
+    """What made this process work offline, as it was detected (``None``: it does not): the probe of
+    :func:`require_hub` found no hub, or the environment sets ``HF_HUB_OFFLINE``."""
+    if _answered is False:
+        return f"{hub_endpoint()} did not answer within {PROBE_TIMEOUT:g} s"
+    if offline():
+        return f"HF_HUB_OFFLINE={os.environ['HF_HUB_OFFLINE']} is set"
+    return None
+
+
 def require_hub() -> None:
     """Before reading a hub name: if the hub does not answer, switch this process offline (once, in seconds).
 
@@ -207,12 +217,8 @@ def loading_pretrained(name: str, what: str) -> Iterator[None]:
 
 def explain_unreachable(name: str, what: str, error: Exception) -> HubError:
     """The error to raise when a hub name could not be loaded (typically: offline)."""
-    if _answered is False:
-        state = f"did not answer ({hub_endpoint()} unreachable), and {name!r} is not in the local cache"
-    elif offline():
-        state = f"is off (HF_HUB_OFFLINE=1), and {name!r} is not in the local cache"
-    else:
-        state = "did not give it"
+    cause = offline_cause()
+    state = f"is not used ({cause}), and {name!r} is not in the local cache" if cause else "did not give it"
     return HubError(
         f"could not load {what} {name!r}: it is not a local folder and the HuggingFace hub {state}. "
         f"Download it once where the hub is reachable (`hf download {name} --local-dir DIR`) and pass DIR "

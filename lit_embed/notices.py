@@ -9,6 +9,8 @@ the run, and that the user cannot act on.
   per run from ``pytorch_lightning/utilities/_pytree.py``).
 * "No seed found, seed set to 0" where a config sets no ``seed_everything``: the seed is 0, and the checkpoint
   and ``results.json`` record it; and "Loading `train_dataloader` to estimate number of stepping batches".
+* Lightning's "GPU available / TPU available" lines after the first of a command: every ``Trainer`` prints them as
+  it is built, the same each time (``lit-embed compress`` builds one per candidate k).
 * When evaluating or predicting with a checkpoint (``validate``, ``test``, ``predict``): its checkpoint callback's
   "The dirpath has changed" (the run writes into a folder of its own, as every run does).
 
@@ -26,26 +28,37 @@ RANK_ZERO_LOGGERS = ("pytorch_lightning.utilities.rank_zero", "lightning_fabric.
 NOTICES = ("💡 Tip:", "Trainer already configured with model summary callbacks",
            "Loading `train_dataloader` to estimate number of stepping batches")
 
+#: How the notices said once a command begin.
+ONCE = ("GPU available:", "TPU available:", "HPU available:")
+
 
 class _Notices(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
-        return not str(record.msg).startswith(NOTICES)
+        message = str(record.msg)
+        if message.startswith(ONCE):
+            if message in _said:
+                return False
+            _said.add(message)
+        return not message.startswith(NOTICES)
 
 
 _installed = False
+_said: set[str] = set()  # the notices of ONCE this command has said
 
 
 def quiet(command: str | None = None) -> None:
     """Drop the notices above from this process's output; ``command``: the ``lit-embed`` command run."""
     global _installed
+    _said.clear()
     warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated", category=FutureWarning)
     warnings.filterwarnings("ignore", message=r"No seed found, seed set to 0")
     if command in ("validate", "test", "predict"):
         warnings.filterwarnings("ignore", message=r"The dirpath has changed from")
     if not _installed:
         _installed = True
+        notices = _Notices()
         for name in RANK_ZERO_LOGGERS:
-            logging.getLogger(name).addFilter(_Notices())
+            logging.getLogger(name).addFilter(notices)
 
 
 __all__ = ["quiet"]

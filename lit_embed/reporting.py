@@ -39,7 +39,7 @@ from lit_embed.results import (
     status_of,
 )
 from lit_embed.sweeps.plan import MANIFEST, is_sweep_folder
-from lit_embed.tables import MISSING, Table, mean_std
+from lit_embed.tables import MISSING, Table, logged_text, mean_std, score_text
 
 
 @dataclass(frozen=True)
@@ -310,11 +310,8 @@ class Report:
                 values = [r["metrics"][name] for r in members if name in r.get("metrics", {})]
                 if not values:
                     cells.append(MISSING)
-                elif name in scaled:
-                    cells.append(self._score_cell(*mean_std(values)))
                 else:
-                    mean, spread = mean_std(values)
-                    cells.append(f"{mean:.4g}" + (f" ± {spread:.2g}" if spread is not None else ""))
+                    cells.append(self._score_cell(*mean_std(values)) if name in scaled else logged_text(*mean_std(values)))
             rows.append(cells)
         note = f"x 100: {', '.join(scaled)}; the others as logged" if scaled else "as logged"
         return Table(title, ["Model", *names], rows, [f"{note}; mean ± std over seeds"])
@@ -333,8 +330,7 @@ class Report:
         return [t for t in tables if t is not None]
 
     def _score_cell(self, mean: float, spread: float | None) -> str:
-        text = f"{100 * mean:.{self.digits}f}"
-        return text if spread is None else f"{text} ± {100 * spread:.{self.digits}f}"
+        return score_text(mean, spread, self.digits)
 
 
 def _score(run: dict, metrics: tuple[str, ...]) -> tuple[float, str] | None:

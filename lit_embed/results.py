@@ -28,8 +28,9 @@ RESULTS_FORMAT = 1
 STATUSES = ("complete", "interrupted", "untested", "diverged")
 COMPLETE = "complete"
 DIVERGED = "diverged"
-#: The last component of a metric name that is a score (higher is better): PRR is defined for these.
-SCORE_METRICS = ("accuracy", "f1", "matthews", "pearson", "spearman", "exact_match")
+#: The last component of a metric name that is a score (higher is better): PRR is defined for these, and tables show
+#: them x 100. ``score`` is what selects a task's checkpoints (``val/score``: its first metric, or its paper's).
+SCORE_METRICS = ("accuracy", "f1", "matthews", "pearson", "spearman", "exact_match", "score")
 #: Stages whose metrics are evaluations (PRR is computed for these, not for training metrics).
 EVAL_STAGES = ("val", "test")
 

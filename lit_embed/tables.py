@@ -31,6 +31,18 @@ def mean_std(values: list[float]) -> tuple[float, float | None]:
     return mean, statistics.stdev(values) if all(map(math.isfinite, values)) else math.nan
 
 
+def score_text(mean: float, spread: float | None, digits: int = 1) -> str:
+    """A score (a fraction, higher is better: :func:`lit_embed.results.is_score`) as every table shows one: x 100 with
+    ``digits`` decimals, ± its standard deviation."""
+    text = f"{100 * mean:.{digits}f}"
+    return text if spread is None else f"{text} ± {100 * spread:.{digits}f}"
+
+
+def logged_text(mean: float, spread: float | None) -> str:
+    """Any other metric (a loss, a perplexity) as logged: four significant digits, ± two."""
+    return f"{mean:.4g}" + (f" ± {spread:.2g}" if spread is not None else "")
+
+
 def render(tables: list[Table], fmt: str = "md") -> str:
     if fmt not in FORMATS:
         raise ConfigError(f"format {fmt!r} is not one of {', '.join(FORMATS)}")

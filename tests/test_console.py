@@ -19,6 +19,36 @@ def test_lightning_tips_are_dropped_and_its_other_messages_kept(caplog):
     assert [r.getMessage() for r in caplog.records] == ["GPU available: False, used: False"]
 
 
+def test_the_devices_every_trainer_names_are_said_once_a_command(caplog):
+    """compress builds a Trainer per candidate k: Lightning's "GPU available / TPU available" lines come once."""
+    import pytorch_lightning as pl
+
+    def said() -> list[str]:
+        with caplog.at_level(logging.INFO):
+            for _ in range(3):
+                pl.Trainer(accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False)
+        messages = [r.getMessage() for r in caplog.records if r.getMessage().startswith(("GPU available", "TPU available"))]
+        caplog.clear()
+        return messages
+
+    quiet("compress")
+    first = said()
+    assert [m[:3] for m in first] == ["GPU", "TPU"] and said() == []
+    quiet("compress")  # the next command in this process says them again
+    assert said() == first
+
+
+def test_params_says_no_seed_it_set(caplog, capsys):
+    """Counting parameters is no run: no "Seed set to 0" (a model built alone is seeded quietly)."""
+    from lit_embed.commands import main
+    from tests.helpers import CONFIGS
+
+    with caplog.at_level(logging.INFO):
+        assert main(["params", "--config", str(CONFIGS / "demo.yaml")]) == 0
+    out, err = capsys.readouterr()
+    assert "embedding params" in out and "Seed" not in err and not [r for r in caplog.records if "Seed" in r.getMessage()]
+
+
 def test_notices_that_say_nothing_true_about_the_run_are_dropped():
     import warnings
 

@@ -121,21 +121,38 @@ def test_jglue_is_read_as_parquet_files_and_its_model_runs_the_code_the_config_t
 def test_offline_without_a_fake_fails_fast_saying_how_to_run_it(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     started = time.monotonic()
-    with pytest.raises(check.HubDown, match="HF_HUB_OFFLINE=1"):
+    with pytest.raises(check.HubDown, match="HF_HUB_OFFLINE=1 is set"):
         check.lookup("nyu-mll/glue", "dataset", None)
     assert time.monotonic() - started < 5
     status, out, err = data_check(capsys, "experiments/hashformers/bert_mlm.yaml")
     assert status == 2
-    assert "| rojagtap/bookcorpus | data.datasets | no (HF_HUB_OFFLINE=1) | ? | ? | main (unresolved) |" in out
-    assert "the hub could not be reached (HF_HUB_OFFLINE=1), so 3 hub name(s) were not checked" in err
+    assert "| rojagtap/bookcorpus | data.datasets | no (HF_HUB_OFFLINE=1 is set) | ? | ? | main (unresolved) |" in out
+    assert "the hub could not be reached (HF_HUB_OFFLINE=1 is set), so 3 hub name(s) were not checked" in err
     assert "HF_HUB_OFFLINE=0 lit-embed data check --config" in err
+
+
+def test_a_hub_that_does_not_answer_is_named_as_found_not_as_a_setting_the_user_never_made(tmp_path, monkeypatch, capsys):
+    """Without HF_HUB_OFFLINE, one probe finds no hub (the task's data module would make the same probe): the check
+    says so, and does not tell the user to unset what they never set."""
+    from lit_embed import hub
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    monkeypatch.delenv("HF_DATASETS_OFFLINE")
+    monkeypatch.setattr(hub, "_answered", None)
+    monkeypatch.setattr(hub, "hub_answers", lambda timeout=hub.PROBE_TIMEOUT: False)
+    status, out, err = data_check(capsys, "experiments/finetune/glue/rte.yaml")
+    assert status == 2 and "HF_HUB_OFFLINE" not in "\n".join(out) + err, err
+    assert "| roberta-base | data.tokenizer | no (https://huggingface.co did not answer within 5 s) |" in "\n".join(out)
+    assert "the hub could not be reached (https://huggingface.co did not answer within 5 s)" in err
+    assert "hub is reachable (lit-embed data check --config" in err
 
 
 def test_offline_a_known_loading_script_is_still_named(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     status, out, err = data_check(capsys, "demo.yaml", "--data.init_args.datasets", "[statmt/cc100:en]")
     assert status == 2
-    assert "| statmt/cc100:en | data.datasets | no (HF_HUB_OFFLINE=1) | script (known) | yes: loading script |" in "\n".join(out)
+    assert "| statmt/cc100:en | data.datasets | no (HF_HUB_OFFLINE=1 is set) | script (known) | yes: loading script |" in "\n".join(out)
     assert "statmt/cc100:en: a loading script on the hub" in "\n".join(out)
 
 

@@ -311,7 +311,7 @@ def test_gpu_ddp_trainer_configs_build_with_nccl_settings(name, tmp_path, monkey
     trainer = cli.trainer
     assert isinstance(trainer.strategy, DDPStrategy)
     assert trainer.strategy._ddp_kwargs["find_unused_parameters"] is False
-    assert trainer.strategy._ddp_kwargs["forward_sync_buffers"] is False
+    assert trainer.strategy._ddp_kwargs["broadcast_buffers"] is False
     assert any(isinstance(c, RunGuard) for c in trainer.callbacks)
     periodic = [c for c in trainer.callbacks if isinstance(c, ModelCheckpoint) and c._every_n_train_steps]
     assert len(periodic) == 1 and periodic[0]._every_n_train_steps == 5000 and periodic[0].save_last

@@ -185,6 +185,9 @@ def test_export_computes_what_lit_embed_computes(exported, name):
         assert inputs["input_ids"][0, : len(expected_ids)].tolist() == expected_ids
     else:
         assert (folder / "tokenizer.json").is_file()
+    mask = os.umask(0o022)
+    os.umask(mask)
+    assert {p.name: p.stat().st_mode & 0o777 for p in folder.iterdir()} == {p.name: 0o666 & ~mask for p in folder.iterdir()}
     card = (folder / "README.md").read_text()
     assert "embedding params" in card and str(checkpoint) in card and "trust_remote_code=True" in card
 
@@ -207,3 +210,26 @@ def test_export_refuses_what_it_must_not_replace(exported, tmp_path, capsys):
     assert main(["export", "--ckpt", str(checkpoint), "--out", str(again), "--overwrite"]) == 0
     assert (again / "model.safetensors").stat().st_mtime_ns != before
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []  # no temporary folder left
+
+
+@pytest.mark.parametrize("taken", ["an earlier export", "a folder of yours", "the checkpoint's folder"])
+def test_export_refuses_a_taken_out_before_loading_anything(taken, tmp_path, monkeypatch, capsys):
+    """Before the seconds of loading a checkpoint: an existing --out (with --overwrite, one that is no earlier export,
+    or that holds the checkpoint itself)."""
+    import lit_embed.folders
+
+    monkeypatch.setattr(lit_embed.folders, "start_checkpoint", lambda ckpt: pytest.fail("export loaded the checkpoint"))
+    ckpt = tmp_path / "run" / "model.ckpt"
+    ckpt.parent.mkdir()
+    ckpt.write_bytes(b"not read")
+    out, extra, message = {
+        "an earlier export": (tmp_path / "old", [], "exists: choose another --out or pass --overwrite"),
+        "a folder of yours": (tmp_path / "mine", ["--overwrite"], f"is not a lit-embed export (no {MARKER})"),
+        "the checkpoint's folder": (ckpt.parent, ["--overwrite"], "which this command reads"),
+    }[taken]
+    out.mkdir(exist_ok=True)
+    if taken == "an earlier export":
+        (out / MARKER).write_text(json.dumps({"source": "x"}))
+    assert main(["export", "--ckpt", str(ckpt), "--out", str(out), *extra]) == 2
+    assert message in capsys.readouterr().err
+    assert ckpt.read_bytes() == b"not read"

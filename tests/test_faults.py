@@ -563,6 +563,29 @@ def test_a_full_disk_names_the_device_and_keeps_the_old_file(tmp_path):
         assert [p.name for p in disk.iterdir()] == ["last.ckpt"]
 
 
+@pytest.mark.parametrize("umask", [0o022, 0o027, 0o077], ids=lambda mask: f"umask {mask:03o}")
+def test_every_file_written_gets_the_users_umask_whoever_created_it(umask, tmp_path):
+    """What atomic_writer writes (through mkstemp, which makes files 0600) and what a library writes inside an
+    atomic_folder (safetensors makes its files 0600 too; a subfolder) get the modes ``open`` and ``mkdir`` give."""
+    from lit_embed.files import atomic_folder, write_atomic
+
+    def fill(folder: Path) -> None:
+        safetensors.torch.save_file({"w": torch.zeros(2)}, str(folder / "model.safetensors"))
+        (folder / "tokenizer").mkdir()
+        write_atomic(folder / "tokenizer" / "vocab.txt", "a\n")
+
+    before = os.umask(umask)
+    try:
+        write_atomic(tmp_path / "results.json", "{}")
+        atomic_folder(tmp_path / "export", False, fill, replaceable=lambda out: None)
+    finally:
+        os.umask(before)
+    modes = {p.relative_to(tmp_path).as_posix(): p.stat().st_mode & 0o777 for p in tmp_path.rglob("*")}
+    file, folder = 0o666 & ~umask, 0o777 & ~umask
+    assert modes == {"results.json": file, "export": folder, "export/model.safetensors": file,
+                     "export/tokenizer": folder, "export/tokenizer/vocab.txt": file}
+
+
 # -- every writer on a full disk ---------------------------------------------------------------------------------
 
 

@@ -64,11 +64,12 @@ def test_fp16s_scaler_skips_a_non_finite_loss_and_a_persistent_one_is_divergence
 
     monkeypatch.chdir(tmp_path)
 
-    def run(name: str, steps: int, **nan) -> int:
+    def run(name: str, max_steps: int, **nan) -> int:
         probe = {"class_path": "tests.helpers.probes.NonFiniteLoss", "init_args": nan}
         return main(["fit", "--config", str(CONFIGS / "demo.yaml"), "--trainer", str(CONFIGS / "trainer" / "gpu.yaml"),
-                     "--trainer.devices", "1", *SHORT, "--trainer.max_steps", str(steps), "--trainer.val_check_interval",
-                     str(steps), "--trainer.default_root_dir", f"runs/{name}", "--trainer.callbacks+", json.dumps(probe)])
+                     "--trainer.devices", "1", *SHORT, "--trainer.max_steps", str(max_steps),
+                     "--trainer.val_check_interval", str(max_steps), "--trainer.default_root_dir", f"runs/{name}",
+                     "--trainer.callbacks+", json.dumps(probe)])
 
     assert run("skipped", 6, steps=[2, 3]) == 0
     results = json.loads((tmp_path / "runs/skipped/version_0/results.json").read_text())

@@ -228,3 +228,25 @@ def test_predict_input_is_texts_a_text_file_a_table_or_a_split_and_wrong_shapes_
         "a text", "another"]
     assert len(TaskDataModule(definition("one", files), predict_input=files)._predict_rows()) == 20
     assert len(TaskDataModule("topics")._predict_rows()) == 300  # a table task: its test split by default
+
+
+def test_the_minilm_example_fine_tunes_a_csv_of_your_own_with_only_its_marked_lines_edited(tmp_path, monkeypatch):
+    """configs/experiments/finetune/own_data/minilm.yaml, copied next to the user's files (it names no other config)
+    and edited only on its EDIT lines, fine-tunes the packaged MiniLM on them (two steps: an epoch of 30 rows each)."""
+    monkeypatch.chdir(tmp_path)
+    for split, rows, seed in (("train", 30, 0), ("dev", 9, 1), ("test", 9, 2)):
+        write_csv(tmp_path / f"{split}.csv", rows, seed=seed)
+    edits = {"files": "{train: train.csv, validation: dev.csv, test: test.csv}", "text_columns": "[review]",
+             "label_column": "topic", "labels": "[sport, food, music]"}
+    shipped = (CONFIGS / "experiments/finetune/own_data/minilm.yaml").read_text()
+    edited = re.sub(r"^( +)(\w+): .*# EDIT.*$", lambda m: f"{m[1]}{m[2]}: {edits.pop(m[2])}", shipped, flags=re.M)
+    assert not edits, f"the config marks no EDIT line for {sorted(edits)}"
+    (tmp_path / "minilm.yaml").write_text(edited)
+    assert main(["fit", "--config", "minilm.yaml", "--trainer.accelerator", "cpu", "--trainer.max_steps", "2",
+                 "--trainer.limit_val_batches", "1", "--trainer.limit_test_batches", "1",
+                 "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false"]) == 0
+    run = tmp_path / "runs" / "own_data_minilm" / "version_0"
+    results = json.loads((run / "results.json").read_text())
+    assert results["status"] == "complete" and results["task"] == "my_data" and "test/accuracy" in results["metrics"]
+    hparams = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["hyper_parameters"]
+    assert hparams["task"]["labels"] == ["sport", "food", "music"] and hparams["task"]["text_columns"] == ["review"]

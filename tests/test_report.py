@@ -155,6 +155,18 @@ def test_x_100_applies_to_the_scores_the_note_names_and_to_nothing_else(tmp_path
     assert pretraining.notes == ["x 100: val/accuracy; the others as logged; mean ± std over seeds"]
 
 
+def test_every_score_like_metric_is_shown_x_100_and_nothing_else(tmp_path):
+    """val/score (what selects checkpoints: here the task's first metric) is the number val/accuracy is: one convention
+    shows both x 100, and test/score with them; a loss stays as logged."""
+    metrics = {"val/accuracy": 0.875, "val/score": 0.875, "test/accuracy": 0.85, "test/score": 0.85, "val/loss": 0.4}
+    found = table(report([write_run(tmp_path, "mine", "topics", 0, metrics, paper=None)]).tables(), "Other tasks")
+    cells = row(found, "mine (topics)")
+    assert cells["val/score"] == cells["val/accuracy"] == "87.5" and cells["test/score"] == cells["test/accuracy"] == "85.0"
+    assert cells["val/loss"] == "0.4"
+    assert found.notes == ["x 100: test/accuracy, test/score, val/accuracy, val/score; the others as logged; "
+                           "mean ± std over seeds"]
+
+
 def test_xnli_table_by_language_and_protocol(tmp_path):
     folders = []
     for label, task, drop in (("xlmr_s", "xnli", 0.0), ("3se", "xnli_translate_train_all", 0.04)):

@@ -13,13 +13,14 @@ import pytest
 from lit_embed.errors import CheckpointError, MissingFileError, RunBusyError
 from lit_embed.folders import (
     claim_version,
+    discard_unstarted,
     hold,
     newest_checkpoint,
     run_of,
     start_checkpoint,
     version_folders,
 )
-from tests.helpers import REPO
+from tests.helpers import CONFIGS, REPO
 
 
 def test_processes_claiming_at_once_each_get_their_own_version(tmp_path):
@@ -48,6 +49,34 @@ def test_a_folder_held_by_a_live_process_is_refused_and_freed_when_it_ends(tmp_p
         holder.wait()
     hold(folder)  # the lock went with the process
     hold(folder / "checkpoints")  # inside a folder this process holds: nothing more to take
+
+
+def test_an_unstarted_run_leaves_no_folder_it_made_and_a_started_one_keeps_its_own(tmp_path):
+    (tmp_path / "runs" / "kept").mkdir(parents=True)
+    for root in ("runs/a", "runs/kept", "new/b/c"):
+        claim_version(tmp_path / root)
+    (tmp_path / "runs" / "a" / "version_0" / "config.yaml").write_text("as a run writes it when it starts")
+    assert len([p for p in discard_unstarted() if tmp_path in p.parents]) == 3  # (and earlier tests' claims, elsewhere)
+    assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*")) == ["runs", "runs/kept"]
+    claim_version(tmp_path / "runs" / "a")
+    (tmp_path / "runs" / "a" / "version_0" / "checkpoints").mkdir()
+    (tmp_path / "runs" / "a" / "version_0" / "checkpoints" / "last.ckpt").write_bytes(b"a started run")
+    assert discard_unstarted() == [] and (tmp_path / "runs" / "a" / "version_0" / "checkpoints" / "last.ckpt").is_file()
+
+
+@pytest.mark.parametrize("runs_there", [False, True], ids=["runs/ made by the run", "runs/ there before"])
+def test_a_run_refused_after_claiming_its_folder_leaves_nothing_it_made(runs_there, tmp_path, monkeypatch, capsys):
+    """A fine-tuning whose pre-training checkpoint is missing is refused after its logger claimed runs/<name>/version_0:
+    neither that nor the runs/<name> (and runs/) made to hold it stay behind; what was there before does."""
+    from lit_embed.commands import main
+
+    monkeypatch.chdir(tmp_path)
+    if runs_there:
+        (tmp_path / "runs" / "other").mkdir(parents=True)
+    assert main(["fit", "--config", str(CONFIGS / "demo_finetune.yaml"), "--trainer.enable_model_summary", "false"]) == 2
+    assert "checkpoint 'runs/demo' does not exist" in capsys.readouterr().err
+    assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*")) == (["runs", "runs/other"] if runs_there
+                                                                                       else [])
 
 
 def touch(path, content: bytes = b"x", age: float = 0.0):

@@ -66,6 +66,16 @@ CASES = {
     "proformer_lsh": (functools.partial(ProFormerEmbedding, num_bits=70, hasher=SMALL_LSH), None),
     "md5_add_subword": (functools.partial(HashAdd, num_bits=32, tokenization="subword"), None),
     "canine": (functools.partial(CanineHashEmbedding, num_hashes=4, num_buckets=97), None),
+    "hashing_trick": (functools.partial(embeddings.HashingTrickEmbedding, num_buckets=500), MINILM_VOCAB),
+    "hash_embeddings": (functools.partial(embeddings.WeightedHashEmbedding, num_buckets=300), MINILM_VOCAB),
+    "robe": (functools.partial(embeddings.ROBEEmbedding, memory=999, block_size=5), MINILM_VOCAB),
+    "dhe": (functools.partial(embeddings.DeepHashEmbedding, width=32, num_hashes=64), MINILM_VOCAB),
+    "albert_factorized": (functools.partial(embeddings.FactorizedEmbedding, rank=8, bias=True), MINILM_VOCAB),
+    "qr_mult": (functools.partial(embeddings.QREmbedding, remainder_rows=200), MINILM_VOCAB),
+    "qr_concat": (functools.partial(embeddings.QREmbedding, remainder_rows=200, operation="concat"), MINILM_VOCAB),
+    "tt": (functools.partial(embeddings.TTEmbedding, rank=4), MINILM_VOCAB),
+    "mixed_dimension": (functools.partial(embeddings.MixedDimensionEmbedding, base_dim=8), MINILM_VOCAB),
+    "dpq": (functools.partial(embeddings.DPQEmbedding, codewords=8, groups=4), MINILM_VOCAB),
 }
 for _name, _hasher in (("md5", MD5Hasher), ("lsh", SMALL_LSH)):
     CASES |= {

@@ -441,6 +441,8 @@ def test_report_of_a_sweep_averages_the_chosen_point_over_seeds_and_names_what_i
     # dense on topics: lr=1e-4, seeds 1 and 2: 82 and 84 -> 83.0 ± 1.4
     assert "| dense |" in demo and "83.0 ± 1.4" in demo
     assert "Grid search, stage mnli" in out and "lr=0.0001" in out
+    assert "| dense | topics | 83.0 ± 1.4 | 63.0 ± 1.4 | lr=0.0001 |" in out  # val/score x 100, as the tables above
+    assert "the highest val/score of its best checkpoint x 100" in out
     assert "mnli/model=3se,task=sst2,lr=3e-05,seed=2: left" in out
     assert "rte/model=dense,task=topics,seed=1: left" in out
     probe = ("import sys; from lit_embed.commands import main; status = main(['report', sys.argv[1]]); "
@@ -462,7 +464,8 @@ def test_two_runs_of_one_cell_are_refused_outside_a_sweep(tmp_path, capsys):
 
 
 def short_demo_sweep(tmp_path: Path) -> Path:
-    """configs/sweeps/demo.yaml, shortened: a few steps per fine-tuning, one seed, one retention."""
+    """configs/sweeps/demo.yaml, shortened: a few steps per fine-tuning, one seed, one retention; written to a folder of
+    its own, its config files named relative to it (``../..`` up to the repository)."""
     document = yaml.safe_load((CONFIGS / "sweeps" / "demo.yaml").read_text())
     document["folder"] = str(tmp_path / "demo")
     finetune, compress = document["stages"]["finetune"], document["stages"]["compress"]
@@ -473,18 +476,25 @@ def short_demo_sweep(tmp_path: Path) -> Path:
     finetune["seeds"] = compress["seeds"] = [0]
     compress["axes"]["retention"] = [0.5]
     compress["set"]["k"] = [1]
+    path = tmp_path / "sweeps" / "demo.yaml"
+    path.parent.mkdir()
+
+    def moved(name: str) -> str:
+        return os.path.relpath(os.path.normpath(CONFIGS / "sweeps" / name), path.parent)
+
     for stage in (finetune, compress):
-        stage["config"] = str(REPO / stage["config"])
-    path = tmp_path / "demo.yaml"
+        stage["config"] = moved(stage["config"])
+    finetune["set"]["model.init_args.embedding"] = moved(finetune["set"]["model.init_args.embedding"])
     path.write_text(yaml.safe_dump(document, sort_keys=False))
     return path
 
 
 def test_demo_sweep_runs_through_the_cli_and_ends_in_a_report(tmp_path, capsys, monkeypatch):
-    """The one test of the real thing: `lit-embed sweep` on the (shortened) demo sweep, again (nothing to do), and
-    `lit-embed report` on its folder."""
-    monkeypatch.chdir(REPO)  # the sweep file's paths are relative to the repository's root
+    """The one test of the real thing: `lit-embed sweep` on the (shortened) demo sweep, from a folder that is neither
+    the repository's nor the sweep file's, again (nothing to do), and `lit-embed report` on its folder."""
     path = short_demo_sweep(tmp_path)
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
     assert main(["sweep", "--config", str(path)]) == 0
     out = capsys.readouterr().out
     assert "3 runs: 3 done, 0 diverged, 0 running, 0 failed, 0 left" in out
@@ -531,8 +541,8 @@ def test_a_killed_sweep_resumes_its_run_from_the_last_checkpoint(tmp_path):
 SHIPPED = sorted((CONFIGS / "sweeps").glob("*.yaml"))
 
 
-def test_the_papers_sweep_files_plan_their_tables(monkeypatch):
-    monkeypatch.chdir(REPO)
+def test_the_papers_sweep_files_plan_their_tables(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # any folder: a sweep file names its configs relative to itself
     assert {p.stem for p in SHIPPED} >= {"demo", "k_sub_embedding_glue", "hashformers_glue", "sparse_coding_glue",
                                         "sparse_coding_jglue", "xnli"}
     plans = {p.stem: load_sweep(p) for p in SHIPPED}
@@ -548,7 +558,7 @@ def test_the_papers_sweep_files_plan_their_tables(monkeypatch):
     for found in pretraining.values():
         for stage in found:
             assert stage.seeds is None and stage.gpus_per_run == 8 and stage.slurm["time"] == "48:00:00"
-            assert all(run.configs()[0].startswith("configs/experiments/") for run in stage.runs)
+            assert all(run.configs()[0].startswith(f"{CONFIGS}/experiments/") for run in stage.runs)
     for name, plan in stages.items():
         for stage in plan.values():
             values = [str(v) for run in stage.runs for _, v in run.overrides()]
@@ -570,7 +580,7 @@ def test_the_papers_sweep_files_plan_their_tables(monkeypatch):
         assert {r.value("task") for r in hashformers[name].runs} == set(BENCHMARK_TABLES["GLUE"])
     for name in ("proformer", "canine_c"):  # trained on each task from their own configs: no pre-training run
         stage = hashformers[name]
-        assert not stage.references and stage.configs == [f"configs/experiments/hashformers/{name}.yaml"]
+        assert not stage.references and stage.configs == [f"{CONFIGS}/experiments/hashformers/{name}.yaml"]
         assert all(not run.configs()[:-1] and "model.init_args.checkpoint" not in dict(run.overrides())
                    for run in stage.runs)
         assert {r.label for r in stage.runs} == {name}
@@ -623,7 +633,7 @@ def test_every_stage_of_the_shipped_sweeps_runs_on_local_standins(path, tmp_path
                                                                   minilm_path):
     """Each stage's first run (and the earlier runs it starts from) runs two steps, its checkpoint feeding the next
     stage, then report reads the sweep folder: a sweep file that cannot run fails here, not on a cluster."""
-    monkeypatch.chdir(REPO)  # the sweep files' paths are relative to the repository's root
+    monkeypatch.chdir(tmp_path)  # any folder: a sweep file names its configs relative to itself
     sweep = run_sweep_standins(path, tmp_path / path.stem, lambda plan: [stage.runs[0] for stage in plan.stages],
                                standin_tasks, minilm_path, capsys)
     capsys.readouterr()
@@ -642,6 +652,47 @@ def test_every_run_of_the_shipped_sweeps_runs_on_local_standins(path, tmp_path, 
     monkeypatch.chdir(REPO)
     sweep = run_sweep_standins(path, tmp_path / path.stem, lambda plan: plan.runs, standin_tasks, minilm_path, capsys)
     assert all(outcome(run).state == "done" for run in sweep.runs)
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.stem)
+def test_a_shipped_sweep_plans_from_any_folder(path, tmp_path, monkeypatch, capsys):
+    """--dry-run from a folder that is not the repository's: every config file its runs compose exists, and the plan
+    is the one made from the repository's root (its runs' folders and configs alike)."""
+    monkeypatch.chdir(REPO)
+    from_root = [(r.id, r.configs(), r.overrides()) for r in load_sweep(path.relative_to(REPO)).runs]
+    monkeypatch.chdir(tmp_path)
+    assert main(["sweep", "--config", str(path), "--dry-run"]) == 0, capsys.readouterr().err
+    runs = load_sweep(path).runs
+    named = [c for run in runs for c in run.configs()] + [v for run in runs for _, v in run.overrides()
+                                                          if isinstance(v, str) and v.endswith(".yaml")]
+    assert named and all(os.path.isabs(name) and os.path.isfile(name) for name in named)
+    assert [(r.id, [str(REPO / c) for c in configs], len(overrides)) for r, (_, configs, overrides) in zip(runs, from_root)] \
+        == [(r.id, r.configs(), len(r.overrides())) for r in runs]
+
+
+def test_a_sweep_file_names_configs_from_its_folder_keeps_absolute_ones_and_names_runs_as_written(tmp_path, monkeypatch,
+                                                                                                   capsys):
+    (tmp_path / "mine" / "pieces").mkdir(parents=True)
+    for name in ("base.yaml", "pieces/a.yaml", "pieces/b.yaml"):
+        (tmp_path / "mine" / name).write_text("{}\n")
+    path = sweep_file(tmp_path / "mine", {"stages": {"a": {
+        "config": ["base.yaml", FINETUNE],
+        "set": {"model.init_args.encoder": "pieces/a.yaml", "data.init_args.files": ["corpus.txt"], "x": "elsewhere.yaml"},
+        "axes": {"model.init_args.embedding": ["pieces/a.yaml", "pieces/b.yaml"], "named": {"one": {"config": "pieces/b.yaml"}}},
+    }}})
+    monkeypatch.chdir(tmp_path)
+    sweep = load_sweep(path)
+    first = sweep.runs[0]
+    mine = tmp_path / "mine"
+    assert first.configs() == [str(mine / "pieces/b.yaml"), str(mine / "base.yaml"), FINETUNE]
+    assert dict(first.overrides()) == {"model.init_args.encoder": str(mine / "pieces/a.yaml"),
+                                       "data.init_args.files": ["corpus.txt"], "x": "elsewhere.yaml",  # not a file there
+                                       "model.init_args.embedding": str(mine / "pieces/a.yaml")}
+    assert first.id == "a/embedding=pieces_a.yaml,named=one"  # named as the file writes it, from any folder
+    (tmp_path / "mine" / "base.yaml").unlink()
+    assert main(["sweep", "--config", str(path), "--dry-run"]) == 2
+    assert f"'base.yaml' does not exist in {mine} (a sweep file names config files relative to its own folder" in \
+        capsys.readouterr().err
 
 
 def test_readme_sweeps_section_names_every_shipped_sweep_and_launcher():

@@ -42,9 +42,10 @@ def main(argv: list[str]) -> int:
         failures.append(f"{sum(bool(n.problem) for n in names)} name(s) cannot be used as configured: {'; '.join(problems)}")
     if offline is not None:
         unchecked = sum(n.reachable == f"no ({offline})" for n in names)
+        unset = "HF_HUB_OFFLINE=0 " if offline.startswith("HF_HUB_OFFLINE") else ""  # what the user set, else nothing
         failures.append(
             f"the hub could not be reached ({offline}), so {unchecked} hub name(s) were not checked: run it where the "
-            f"hub is reachable (HF_HUB_OFFLINE=0 lit-embed data {' '.join(argv)})"
+            f"hub is reachable ({unset}lit-embed data {' '.join(argv)})"
         )
     if failures:
         raise HubError("data check: " + "; and ".join(failures))

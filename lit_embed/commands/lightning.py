@@ -373,6 +373,13 @@ class ModelOnlyCLI(LitEmbedCLI):
     def start_checkpoint(self) -> None:
         """Nothing: no run is made."""
 
+    def _set_seed(self) -> None:
+        """Seed as a run does, without its "Seed set to N" line: a model built alone (params, compress, data check) is
+        no run, and nothing records the seed."""
+        seed = self.config.get("seed_everything", True)
+        if seed is not False:
+            self.config["seed_everything"] = pl.seed_everything(None if seed is True else seed, workers=True, verbose=False)
+
     def instantiate_classes(self) -> None:
         self.model = build_from_config(pl.LightningModule, self.config["model"].as_dict(), "model")
 

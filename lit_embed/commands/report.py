@@ -48,7 +48,7 @@ def main(argv: list[str]) -> int:
     runs = [run for run in runs if status_of(run) == COMPLETE and run["run_dir"] not in predictions]
     sweep_tables = []
     for folder in sweeps:
-        found, tables = sweep_runs(folder)
+        found, tables = sweep_runs(folder, args.digits)
         runs += found
         sweep_tables += tables
     baseline = None

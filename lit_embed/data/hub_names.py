@@ -30,7 +30,7 @@ from lit_embed.checkpoints import build_from_config
 from lit_embed.data.finetune import TaskDataModule
 from lit_embed.data.sources import SAMPLES, SCRIPT_DATASETS, file_kind, parse_hub_name
 from lit_embed.errors import UserError
-from lit_embed.hub import PACKAGED_MINILM, resolve_pretrained
+from lit_embed.hub import PACKAGED_MINILM, offline_cause, require_hub, resolve_pretrained
 
 #: Seconds to wait for the hub's answer on one name.
 TIMEOUT = 10
@@ -63,7 +63,7 @@ def lookup(repo_id: str, repo_type: str, revision: str | None) -> Repo:
     try:
         info = HfApi().repo_info(repo_id, repo_type=repo_type, revision=revision, timeout=TIMEOUT)
     except OfflineModeIsEnabled as error:
-        raise HubDown("HF_HUB_OFFLINE=1") from error
+        raise HubDown(offline_cause() or "offline mode is on") from error
     except RevisionNotFoundError as error:
         raise NotFound(f"no revision {revision!r}") from error
     except RepositoryNotFoundError as error:
@@ -196,6 +196,7 @@ def check_all(names: list[Name], trusted: bool) -> str | None:
             continue
         known = SCRIPT_DATASETS.get(name.repo.lower()) if name.kind == "dataset" and not name.files_only else None
         if down is None:
+            require_hub()  # one probe of a few seconds at most, not a lookup's timeout, where the hub does not answer
             try:
                 repo = lookup(name.repo, name.kind, name.revision)
             except NotFound as error:

@@ -4,7 +4,15 @@ from lit_embed.embeddings.assignment import Assignment, ClusterAssignment, Radix
 from lit_embed.embeddings.base import EmbeddingStrategy
 from lit_embed.embeddings.canine import CanineHashEmbedding, CharacterTextEncoder
 from lit_embed.embeddings.dense import DenseEmbedding
+from lit_embed.embeddings.dpq import DPQEmbedding
+from lit_embed.embeddings.factorised import FactorizedEmbedding, QREmbedding, TTEmbedding
 from lit_embed.embeddings.hash_text import HashTextEncoder
+from lit_embed.embeddings.hashed_ids import (
+    DeepHashEmbedding,
+    HashingTrickEmbedding,
+    ROBEEmbedding,
+    WeightedHashEmbedding,
+)
 from lit_embed.embeddings.hashers import Hasher, LSHHasher, MD5Hasher
 from lit_embed.embeddings.hashformer import (
     HashAdd,
@@ -14,6 +22,7 @@ from lit_embed.embeddings.hashformer import (
     HashStrategy,
     ProFormerEmbedding,
 )
+from lit_embed.embeddings.mixed_dimension import MixedDimensionEmbedding
 from lit_embed.embeddings.quantized import AdditiveQuantizedEmbedding
 from lit_embed.embeddings.sparse_coded import (
     PartialEmbedding,
@@ -30,8 +39,11 @@ __all__ = [
     "CanineHashEmbedding",
     "CharacterTextEncoder",
     "ClusterAssignment",
+    "DPQEmbedding",
+    "DeepHashEmbedding",
     "DenseEmbedding",
     "EmbeddingStrategy",
+    "FactorizedEmbedding",
     "FittableTextEncoder",
     "HashAdd",
     "HashEmbedding",
@@ -39,16 +51,22 @@ __all__ = [
     "HashProj",
     "HashStrategy",
     "HashTextEncoder",
+    "HashingTrickEmbedding",
     "Hasher",
     "LSHHasher",
     "MD5Hasher",
+    "MixedDimensionEmbedding",
     "ProFormerEmbedding",
     "PCAEmbedding",
     "PartialEmbedding",
+    "QREmbedding",
+    "ROBEEmbedding",
     "RadixAssignment",
     "SparseCodedEmbedding",
     "SubspaceEmbedding",
+    "TTEmbedding",
     "TextEncoder",
     "UnkEmbedding",
     "VocabTextEncoder",
+    "WeightedHashEmbedding",
 ]

@@ -11,11 +11,16 @@ the Shuffle+Random objective and MLM, and its defining state as persistent buffe
 restores it exactly and every DDP rank agrees (those whose shape only the checkpoint knows are listed in
 ``sized_by_checkpoint``, :mod:`lit_embed.embeddings.state`). :meth:`EmbeddingStrategy.config` says how to
 rebuild it, and :func:`lit_embed.testing.check_strategy` checks all of this on any strategy.
+
+Every strategy takes a ``budget`` (:mod:`lit_embed.embeddings.sizing`): it names the constructor argument that sizes it
+(``size_parameter``), the values that argument may take (:meth:`EmbeddingStrategy.size_range`) and its count from its
+arguments alone (:meth:`EmbeddingStrategy.count_parameters`), and the base class does the rest.
 """
 
 from __future__ import annotations
 
 import functools
+import inspect
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import Any, ClassVar
@@ -23,6 +28,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
+from lit_embed.embeddings.sizing import Sizing, budgeted
 from lit_embed.embeddings.state import CheckpointSized, init_args_of, public_class_path
 from lit_embed.embeddings.text import TextEncoder, VocabTextEncoder
 from lit_embed.errors import ConfigError
@@ -35,6 +41,9 @@ class EmbeddingStrategy(CheckpointSized, ABC):
     two sizes, stated once in its config (:data:`lit_embed.models.base.StrategyFactory`), and YAML gives
     the rest by ``class_path`` and ``init_args``. A strategy keeps each of the rest as an attribute of the
     same name (or overrides :meth:`init_args`), so that :meth:`config` rebuilds it.
+
+    A constructor that takes ``budget: int | float | None = None`` (last) is sized by it before its body runs: the
+    value of ``size_parameter`` nearest the budget replaces the one given (:func:`~lit_embed.embeddings.sizing.budgeted`).
 
     Args:
         vocab_size: number of vocabulary ids the strategy accepts. Vocabulary strategies (the default)
@@ -50,6 +59,15 @@ class EmbeddingStrategy(CheckpointSized, ABC):
     #: Whether the strategy supports an unlimited vocabulary (hashing words) instead of indexing
     #: ``vocab_size`` ids.
     unlimited_vocabulary: ClassVar[bool] = False
+
+    #: The constructor argument a ``budget`` sizes (``None``: the strategy has one size, as the dense table).
+    size_parameter: ClassVar[str | None] = None
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        init = cls.__dict__.get("__init__")
+        if init is not None and "budget" in inspect.signature(init).parameters:
+            cls.__init__ = budgeted(init)
 
     def __init__(self, vocab_size: int | None, hidden_size: int) -> None:
         super().__init__()
@@ -114,6 +132,24 @@ class EmbeddingStrategy(CheckpointSized, ABC):
         """Parameters the papers count as the embedding's (all of this module's, by default)."""
         return sum(p.numel() for p in self.parameters())
 
+    @classmethod
+    def count_parameters(cls, vocab_size: int | None, hidden_size: int, **arguments: Any) -> int:
+        """:meth:`num_embedding_parameters` of ``cls(vocab_size, hidden_size, **arguments)``, from the arguments alone
+        (for sizing to a budget, and a sweep's plan). Built-in strategies give their paper's formula; by default the
+        strategy is built on the meta device, which holds no values, and counted."""
+        with torch.device("meta"):
+            return cls(vocab_size, hidden_size, **arguments).num_embedding_parameters()
+
+    @classmethod
+    def size_range(cls, vocab_size: int | None, hidden_size: int, **arguments: Any) -> tuple[int, int]:
+        """The smallest and largest values of ``size_parameter`` with these other arguments (both included)."""
+        return 1, 2**31 - 1
+
+    @property
+    def sizing(self) -> Sizing | None:
+        """What ``budget`` chose (``None`` where the strategy was built without one)."""
+        return self.__dict__.get("_sizing")
+
     def counting_rule(self) -> str | None:
         """How, and on whose authority, :meth:`num_embedding_parameters` differs from this module's parameters;
         ``None`` where it counts them all. ``lit-embed params`` prints it beside the module's own count."""
@@ -122,7 +158,7 @@ class EmbeddingStrategy(CheckpointSized, ABC):
     def num_total_parameters(self) -> int:
         """What the strategy adds to a model's total (PCR_All, PoEP): all of its parameters, or its embedding figure
         where that is larger: stored codes the papers count as parameters (sparse-coding ids and weights, additive
-        quantization's codes) are buffers, not ``nn.Parameter``\ s."""
+        quantization's codes) are buffers, not ``nn.Parameter`` objects."""
         return max(sum(p.numel() for p in self.parameters()), self.num_embedding_parameters())
 
     def full_weight(self) -> Tensor | None:

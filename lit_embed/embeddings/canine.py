@@ -52,12 +52,14 @@ class CanineHashEmbedding(EmbeddingStrategy):
         counted_buckets: count the embedding as ``counted_buckets x hidden_size`` parameters, as the HashFormers
             paper's eq. 10 counts CANINE-C's (16,000 buckets, the figure CANINE's paper gives), instead of the
             tables' ``num_hashes x num_buckets x hidden_size / num_hashes``; at most ``num_buckets``.
+        budget: size ``num_buckets`` to this many parameters (``num_buckets x hidden_size``; a count).
     """
 
     unlimited_vocabulary = True
+    size_parameter = "num_buckets"
 
     def __init__(self, vocab_size: int | None, hidden_size: int, num_hashes: int = 8, num_buckets: int = 16384,
-                 counted_buckets: int | None = None) -> None:
+                 counted_buckets: int | None = None, budget: int | float | None = None) -> None:
         super().__init__(vocab_size, hidden_size)
         if not 1 <= num_hashes <= len(PRIMES):
             raise ConfigError(f"num_hashes={num_hashes} must be between 1 and {len(PRIMES)} (CANINE's primes)")
@@ -79,6 +81,17 @@ class CanineHashEmbedding(EmbeddingStrategy):
         if self.counted_buckets is None:
             return super().num_embedding_parameters()
         return self.counted_buckets * self.hidden_size
+
+    @classmethod
+    def count_parameters(cls, vocab_size: None, hidden_size: int, num_hashes: int = 8, num_buckets: int = 16384,
+                         counted_buckets: int | None = None, **_) -> int:
+        if counted_buckets is not None:
+            return counted_buckets * hidden_size
+        return num_hashes * num_buckets * (hidden_size // num_hashes)
+
+    @classmethod
+    def size_range(cls, vocab_size: None, hidden_size: int, counted_buckets: int | None = None, **_) -> tuple[int, int]:
+        return max(2, counted_buckets or 2), 2**31 - 1
 
     def counting_rule(self) -> str | None:
         if self.counted_buckets is None:

@@ -16,15 +16,21 @@ class DenseEmbedding(EmbeddingStrategy):
         vocab_size: number of vocabulary ids.
         hidden_size: width of each vector.
         init_std: standard deviation of the normal initialisation (BERT/RoBERTa use 0.02).
+        budget: the dense table has one size, ``vocab_size x hidden_size``: a budget is accepted only within 1% of
+            it (1.0), and refused otherwise.
     """
 
-    def __init__(self, vocab_size: int, hidden_size: int, init_std: float = 0.02) -> None:
+    def __init__(self, vocab_size: int, hidden_size: int, init_std: float = 0.02, budget: int | float | None = None) -> None:
         super().__init__(vocab_size, hidden_size)
         self.init_std = init_std
         self.weight = nn.Parameter(torch.empty(vocab_size, hidden_size).normal_(0.0, init_std))
 
     def forward(self, codes: Tensor) -> Tensor:
         return nn.functional.embedding(codes, self.weight)
+
+    @classmethod
+    def count_parameters(cls, vocab_size: int | None, hidden_size: int, **arguments) -> int:
+        return vocab_size * hidden_size
 
     def load_pretrained(self, weight: Tensor) -> bool:
         if tuple(weight.shape) != tuple(self.weight.shape):

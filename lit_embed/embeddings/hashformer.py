@@ -95,6 +95,12 @@ class HashStrategy(EmbeddingStrategy):
     def code_sampler(self) -> Callable[[tuple[int, ...]], Tensor]:
         return self.codes.random
 
+    @staticmethod
+    def _max_bits(hasher: HasherFactory | None, default: type[Hasher] = MD5Hasher) -> int:
+        """The most bits the hasher gives (MD5's 128; LSH's: as many as asked, here up to 2^16)."""
+        factory = hasher or default
+        return getattr(getattr(factory, "func", factory), "max_bits", None) or 2**16
+
 
 class HashEmbedding(HashStrategy):
     """HashFormer-Emb: ``E[5 + H(t) % (N - 5)]`` from an N-row table; rows 0-4 are the special tokens.
@@ -107,7 +113,10 @@ class HashEmbedding(HashStrategy):
         init_std: standard deviation of the truncated normal initialisation (cut at +-2 ``init_std``, as the
             authors' ``_init_weights``).
         hasher, tokenization: see :class:`HashStrategy`.
+        budget: size N to this many parameters (``N * d``; a count: the vocabulary is unlimited).
     """
+
+    size_parameter = "num_buckets"
 
     def __init__(
         self,
@@ -117,6 +126,7 @@ class HashEmbedding(HashStrategy):
         hasher: HasherFactory | None = None,
         tokenization: Tokenization = "word",
         init_std: float = 0.02,
+        budget: int | float | None = None,
     ) -> None:
         if num_buckets <= NUM_SPECIAL:
             raise ConfigError(
@@ -130,6 +140,14 @@ class HashEmbedding(HashStrategy):
 
     def forward(self, codes: Tensor) -> Tensor:
         return nn.functional.embedding(codes, self.weight)
+
+    @classmethod
+    def count_parameters(cls, vocab_size: None, hidden_size: int, num_buckets: int = 50265, **_) -> int:
+        return num_buckets * hidden_size
+
+    @classmethod
+    def size_range(cls, vocab_size: None, hidden_size: int, **_) -> tuple[int, int]:
+        return NUM_SPECIAL + 1, 2**31 - 1
 
     def extra_repr(self) -> str:
         return f"num_buckets={self.num_buckets}, hidden_size={self.hidden_size}"
@@ -212,7 +230,10 @@ class HashPool(BitHashStrategy):
         dropout: probability of dropping each value of the looked-up codebook vectors in training (the
             authors' 0.1; off in evaluation).
         hasher, tokenization: see :class:`HashStrategy`.
+        budget: size k to this many parameters (``(ceil(T/k) + 2^k + 1) * d``; a count).
     """
+
+    size_parameter = "chunk_bits"
 
     def __init__(
         self,
@@ -223,6 +244,7 @@ class HashPool(BitHashStrategy):
         dropout: float = 0.1,
         hasher: HasherFactory | None = None,
         tokenization: Tokenization = "word",
+        budget: int | float | None = None,
     ) -> None:
         super().__init__(vocab_size, hidden_size, num_bits, hasher, tokenization)
         self.dropout = _probability("dropout", dropout)
@@ -240,6 +262,14 @@ class HashPool(BitHashStrategy):
         places = torch.where(position < num_bits, 2 ** (end - 1 - position).clamp(min=0), 0)
         self.register_buffer("places", places.view(self.num_chunks, chunk_bits), persistent=False)
         self.register_buffer("chunk_offsets", torch.arange(self.num_chunks) * 2**chunk_bits, persistent=False)
+
+    @classmethod
+    def count_parameters(cls, vocab_size: None, hidden_size: int, num_bits: int = 128, chunk_bits: int = 10, **_) -> int:
+        return (-(-num_bits // chunk_bits) + 2**chunk_bits + 1) * hidden_size
+
+    @classmethod
+    def size_range(cls, vocab_size: None, hidden_size: int, num_bits: int = 128, **_) -> tuple[int, int]:
+        return 1, min(num_bits, 24)
 
     def chunks(self, bits: Tensor) -> Tensor:
         """``(..., T)`` bits to ``(..., ceil(T/k))`` chunk integers in ``[0, 2^k)``."""
@@ -280,7 +310,10 @@ class HashAdd(BitHashStrategy):
         num_bits: T (128 for MD5).
         drop_connect: probability of dropping each weight in training (the authors' 0.1).
         hasher, tokenization: see :class:`HashStrategy`.
+        budget: size T to this many parameters (``(2T + 1) * d``; a count).
     """
+
+    size_parameter = "num_bits"
 
     def __init__(
         self,
@@ -290,11 +323,20 @@ class HashAdd(BitHashStrategy):
         drop_connect: float = 0.1,
         hasher: HasherFactory | None = None,
         tokenization: Tokenization = "word",
+        budget: int | float | None = None,
     ) -> None:
         super().__init__(vocab_size, hidden_size, num_bits, hasher, tokenization)
         self.drop_connect = _probability("drop_connect", drop_connect)
         self.ones = self._weight(num_bits, hidden_size)
         self.zeros = self._weight(num_bits, hidden_size)
+
+    @classmethod
+    def count_parameters(cls, vocab_size: None, hidden_size: int, num_bits: int = 128, **_) -> int:
+        return (2 * num_bits + 1) * hidden_size
+
+    @classmethod
+    def size_range(cls, vocab_size: None, hidden_size: int, hasher: HasherFactory | None = None, **_) -> tuple[int, int]:
+        return 1, cls._max_bits(hasher)
 
     def word_vectors(self, bits: Tensor) -> Tensor:
         ones, zeros = (nn.functional.dropout(w, self.drop_connect, self.training) for w in (self.ones, self.zeros))
@@ -312,7 +354,10 @@ class HashProj(BitHashStrategy):
     Args:
         num_bits: T (128 for MD5).
         hasher, tokenization: see :class:`HashStrategy`.
+        budget: size T to this many parameters (``(T + 1) * d``; a count).
     """
+
+    size_parameter = "num_bits"
 
     def __init__(
         self,
@@ -321,9 +366,18 @@ class HashProj(BitHashStrategy):
         num_bits: int = 128,
         hasher: HasherFactory | None = None,
         tokenization: Tokenization = "word",
+        budget: int | float | None = None,
     ) -> None:
         super().__init__(vocab_size, hidden_size, num_bits, hasher, tokenization)
         self.axes = self._weight(num_bits, hidden_size)
+
+    @classmethod
+    def count_parameters(cls, vocab_size: None, hidden_size: int, num_bits: int = 128, **_) -> int:
+        return (num_bits + 1) * hidden_size
+
+    @classmethod
+    def size_range(cls, vocab_size: None, hidden_size: int, hasher: HasherFactory | None = None, **_) -> tuple[int, int]:
+        return 1, cls._max_bits(hasher)
 
     def word_vectors(self, bits: Tensor) -> Tensor:
         b = bits.to(self.axes.dtype)
@@ -343,9 +397,11 @@ class ProFormerEmbedding(BitHashStrategy):
         num_bits: T, the LSH digest size.
         hasher: default ``LSHHasher``.
         tokenization: see :class:`HashStrategy`.
+        budget: size T to this many parameters (``T * d``; a count).
     """
 
     shared_word_row = False
+    size_parameter = "num_bits"
 
     def __init__(
         self,
@@ -354,9 +410,18 @@ class ProFormerEmbedding(BitHashStrategy):
         num_bits: int = 420,
         hasher: HasherFactory | None = None,
         tokenization: Tokenization = "word",
+        budget: int | float | None = None,
     ) -> None:
         super().__init__(vocab_size, hidden_size, num_bits, hasher or LSHHasher, tokenization)
         self.projection = self._weight(num_bits, hidden_size)
+
+    @classmethod
+    def count_parameters(cls, vocab_size: None, hidden_size: int, num_bits: int = 420, **_) -> int:
+        return num_bits * hidden_size
+
+    @classmethod
+    def size_range(cls, vocab_size: None, hidden_size: int, hasher: HasherFactory | None = None, **_) -> tuple[int, int]:
+        return 1, cls._max_bits(hasher, LSHHasher)
 
     def word_vectors(self, bits: Tensor) -> Tensor:
         return bits.to(self.projection.dtype) @ self.projection

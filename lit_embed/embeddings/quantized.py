@@ -26,9 +26,13 @@ class AdditiveQuantizedEmbedding(EmbeddingStrategy):
         vocab_size, hidden_size: the table's shape.
         codebooks: M.
         codewords: K, vectors per codebook (at most 256).
+        budget: size M to this many parameters (``M (K d + V)``).
     """
 
-    def __init__(self, vocab_size: int, hidden_size: int, codebooks: int = 32, codewords: int = 16) -> None:
+    size_parameter = "codebooks"
+
+    def __init__(self, vocab_size: int, hidden_size: int, codebooks: int = 32, codewords: int = 16,
+                 budget: int | float | None = None) -> None:
         super().__init__(vocab_size, hidden_size)
         if codebooks < 1:
             raise ConfigError(f"codebooks={codebooks} must be at least 1")
@@ -47,9 +51,13 @@ class AdditiveQuantizedEmbedding(EmbeddingStrategy):
     def num_embedding_parameters(self) -> int:
         return self.codebooks.numel() + self.codes.numel()
 
+    @classmethod
+    def count_parameters(cls, vocab_size: int, hidden_size: int, codebooks: int = 32, codewords: int = 16, **_) -> int:
+        return codebooks * (codewords * hidden_size + vocab_size)
+
     def counting_rule(self) -> str:
         return f"each token's stored {self.num_codebooks} codes count"
 
     def init_args(self) -> dict:
         """The constructor arguments beyond the two sizes (the codebooks are kept as ``num_codebooks``)."""
-        return {"codebooks": self.num_codebooks, "codewords": self.num_codewords}
+        return {"codebooks": self.num_codebooks, "codewords": self.num_codewords, "budget": self.budget}

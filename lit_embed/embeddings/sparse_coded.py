@@ -27,7 +27,11 @@ class PartialEmbedding(EmbeddingStrategy):
     Args:
         vocab_size, hidden_size: the dense table's shape.
         num_common: |V_C|; the other ``vocab_size - num_common`` ids are rare.
+
+    Each strategy here is sized by ``num_common`` (a ``budget`` in the concrete classes chooses it).
     """
+
+    size_parameter = "num_common"
 
     def __init__(self, vocab_size: int, hidden_size: int, num_common: int) -> None:
         super().__init__(vocab_size, hidden_size)
@@ -82,7 +86,15 @@ class PartialEmbedding(EmbeddingStrategy):
         raise NotImplementedError
 
     def num_embedding_parameters(self) -> int:
-        return self.num_common * self.hidden_size
+        return self.count_parameters(self.vocab_size, self.hidden_size, **self.init_args())
+
+    @classmethod
+    def count_parameters(cls, vocab_size: int, hidden_size: int, num_common: int, **_) -> int:
+        return num_common * hidden_size
+
+    @classmethod
+    def size_range(cls, vocab_size: int, hidden_size: int, k: int = 1, **_) -> tuple[int, int]:
+        return k, vocab_size
 
 
 def rare_ids_of(vocab_size: int, common_ids: Tensor) -> Tensor:
@@ -103,9 +115,11 @@ class SparseCodedEmbedding(PartialEmbedding):
     Args:
         vocab_size, hidden_size, num_common: see :class:`PartialEmbedding`.
         k: common tokens per rare token.
+        budget: choose ``num_common`` to meet this many parameters (or this fraction of the dense table).
     """
 
-    def __init__(self, vocab_size: int, hidden_size: int, num_common: int, k: int = 5) -> None:
+    def __init__(self, vocab_size: int, hidden_size: int, num_common: int, k: int = 5,
+                 budget: int | float | None = None) -> None:
         super().__init__(vocab_size, hidden_size, num_common)
         if not 1 <= k <= num_common:
             raise ConfigError(f"k={k} must lie in [1, num_common={num_common}]")
@@ -119,8 +133,9 @@ class SparseCodedEmbedding(PartialEmbedding):
         mixed = torch.bmm(self.weights[slots].unsqueeze(1).to(basis.dtype), basis).squeeze(1)
         return F.normalize(mixed, dim=-1) * self.norms[slots, None].to(basis.dtype)
 
-    def num_embedding_parameters(self) -> int:
-        return super().num_embedding_parameters() + (2 * self.k + 1) * self.num_rare
+    @classmethod
+    def count_parameters(cls, vocab_size: int, hidden_size: int, num_common: int, k: int = 5, **_) -> int:
+        return num_common * hidden_size + (2 * k + 1) * (vocab_size - num_common)
 
     def counting_rule(self) -> str:
         return f"the sparse-coding paper counts each rare token's stored {self.k} ids, {self.k} weights and norm"
@@ -131,9 +146,10 @@ class UnkEmbedding(PartialEmbedding):
 
     Args:
         vocab_size, hidden_size, num_common: see :class:`PartialEmbedding`.
+        budget: choose ``num_common`` to meet this many parameters (or this fraction of the dense table).
     """
 
-    def __init__(self, vocab_size: int, hidden_size: int, num_common: int) -> None:
+    def __init__(self, vocab_size: int, hidden_size: int, num_common: int, budget: int | float | None = None) -> None:
         super().__init__(vocab_size, hidden_size, num_common)
         self.register_buffer("unk_row", torch.zeros((), dtype=torch.long), persistent=True)
 
@@ -149,9 +165,11 @@ class PCAEmbedding(PartialEmbedding):
     Args:
         vocab_size, hidden_size, num_common: see :class:`PartialEmbedding`.
         k: principal components.
+        budget: choose ``num_common`` to meet this many parameters (or this fraction of the dense table).
     """
 
-    def __init__(self, vocab_size: int, hidden_size: int, num_common: int, k: int = 5) -> None:
+    def __init__(self, vocab_size: int, hidden_size: int, num_common: int, k: int = 5,
+                 budget: int | float | None = None) -> None:
         super().__init__(vocab_size, hidden_size, num_common)
         if not 1 <= k <= min(num_common, hidden_size):
             raise ConfigError(f"k={k} must lie in [1, min(num_common={num_common}, hidden_size={hidden_size})]")
@@ -163,8 +181,9 @@ class PCAEmbedding(PartialEmbedding):
     def rebuild(self, slots: Tensor) -> Tensor:
         return self.mean + self.coordinates[slots].to(self.components.dtype) @ self.components
 
-    def num_embedding_parameters(self) -> int:
-        return super().num_embedding_parameters() + (self.k + 1) * self.hidden_size + self.k * self.num_rare
+    @classmethod
+    def count_parameters(cls, vocab_size: int, hidden_size: int, num_common: int, k: int = 5, **_) -> int:
+        return num_common * hidden_size + (k + 1) * hidden_size + k * (vocab_size - num_common)
 
     def counting_rule(self) -> str:
         return f"each rare token's stored {self.k} coordinates count"

@@ -33,9 +33,12 @@ class SubspaceEmbedding(EmbeddingStrategy):
         table_rows: the rows of each table (padding row excluded) where the assignment sizes them from
             its codes; left unset, the codes set it (and the strategy's config records it, so that a
             checkpoint's model is rebuilt with its shapes).
+        budget: size Q to this many parameters (or fraction of the dense table): ``Q * hidden_size``, Q at least the
+            smallest with ``Q**f >= N``.
     """
 
     sized_by_checkpoint = ("codes",)  # a grown vocabulary has more rows
+    size_parameter = "table_size"
 
     def __init__(
         self,
@@ -47,6 +50,7 @@ class SubspaceEmbedding(EmbeddingStrategy):
         padding_idx: int | None = None,
         init_range: float = 0.1,
         table_rows: list[int] | None = None,
+        budget: int | float | None = None,
     ) -> None:
         super().__init__(vocab_size, hidden_size)
         if num_tables < 1:
@@ -86,6 +90,21 @@ class SubspaceEmbedding(EmbeddingStrategy):
         self._codes_ready = False
         if self.assignment.eager:
             self.assign()
+
+    @classmethod
+    def count_parameters(cls, vocab_size: int, hidden_size: int, num_tables: int = 3, table_size: int | None = None,
+                         padding_idx: int | None = None, table_rows: list[int] | None = None, **_) -> int:
+        """The papers' ``Q * d`` (each table's rows times its width; a padding row adds one row to each table)."""
+        widths = [hidden_size // num_tables] * num_tables
+        widths[-1] += hidden_size - sum(widths)
+        q = smallest_table_size(vocab_size, num_tables) if table_size is None else table_size
+        rows = table_rows or [q] * num_tables
+        return sum((r + (padding_idx is not None)) * w for r, w in zip(rows, widths))
+
+    @classmethod
+    def size_range(cls, vocab_size: int, hidden_size: int, num_tables: int = 3, **_) -> tuple[int, int]:
+        """Q from the smallest whose ``Q**f`` codes cover the vocabulary to one row per token."""
+        return max(2, smallest_table_size(vocab_size, num_tables)), max(2, vocab_size)
 
     # -- tables ----------------------------------------------------------------------------------
     @property

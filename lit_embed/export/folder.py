@@ -25,7 +25,7 @@ from lit_embed.embeddings.state import CheckpointSized
 from lit_embed.errors import CheckpointError, ConfigError, OutputExistsError
 from lit_embed.export.configuration_lit_embed import LitEmbedConfig
 from lit_embed.export.vendor import module_source
-from lit_embed.files import atomic_folder, write_atomic, write_json_atomic
+from lit_embed.files import atomic_folder, check_output, write_atomic, write_json_atomic
 from lit_embed.folders import start_checkpoint
 from lit_embed.hub import load_tokenizer, trusting_remote_code
 from lit_embed.interfaces import TaskModel, provides
@@ -49,6 +49,7 @@ def export(ckpt: str, out: str, overwrite: bool = False, tokenizer: str | None =
            trust_remote_code: bool = False) -> Path:
     """Write the export of ``ckpt`` (a .ckpt, a run folder or an experiment folder) to ``out``, atomically.
     ``trust_remote_code``: let the tokenizer run the code it ships (never taken from what the checkpoint records)."""
+    check_output(Path(out), overwrite, check_replaceable, inputs=[ckpt])  # at once, not after the loading's seconds
     path = start_checkpoint(ckpt)
     module, checkpoint = load_model(path)
     module.eval()

@@ -6,6 +6,10 @@ A stage's runs are every combination of its ``axes`` (the table's rows, and its 
 of its own, ``SWEEP/<stage>/<axis=value,...>``. A value may refer to an earlier stage's result,
 ``${stage.checkpoint}`` or ``${stage.folder}``: which of its runs is known from the axes the two stages
 share (and the seed), and the earlier stage's best grid point, once those runs have finished.
+
+A sweep file names config files as configs do (jsonargparse's rule): relative to its own folder (``config:``; and a
+value naming a ``.yaml`` file there), so it runs from any folder; its ``folder:`` and other paths (a checkpoint, data
+files) are read from the folder lit-embed runs in, as ``default_root_dir`` and a data module's files are.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import os
 import re
 import unicodedata
 from dataclasses import dataclass, field
@@ -172,7 +177,7 @@ class Sweep:
 
 def load_sweep(path: str | Path, folder: str | Path | None = None) -> Sweep:
     """The plan of the sweep file ``path``; its runs go under ``folder`` (default the file's ``folder``, else
-    ``runs/sweeps/<file name>``). Paths in the file are relative to the folder lit-embed runs in."""
+    ``runs/sweeps/<file name>``). The config files it names are read from its folder (see the module's docstring)."""
     path = Path(path)
     if not path.is_file():
         raise MissingFileError(f"sweep file {str(path)!r} does not exist")
@@ -186,7 +191,7 @@ def load_sweep(path: str | Path, folder: str | Path | None = None) -> Sweep:
     slurm = _mapping(document.get("slurm"), f"{where}: slurm")
     stages: list[Stage] = []
     for name, spec in document["stages"].items():
-        stage = _stage(str(name), spec, f"{where}, stage {name!r}", default_gpus, slurm)
+        stage = _stage(str(name), spec, f"{where}, stage {name!r}", default_gpus, slurm, path.parent)
         defined = [s.name for s in stages]
         for reference in stage.references:
             if reference not in defined:
@@ -219,7 +224,7 @@ def candidates(run: Run, earlier: Stage) -> list[Run]:
 # -- the file ----------------------------------------------------------------------------------------------
 
 
-def _stage(name: str, spec, where: str, default_gpus: int, slurm: dict) -> Stage:
+def _stage(name: str, spec, where: str, default_gpus: int, slurm: dict, base: Path) -> Stage:
     if not NAME.fullmatch(name) or name in RESERVED:
         raise ConfigError(f"{where}: a stage name is letters, digits, '.', '_', '+' or '-', and not {' or '.join(RESERVED)}")
     spec = _mapping(spec, where)
@@ -227,12 +232,13 @@ def _stage(name: str, spec, where: str, default_gpus: int, slurm: dict) -> Stage
     command = spec.get("command", "fit")
     if command not in COMMANDS:
         raise ConfigError(f"{where}: command {command!r} is not one of {', '.join(COMMANDS)}")
-    configs = _files(spec.get("config"), f"{where}: config")
+    configs = _files(spec.get("config"), f"{where}: config", base)
     if command == "fit" and not configs and not spec.get("axes"):
         raise ConfigError(f"{where} names no config: give `config:` (the experiment config its runs start from)")
-    fixed = _mapping(spec.get("set"), f"{where}: set")
-    axes = [_axis(axis, values, f"{where}: axes.{axis}") for axis, values in _mapping(spec.get("axes"), f"{where}: axes").items()]
-    search = [_axis(axis, values, f"{where}: search.{axis}", named=False)
+    fixed = {key: _config_path(value, base) for key, value in _mapping(spec.get("set"), f"{where}: set").items()}
+    axes = [_axis(axis, values, f"{where}: axes.{axis}", base)
+            for axis, values in _mapping(spec.get("axes"), f"{where}: axes").items()]
+    search = [_axis(axis, values, f"{where}: search.{axis}", base, named=False)
               for axis, values in _mapping(spec.get("search"), f"{where}: search").items()]
     axes, search = _short_names_unique(axes, search, where)
     seeds = spec.get("seeds")
@@ -257,7 +263,7 @@ def _stage(name: str, spec, where: str, default_gpus: int, slurm: dict) -> Stage
                  {**slurm, **_mapping(spec.get("slurm"), f"{where}: slurm")})
 
 
-def _axis(axis: str, values, where: str, named: bool = True) -> list[Value]:
+def _axis(axis: str, values, where: str, base: Path, named: bool = True) -> list[Value]:
     """A list of a key's values, or (in ``axes``) a mapping of value names to the keys and config files they set."""
     if isinstance(values, dict) and named:
         if not values:
@@ -269,14 +275,15 @@ def _axis(axis: str, values, where: str, named: bool = True) -> list[Value]:
                 raise ConfigError(f"{where}: value name {name!r} may hold only letters, digits, '.', '_', '+' and '-' "
                                   f"(it names run folders)")
             spec = dict(_mapping(spec, f"{where}.{name}"))
-            configs = _files(spec.pop("config", None), f"{where}.{name}: config")
-            result.append(Value(axis, axis, name, tuple(configs), tuple(spec.items()), named=True))
+            configs = _files(spec.pop("config", None), f"{where}.{name}: config", base)
+            keys = tuple((key, _config_path(value, base)) for key, value in spec.items())
+            result.append(Value(axis, axis, name, tuple(configs), keys, named=True))
         return result
     if not isinstance(values, list) or not values:
         kind = "a list of values" + (", or a mapping of names to the keys each sets" if named else "")
         raise ConfigError(f"{where} must be {kind} (got {values!r})")
     short = axis.rsplit(".", 1)[-1]
-    result = [Value(axis, short, _format(v), (), ((axis, v),)) for v in values]
+    result = [Value(axis, short, _format(v), (), ((axis, _config_path(v, base)),)) for v in values]  # named as written
     names = [v.name for v in result]
     twice = next((n for n in names if names.count(n) > 1), None)
     if twice is not None:
@@ -383,15 +390,35 @@ def _format(value) -> str:
     return re.sub(r"[^A-Za-z0-9._+-]", "_", text) or "_"
 
 
-def _files(value, where: str) -> list[str]:
+def _files(value, where: str, base: Path) -> list[str]:
     files = [value] if isinstance(value, str) else list(value or [])
     for name in files:
         if not isinstance(name, str):
             raise ConfigError(f"{where}: {name!r} is not a file name")
-        if not Path(name).is_file():
-            raise MissingFileError(f"{where}: {name!r} does not exist (paths in a sweep file are relative to the folder "
-                                   f"lit-embed runs in, as on a command line)")
-    return files
+        if not Path(_from(base, name)).is_file():
+            raise MissingFileError(f"{where}: {name!r} does not exist in {base} (a sweep file names config files relative "
+                                   f"to its own folder, as configs do; or give an absolute path)")
+    return [_from(base, name) for name in files]
+
+
+def _config_path(value, base: Path):
+    """A value naming a config file in the sweep file's folder ``base`` (``.yaml``, ``.yml``; or a list of them) as a
+    path from the folder lit-embed runs in; any other value as it is (read as on a command line)."""
+    if isinstance(value, list):
+        return [_config_path(item, base) for item in value]
+    if isinstance(value, str) and value.endswith((".yaml", ".yml")) and Path(_from(base, value)).is_file():
+        return _from(base, value)
+    return value
+
+
+def _from(base: Path, name: str) -> str:
+    """``name``, relative to the sweep file's folder ``base``, as a path from the folder lit-embed runs in (absolute
+    where ``base`` is; ``..`` taken out where no symlink makes that another place); an absolute ``name`` as it is."""
+    if Path(name).is_absolute():
+        return name
+    joined = base / name
+    short = os.path.normpath(joined)
+    return short if Path(short).resolve() == joined.resolve() else str(joined)
 
 
 def _mapping(value, where: str) -> dict:

@@ -5,14 +5,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from lit_embed.results import is_score
 from lit_embed.sweeps.outcomes import STATES, Grid, Outcome, counts, grids, outcome
 from lit_embed.sweeps.plan import Stage, Sweep, read_manifest
-from lit_embed.tables import MISSING, Table, mean_std
+from lit_embed.tables import MISSING, Table, logged_text, mean_std, score_text
 
 
-def sweep_runs(folder: str | Path) -> tuple[list[dict], list[Table]]:
+def sweep_runs(folder: str | Path, digits: int = 1) -> tuple[list[dict], list[Table]]:
     """The ``results.json`` of every finished run the sweep reports, as a row of its table (``label``: the row's
-    name; ``seed``: the run's), and the grid-search and progress tables."""
+    name; ``seed``: the run's), and the grid-search and progress tables (scores with ``digits`` decimals)."""
     sweep = read_manifest(folder)
     outcomes = {run.id: outcome(run) for run in sweep.runs}
     runs, tables = [], []
@@ -20,7 +21,7 @@ def sweep_runs(folder: str | Path) -> tuple[list[dict], list[Table]]:
         winners = None
         if stage.search:
             found = grids(stage, outcomes)
-            tables.append(grid_table(stage, found, outcomes))
+            tables.append(grid_table(stage, found, outcomes, digits))
             winners = {grid.row: grid.best for grid in found}
         for run in stage.runs:
             results = outcomes[run.id].results
@@ -32,8 +33,10 @@ def sweep_runs(folder: str | Path) -> tuple[list[dict], list[Table]]:
     return runs, tables
 
 
-def grid_table(stage: Stage, found: list[Grid], outcomes: dict[str, Outcome]) -> Table:
+def grid_table(stage: Stage, found: list[Grid], outcomes: dict[str, Outcome], digits: int = 1) -> Table:
     points = list(dict.fromkeys(run.point for run in stage.runs))
+    scores = {name for run in stage.runs for name in (outcomes[run.id].results or {}).get("scores") or ()}
+    scaled = is_score(stage.select.metric, scores)  # x 100, as report's other tables show it
     rows, notes = [], []
     for grid in found:
         tasks = {(outcomes[r.id].results or {}).get("task") for r in stage.runs if r.row == grid.row} - {None}
@@ -44,15 +47,14 @@ def grid_table(stage: Stage, found: list[Grid], outcomes: dict[str, Outcome]) ->
                 cells.append(MISSING)
                 continue
             values = list(seeds.values())
-            mean, spread = mean_std(values)
-            text = f"{mean:.4g}" + (f" ± {spread:.2g}" if spread is not None else "")
+            text = score_text(*mean_std(values), digits) if scaled else logged_text(*mean_std(values))
             cells.append(text + ("*" if len(values) < grid.expected[point] else ""))
         cells.append(grid.best or MISSING)
         rows.append(cells)
         if any(len(grid.scores.get(p, {})) < grid.expected[p] for p in points):
             notes.append(f"{grid.label}: * not every seed of the point has finished; the choice may change")
-    notes.append(f"each point: the {stage.select.describe()} of its best checkpoint, mean ± std over seeds; the "
-                 f"tables above and below report the chosen point's runs")
+    notes.append(f"each point: the {stage.select.describe()} of its best checkpoint{' x 100' if scaled else ''}, mean ± std "
+                 f"over seeds; the tables above and below report the chosen point's runs")
     return Table(f"Grid search, stage {stage.name}: the {stage.select.describe()} per point", ["Model", "Task", *points,
                  "Chosen"], rows, notes)
 

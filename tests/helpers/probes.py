@@ -32,14 +32,15 @@ class ModeProbe(pl.Callback):
 
 
 class StateProbe(pl.Callback):
-    """Writes ``out`` with ``{rank}`` filled in (JSON) when fitting ends: the optimiser's ``fused`` setting, the
+    """Writes ``out`` with ``{rank}`` filled in (JSON) when training ends: the optimiser's ``fused`` setting, the
     trainer's precision, the parameters' devices and dtypes, and a digest of every parameter's values (ranks of
-    one DDP run must agree on it)."""
+    one DDP run must agree on it). At ``on_train_end``, not ``on_fit_end``: Lightning's teardown moves the model
+    to the CPU between the two."""
 
     def __init__(self, out: str) -> None:
         self.out = out
 
-    def on_fit_end(self, trainer, pl_module) -> None:
+    def on_train_end(self, trainer, pl_module) -> None:
         import hashlib
 
         digest = hashlib.sha256()

@@ -82,6 +82,8 @@ def fit_overrides(config: dict, task_data: Path, minilm: str) -> list[str]:
         args += ["--data.init_args.datasets", "null", "--data.init_args.files", "[sample-corpus]",
                  "--data.init_args.global_batch_size", "null", "--data.init_args.streaming", "false",
                  "--data.init_args.max_texts", "200", "--data.init_args.val_size", "4"]
+        if "token_budgets" in data:  # a budget reads each file's start as it streams: the stand-in is read whole
+            args += ["--data.init_args.token_budgets", "null"]
     elif TASKS[str(data.get("task") or "xnli")].benchmark != "sample":  # a hub task: its local stand-in
         args += ["--data.init_args.data_dir", str(task_data)]
         if data.get("trust_remote_code"):

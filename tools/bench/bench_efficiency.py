@@ -5,6 +5,8 @@ On a GPU the monitor synchronises the device before each clock reading, which st
 queueing the next step's kernels early; this is the price of a correct figure. The monitor's own
 figure (forward + backward per sample) is given beside the whole step's (with the optimiser step).
 Measured and unmeasured steps alternate on one model; step figures are medians, the monitor's its own mean.
+The batch is a window of real English text (`real_text.py`); what the monitor costs does not depend on the
+ids, so no uniform-id row is timed.
 """
 
 from __future__ import annotations

@@ -1,9 +1,13 @@
 """Embedding training step (forward, backward, optimiser step) of every strategy against the best of
 the ways an expert would train a full V x d table.
 
-Each set-up maps a batch of 32 x 128 codes (random vocabulary ids, or a hash strategy's random codes:
-words are hashed once each in the data pipeline, see the tokenise + hash benchmark) to vectors, takes
-a fixed random gradient back, and steps its optimiser with lit-embed's AdamW settings (the papers').
+Each set-up, on one torch thread, maps a batch of 32 x 128 codes to vectors, takes a fixed random
+gradient back, and steps its optimiser with lit-embed's AdamW settings (the papers'). The codes, the
+headline: windows of real English text read on this machine (`real_text.py`: WordPiece ids, or a hash
+strategy's codes of its words; words are hashed once each in the data pipeline, see the tokenise + hash
+benchmark); the labelled second rows: uniformly random ids (or random codes), the touched-row peers'
+worst case. "unique rows" is the number of distinct ids in the batch.
+
 The peers, each a full table: `nn.Embedding(V, d)` with a dense gradient and lit-embed's fused AdamW
 (issue 8's baseline); `nn.Embedding(V, d, sparse=True)` with `torch.optim.SparseAdam` (sparse
 gradients, Adam on the touched rows, no weight decay: SparseAdam has none); and a dense table
@@ -11,6 +15,7 @@ trained by AdamW on the touched rows only (the batch's unique ids gathered, the 
 those rows alone, PyTorch's fused AdamW kernel stepping the gathered rows and their moments, which
 are scattered back). The last two are "lazy" Adam: a row the batch misses keeps its moments and skips
 weight decay, which dense AdamW does not; lit-embed's strategies are trained with dense AdamW.
+Tables: 50265 x 512 and 250002 x 512 (RoBERTa_S, XLM-R_S); 50265 x 768 and 250002 x 768 with `BENCH_SLOW=1`.
 Strategies as in `configs/embedding/`: lit-embed's dense, subspace with radix codes, HashFormer Emb
 (50265 buckets), Pool (T=128, k=10), Add and Proj (T=128), ProFormer (T=420); the hash strategies'
 cost does not depend on V. The last row is nn.Embedding with PyTorch's default AdamW (a loop of
@@ -18,28 +23,48 @@ elementwise kernels on the CPU), which lit-embed used before issue 8.
 
 Time: the peers take turns step by step (a warm-up, then 7 rounds, medians) and the fastest is the
 best peer; every other row then takes turns with the best peer the same way, and "speed-up vs best
-peer" divides the best peer's median of those rounds by the row's, so a busy machine slows both
-alike. Memory: each set-up runs two steps (the second holds the table, its optimiser state and the
+peer" is the median over those rounds of the best peer's time over the row's ("speed-up range": the
+lowest and highest), so a busy machine slows both alike. Memory: each set-up runs two steps (the second holds the table, its optimiser state and the
 step's gradient at once) in a process of its own, after two steps of the same set-up on a 1000-row
 table (so that what loads on first use is not counted); "step memory MB" is the peak resident set
 size (VmHWM, lowered to the resident size through /proc/self/clear_refs before the module is built)
 less that resident size, CUDA's peak allocated bytes less those allocated before on a GPU. "memory
-vs best peer" divides by the lowest peer figure. What bounds the result: uniform random ids touch about
-as many rows as the batch has tokens (4096 for 32 x 128), the worst case for the touched-row peers;
-text, Zipf-distributed, touches fewer. Target (issue 8): subspace at least 3x faster than
-nn.Embedding at 250002 x 512.
+vs best peer" divides by the lowest peer figure (real-text rows only: memory does not depend on the ids).
+
+The physical limit: "MB a step must move" counts, in 4-byte floats, what a step cannot avoid reading or
+writing once: the output and its gradient (2 x tokens x d), the batch's codes, the rows of a table a
+forward reads (the batch's unique rows, for the tables larger than the caches), and for every parameter
+the optimiser steps, its weight, gradient and two moments read and the weight and moments written, plus
+the gradient's write (8 accesses; all V x d parameters for AdamW on a dense table, the U x d touched ones
+for the lazy peers, Q x d for subspace). The machine's memory bandwidth is measured in the same run,
+before each table size, with the benchmark's threads (`harness.memory_bandwidth`: the fastest of 7 copies
+of 512 MB); "ms at bandwidth" is the bytes over it, and "% of limit" that over the step's median time.
+The hash strategies' projections are bound by arithmetic rather than memory, so their "% of limit" is low
+by construction. Target (issue 8): subspace at least 3x faster than nn.Embedding at 250002 x 512.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 
 import torch
 from torch import nn
 
-from harness import child_main, in_children, memory_of, time_interleaved
+from builders import IDS
+from harness import (
+    child_main,
+    in_children,
+    memory_bandwidth,
+    memory_of,
+    ratio_range,
+    speedup,
+    spread_cell,
+    time_interleaved,
+)
 
 TITLE = "Embedding step: every strategy against the best peer (nn.Embedding + fused AdamW, SparseAdam, touched-row AdamW)"
+THREADS = 1  # steadier figures on a shared machine; the memory bandwidth is measured with the same
 SIZE, SMOKE_SIZE = (32, 128), (4, 16)
 #: A set-up: the module, and the optimiser it is stepped with (given the module).
 Setup = tuple[Callable[[], nn.Module], Callable[[nn.Module], object]]
@@ -148,26 +173,35 @@ def strategies(vocab_size: int, hidden: int) -> dict[str, Setup]:
     return setups
 
 
-def prepare(setup: Setup, vocab_size: int, hidden: int, ctx) -> tuple[nn.Module, Callable[[], None]]:
-    """The module and one training step of it: forward a fixed batch, back-propagate a fixed random
-    gradient, step the optimiser."""
+def codes_of(module: nn.Module, vocab_size: int, ids: str, ctx) -> torch.Tensor:
+    """A batch of codes for ``module`` (:data:`builders.IDS`): real-text or uniform ids; a hash strategy's codes
+    of real text's words, or its random codes."""
+    import real_text
+
+    size = SMOKE_SIZE if ctx.smoke else SIZE
+    if getattr(module, "vocab_size", vocab_size) is not None:
+        rows = real_text.text_ids(size, vocab_size) if ids == "text" else real_text.uniform_ids(size, vocab_size)
+        return torch.from_numpy(rows)
+    if ids == "text":
+        return torch.from_numpy(real_text.text_codes(module.text_encoder(None), size))
+    return module.code_sampler()((size[0], size[1] - 2))
+
+
+def prepare(setup: Setup, vocab_size: int, hidden: int, ctx, ids: str = "text") -> tuple[nn.Module, Callable[[], None], torch.Tensor]:
+    """The module, one training step of it (forward a fixed batch, back-propagate a fixed random gradient, step
+    the optimiser) and the batch's codes."""
     build, make_optimizer = setup
     module = build().to(ctx.device).train()
-    size = SMOKE_SIZE if ctx.smoke else SIZE
-    if getattr(module, "vocab_size", vocab_size) is None:
-        codes = module.code_sampler()(size)
-    else:
-        codes = torch.randint(vocab_size, size, generator=torch.Generator().manual_seed(0))
-    codes = codes.to(ctx.device)
-    grad = torch.randn(*size, hidden, generator=torch.Generator().manual_seed(0)).to(ctx.device)
+    codes = codes_of(module, vocab_size, ids, ctx).to(ctx.device)
+    grad = torch.randn(*codes.shape[:2], hidden, generator=torch.Generator().manual_seed(0)).to(ctx.device)
     optimizer = make_optimizer(module)
 
     def step():
-        optimizer.zero_grad(set_to_none=True)
         module(codes).backward(grad)
         optimizer.step()
+        optimizer.zero_grad(set_to_none=True)  # at the end: set-ups taking turns hold no gradients
 
-    return module, step
+    return module, step, codes
 
 
 def parameters(module: nn.Module) -> int:
@@ -182,7 +216,7 @@ def measure_memory(job: dict, ctx) -> dict:
 
     def two_steps(vocab_size: int) -> None:
         setup = {**peers(vocab_size, hidden), **strategies(vocab_size, hidden)}[job["label"]]
-        _, step = prepare(setup, vocab_size, hidden, ctx)
+        _, step, _ = prepare(setup, vocab_size, hidden, ctx)
         step()
         step()
 
@@ -190,33 +224,66 @@ def measure_memory(job: dict, ctx) -> dict:
 
 
 def shapes(ctx) -> list[tuple[int, int]]:
-    return [(1000, 32)] if ctx.smoke else [(50265, 512), (50265, 768), (250002, 512), (250002, 768)]
+    """RoBERTa_S's and XLM-R_S's tables; their BERT-base widths (768) with ``BENCH_SLOW=1`` (three 250002 x 768
+    peers with their AdamW moments hold 7 GB at once)."""
+    if ctx.smoke:
+        return [(1000, 32)]
+    return [(50265, 512), (250002, 512)] + ([(50265, 768), (250002, 768)] if os.environ.get("BENCH_SLOW") else [])
 
 
-def time_shape(vocab_size: int, hidden: int, ctx) -> list[dict]:
+LAZY = ("nn.Embedding(sparse=True), SparseAdam", "dense table, AdamW on touched rows")
+#: Set-ups whose forward reads rows of a table larger than the caches (the rest hold a few thousand rows).
+TABLES = (*LAZY, "nn.Embedding, fused AdamW", "dense (lit-embed)", "HashFormer-Emb, 50265 buckets",
+          "nn.Embedding, PyTorch's default AdamW (unfused)")
+
+
+def step_bytes(name: str, module: nn.Module, codes: torch.Tensor, hidden: int) -> int:
+    """The bytes a step of set-up ``name`` cannot avoid moving (see the module's docstring)."""
+    tokens = codes.shape[0] * codes.shape[1]
+    unique = len(torch.unique(codes.reshape(tokens, -1), dim=0))
+    stepped = unique * hidden if name in LAZY else sum(p.numel() for p in module.parameters())
+    rows_read = unique * hidden if name in TABLES else 0
+    return 4 * (2 * tokens * hidden + rows_read + 8 * stepped) + codes.element_size() * codes.numel()
+
+
+def limit_columns(name: str, module: nn.Module, codes: torch.Tensor, hidden: int, seconds: float, bandwidth: dict) -> dict:
+    moved = step_bytes(name, module, codes, hidden)
+    at_limit = moved / (bandwidth["GB/s"] * 1e9)
+    return {"MB a step must move": moved / 2**20, "ms at bandwidth": 1000 * at_limit, "% of limit": 100 * at_limit / seconds}
+
+
+def time_shape(vocab_size: int, hidden: int, ids: str, ctx, bandwidth: dict) -> list[dict]:
+    """One table size, one kind of ids: the peers take turns, then every strategy with the best of them."""
     shape = f"{vocab_size} x {hidden}"
     rows = []
-    peer_steps, peer_params = {}, {}
+    peer_steps, peer_modules, peer_codes = {}, {}, {}
     for name, setup in peers(vocab_size, hidden).items():
-        module, peer_steps[name] = prepare(setup, vocab_size, hidden, ctx)
-        peer_params[name] = parameters(module)
+        peer_modules[name], peer_steps[name], peer_codes[name] = prepare(setup, vocab_size, hidden, ctx, ids)
     timing = time_interleaved(peer_steps, ctx, warmup=1, repeat=7)
     best = min(timing, key=lambda name: timing[name]["seconds"])
-    best_step, best_seconds = peer_steps[best], timing[best]["seconds"]
-    for name in peer_params:
-        rows.append({"V x d": shape, "who": "peer", "strategy": name, "embedding params": peer_params[name],
-                     "ms per step": 1000 * timing[name]["seconds"], "best peer ms, same rounds": 1000 * best_seconds,
-                     "speed-up vs best peer": best_seconds / timing[name]["seconds"],
+    best_step = peer_steps[best]
+
+    def row(name: str, who: str, module: nn.Module, codes: torch.Tensor, timing: dict, base: str) -> dict:
+        ratio, own = speedup(timing, base, name), timing[name]
+        return {"V x d": shape, "ids": IDS[ids], "unique rows": len(torch.unique(codes)) if codes.dim() == 2 else None,
+                "who": who, "strategy": name, "embedding params": parameters(module),
+                "ms per step": 1000 * own["seconds"], "spread": spread_cell(own),
+                "best peer ms, same rounds": 1000 * timing[base]["seconds"],
+                "speed-up vs best peer": ratio["median"], "speed-up range": ratio_range(ratio),
+                **limit_columns(name, module, codes, hidden, own["seconds"], bandwidth)}
+
+    for name in peer_steps:
+        rows.append({**row(name, "peer", peer_modules[name], peer_codes[name], timing, best),
                      "note": "best peer (time)" if name == best else None})
-    del peer_steps, module  # only the best peer's table stays
+    for name in [n for n in peer_steps if n != best]:
+        del peer_steps[name], peer_modules[name]  # only the best peer's table stays
     for name, setup in strategies(vocab_size, hidden).items():
-        module, step = prepare(setup, vocab_size, hidden, ctx)
+        naive = name.startswith("nn.Embedding")
+        if naive and ids != "text":
+            continue  # its cost does not depend on the ids, and it is the slowest by far
+        module, step, codes = prepare(setup, vocab_size, hidden, ctx, ids)
         timing = time_interleaved({"best peer": best_step, name: step}, ctx, warmup=1, repeat=7)
-        base, own = timing["best peer"]["seconds"], timing[name]["seconds"]
-        who = "peer (naive)" if name.startswith("nn.Embedding") else "lit-embed"
-        rows.append({"V x d": shape, "who": who, "strategy": name, "embedding params": parameters(module),
-                     "ms per step": 1000 * own, "best peer ms, same rounds": 1000 * base,
-                     "speed-up vs best peer": base / own})
+        rows.append(row(name, "peer (naive)" if naive else "lit-embed", module, codes, timing, "best peer"))
         del module, step
     return rows
 
@@ -224,12 +291,19 @@ def time_shape(vocab_size: int, hidden: int, ctx) -> list[dict]:
 def run(ctx) -> list[dict]:
     rows = []
     for vocab_size, hidden in shapes(ctx):
-        rows += time_shape(vocab_size, hidden, ctx)
-    jobs = [{"shape": [int(n) for n in row["V x d"].split(" x ")], "label": row["strategy"]} for row in rows]
-    for row, memory in zip(rows, in_children(__file__, jobs, ctx, measure_memory)):
+        bandwidth = memory_bandwidth(ctx)
+        for ids in IDS:
+            shape_rows = time_shape(vocab_size, hidden, ids, ctx, bandwidth)
+            for row in shape_rows:
+                row["memory GB/s (copy)"] = bandwidth["GB/s"]
+            rows += shape_rows
+            ctx.report(rows)
+    text_rows = [row for row in rows if row["ids"] == IDS["text"]]
+    jobs = [{"shape": [int(n) for n in row["V x d"].split(" x ")], "label": row["strategy"]} for row in text_rows]
+    for row, memory in zip(text_rows, in_children(__file__, jobs, ctx, measure_memory)):
         row.update(memory)
-    for shape in {row["V x d"] for row in rows}:
-        group = [row for row in rows if row["V x d"] == shape]
+    for shape in {row["V x d"] for row in text_rows}:
+        group = [row for row in text_rows if row["V x d"] == shape]
         lowest = min((row for row in group if row["who"] == "peer"), key=lambda row: row["step memory MB"])
         lowest["note"] = ", ".join(filter(None, (lowest.get("note"), "best peer (memory)")))
         for row in group:

@@ -9,7 +9,8 @@ includes what PyTorch and the libraries take before any model, given as "before 
 peak allocated bytes on a GPU. (The RSS peak is the process's own, VmHWM: `getrusage`'s ru_maxrss
 carries the parent's resident size across fork and exec, so a child of a large parent would report
 the parent's.) Checkpoints: `trainer.save_checkpoint`, everything a resumed run
-needs (weights, AdamW's state, the strategy's buffers), and weights only.
+needs (weights, AdamW's state, the strategy's buffers), and weights only. The batches are windows of real
+English text (`real_text.py`); memory does not depend on the ids, so no uniform-id row is measured.
 """
 
 from __future__ import annotations

@@ -15,17 +15,14 @@ with jsonargparse and builds the model (without training it), which is most of i
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-from builders import CONFIGS
-from harness import time_interleaved
+from harness import REPO, checkout_env, time_interleaved
 
 TITLE = "Start-up: lit-embed --help, params and report against python -c 'import torch'"
-REPO = CONFIGS.parent
 CLI = "import sys; from lit_embed.commands import main; sys.exit(main())"
 ROBERTA_S = {"arch": "roberta", "layers": 8, "hidden": 512, "heads": 8, "ffn": 2048}
 
@@ -52,8 +49,7 @@ def run_folder(root: Path) -> Path:
 
 def command(argv: list[str]):
     """A function running ``python ARGV`` to completion (its output discarded; a failure raises)."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
-           "HF_HUB_OFFLINE": "1", "PYTHONWARNINGS": "ignore"}
+    env = checkout_env({"HF_HUB_OFFLINE": "1", "PYTHONWARNINGS": "ignore"})
 
     def call():
         done = subprocess.run([sys.executable, *argv], cwd=REPO, env=env, capture_output=True, text=True)

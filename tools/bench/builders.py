@@ -17,7 +17,7 @@ TINY = CONFIGS / "backbone" / "tiny.yaml"
 
 def from_config(config: Path, smoke: bool = False):
     """The model of an experiment config (at smoke size, on the tiny backbone, same strategy and objective)."""
-    from lit_embed.lightning_cli import ModelOnlyCLI
+    from lit_embed.commands.lightning import ModelOnlyCLI
 
     args = ["--config", str(config)]
     if smoke:
@@ -31,7 +31,7 @@ def compose(objective: str, backbone: str, embedding: str, vocab_size: int, smok
     ``vocab_size`` is the model's vocabulary; an unlimited-vocabulary (hash) strategy gets it as the
     dense baseline's instead.
     """
-    from lit_embed.lightning_cli import ModelOnlyCLI
+    from lit_embed.commands.lightning import ModelOnlyCLI
 
     encoder = TINY if smoke else CONFIGS / "backbone" / f"{backbone}.yaml"
     strategy = CONFIGS / "embedding" / f"{embedding}.yaml"
@@ -76,12 +76,18 @@ def backbone_config(backbone: str, vocab_size: int, smoke: bool = False):
 
 
 class HuggingFaceMLM(nn.Module):
-    """HuggingFace's own masked LM (``RobertaForMaskedLM``, ``XLMRobertaForMaskedLM``) of a config:
-    the tied word table and full-vocabulary logits at every position, the model a user would
-    otherwise train. It reads lit-embed's MLM batches and returns its loss first, as lit-embed's
-    modules do, so :func:`step_timer` and :func:`batch` take it."""
+    """HuggingFace's own masked LM (``RobertaForMaskedLM``, ``XLMRobertaForMaskedLM``) of a config, with its
+    tied word table, trained one of two ways.
 
-    def __init__(self, config) -> None:
+    ``masked_only`` (the peer an expert would run): HuggingFace's encoder, then its LM head on the masked
+    positions only, the loss over those (fairseq's ``masked_tokens``; a few lines over HuggingFace's model),
+    which is what lit-embed's MLM does. Otherwise as ``*ForMaskedLM(..., labels=)`` computes it: logits over
+    the whole vocabulary at every position (HashFormers' Table 3 baseline, BERT-MLM). It reads lit-embed's
+    MLM batches and returns its loss first, as lit-embed's modules do, so :func:`step_timer` and
+    :func:`batch` take it.
+    """
+
+    def __init__(self, config, masked_only: bool = True) -> None:
         super().__init__()
         import transformers
 
@@ -89,11 +95,19 @@ class HuggingFaceMLM(nn.Module):
 
         self.model = transformers.AutoModelForMaskedLM.from_config(config)
         self.vocab_size = config.vocab_size
+        self.masked_only = masked_only
         self.optim = OptimConfig()
 
     def forward(self, batch: dict):
-        out = self.model(input_ids=batch["codes"], attention_mask=batch["attention_mask"], labels=batch["labels"])
-        return out.loss, out.logits, batch["labels"]
+        codes, attention, labels = batch["codes"], batch["attention_mask"], batch["labels"]
+        if not self.masked_only:
+            out = self.model(input_ids=codes, attention_mask=attention, labels=labels)
+            return out.loss, out.logits, labels
+        hidden = self.model.base_model(input_ids=codes, attention_mask=attention).last_hidden_state
+        predicted = labels != -100
+        logits = self.model.lm_head(hidden[predicted])
+        targets = labels[predicted]
+        return nn.functional.cross_entropy(logits.float(), targets), logits, targets
 
     def collator(self, text_encoder):
         from lit_embed.data.collate import MaskedLMCollator
@@ -107,28 +121,39 @@ class HuggingFaceMLM(nn.Module):
         return {"total_params": count_parameters(self.model.base_model)}
 
 
-def batch(model, size: tuple[int, int], seed: int = 0) -> dict:
-    """A collated batch of ``size`` (sequences x tokens) for ``model``'s objective: random vocabulary
-    ids between the specials, or a hash strategy's random codes. A HuggingFace MLM gets the batch a
-    lit-embed MLM of its vocabulary gets from the same seed."""
+#: How a batch's tokens are drawn: the ids (or hash codes) of real text, the headline, or uniformly at random.
+IDS = {"text": "real-text ids", "uniform": "uniform ids"}
+
+
+def batch(model, size: tuple[int, int], seed: int = 0, ids: str = "text") -> dict:
+    """A collated batch of ``size`` (sequences x tokens) for ``model``'s objective, its tokens drawn as ``ids``
+    says (:data:`IDS`): windows of real text (:mod:`real_text`), as vocabulary ids or as a hash strategy's codes
+    of its words; or uniformly random vocabulary ids between the specials, or a hash strategy's random codes.
+    A HuggingFace MLM gets the batch a lit-embed MLM of its vocabulary gets from the same seed."""
+    import real_text
+
+    if ids not in IDS:
+        raise ValueError(f"ids={ids!r}: choose from {list(IDS)}")
     torch.manual_seed(seed)
     vocab = model.vocab_size if isinstance(model, HuggingFaceMLM) else model.embedding.vocab_size
     if vocab is None:
         encoder = model.text_encoder(None)
+        if ids == "text":
+            rows = real_text.text_codes(encoder, size, seed)
+        else:
+            rows = model.embedding.code_sampler()((size[0], size[1] - 2)).numpy()
         ends = [encoder.special_code("cls")[None], encoder.special_code("sep")[None]]
-        sampler = model.embedding.code_sampler()
-        items = [{"codes": np.concatenate([ends[0], sampler((size[1] - 2,)).numpy(), ends[1]])} for _ in range(size[0])]
-        return model.collator(encoder)(items)
-    rng = np.random.default_rng(seed)
-    items = [{"codes": np.r_[0, rng.integers(4, vocab - 1, size[1] - 2), 2]} for _ in range(size[0])]
-    return model.collator(Specials(vocab))(items)
+        return model.collator(encoder)([{"codes": np.concatenate([ends[0], row, ends[1]])} for row in rows])
+    rows = real_text.text_ids(size, vocab, seed) if ids == "text" else real_text.uniform_ids(size, vocab, seed)
+    return model.collator(Specials(vocab))([{"codes": np.r_[0, row, 2]} for row in rows])
 
 
-def step_timer(model, data: dict | list[dict], ctx, dtype: torch.dtype | None = None):
+def step_timer(model, data: dict | list[dict], ctx, dtype: torch.dtype | None = None, optimizer_step: bool = True):
     """One training step as Lightning runs it (forward, backward, lit-embed's AdamW, schedule), as a
     function returning the loss; on a GPU in fp16 mixed precision with a gradient scaler, as
     ``configs/trainer/gpu.yaml``, or in ``dtype`` autocast (see :func:`autocast`). Given several
-    batches, the steps take them in turn."""
+    batches, the steps take them in turn. Without ``optimizer_step``, forward and backward only (the
+    HashFormers paper's pre-training step)."""
     from lit_embed.models.optim import configure_adamw
 
     model.to(ctx.device).train()
@@ -138,16 +163,59 @@ def step_timer(model, data: dict | list[dict], ctx, dtype: torch.dtype | None = 
     scaler = torch.amp.GradScaler("cuda", enabled=ctx.device.startswith("cuda") and amp_dtype(ctx, dtype) == torch.float16)
 
     def step() -> torch.Tensor:
-        optimizer.zero_grad(set_to_none=True)
         with autocast(ctx, dtype):
             loss, _, _ = model(next(batches))
         scaler.scale(loss).backward()
-        scaler.step(optimizer)
-        scaler.update()
-        scheduler.step()
+        if optimizer_step:
+            scaler.step(optimizer)
+            scaler.update()
+            scheduler.step()
+        optimizer.zero_grad(set_to_none=True)  # at the end, not the start: models taking turns hold no gradients
         return loss.detach()
 
     return step
+
+
+def time_group(ctx, models: dict, size: tuple[int, int], dtype: torch.dtype | None = None, uniform: tuple = (),
+               peers: dict[str, str] | None = None, repeat: int = 3, optimizer_step: bool = True) -> list[dict]:
+    """Rows of one group of models timed in turns (:func:`harness.time_interleaved`, a warm-up round first).
+
+    ``models`` maps a row's label to a function building its model; each steps (:func:`step_timer`) on a batch
+    of real-text ids, and those in ``uniform`` on uniform ids too (a second row). ``peers`` maps a column
+    name to the label of the model each row is compared with on the same ids: the median of the per-round
+    speed-ups and their range. On a GPU every model's memory is measured as it is built and trains two steps
+    (CUDA's peak allocated bytes above those allocated before: "peak memory MB").
+    """
+    from harness import peak_memory, ratio_range, reset_peak_memory, speedup, spread_cell, time_interleaved
+
+    cuda = ctx.device.startswith("cuda")
+    steps, params, memory = {}, {}, {}
+    for label, make in models.items():
+        before = reset_peak_memory(ctx.device)
+        model = make()
+        params[label] = model.parameter_counts()["total_params"]
+        for ids in ("text", "uniform") if label in uniform else ("text",):
+            steps[(label, ids)] = step_timer(model, batch(model, size, ids=ids), ctx, dtype, optimizer_step)
+        if cuda:
+            steps[(label, "text")]()
+            steps[(label, "text")]()
+            memory[label] = (peak_memory(ctx.device) - before) / 2**20
+        del model
+    timing = time_interleaved(steps, ctx, warmup=2 if cuda else 1, repeat=max(repeat, 10) if cuda else repeat)
+    rows = []
+    for (label, ids), own in timing.items():
+        row = {"strategy": label, "ids": IDS[ids], "batch": f"{size[0]}x{size[1]}",
+               "dtype": str(amp_dtype(ctx, dtype)).removeprefix("torch."), "params": params[label],
+               "seconds per step": own["seconds"], "spread": spread_cell(own), "tokens/s": size[0] * size[1] / own["seconds"]}
+        for column, peer in (peers or {}).items():
+            if (peer, ids) in timing:
+                ratio = speedup(timing, (peer, ids), (label, ids))
+                row[f"speed-up {column}"] = ratio["median"]
+                row[f"{column} range"] = ratio_range(ratio)
+        if label in memory and ids == "text":
+            row["peak memory MB"] = memory[label]
+        rows.append(row)
+    return rows
 
 
 def amp_dtype(ctx, dtype: torch.dtype | None = None) -> torch.dtype:

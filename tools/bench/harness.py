@@ -1,7 +1,14 @@
 """What every benchmark shares: a synchronised timer, the machine it ran on, and result files.
 
 A benchmark module ``bench_<name>.py`` defines ``run(ctx) -> list[dict]``; each row names what was
-timed and, where it has one, the baseline measured in the same run and the ratio between them.
+timed and, where it has one, the baseline measured in the same run and the ratio between them; it may
+set ``THREADS``, the torch threads it runs with unless ``run.py --threads`` says otherwise. A
+benchmark hands its rows so far to ``ctx.report`` whenever a group of them is complete, so that a run
+cut short (the GPU kit's time budget) keeps what it measured.
+
+Every timing is repeated: rows give the median and the spread ((slowest - fastest) / median) of the
+repeats, and alternatives take turns (A B A B ...) so that a busy machine slows them alike; a ratio is the
+median of the per-round ratios, with their range.
 """
 
 from __future__ import annotations
@@ -13,31 +20,72 @@ import platform
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import real_text
 import torch
 
 RESULTS = Path(__file__).parent / "results"
+REPO = Path(__file__).resolve().parents[2]
+
+
+def checkout_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """This process's environment, this checkout first on PYTHONPATH, and ``extra``: for the processes a
+    benchmark starts, so that they run the checkout's lit-embed, installed or not (a GPU machine may hold only
+    a copy of the repository)."""
+    path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+    return {**os.environ, "PYTHONPATH": path, **(extra or {})}
 
 
 @dataclass
 class Context:
-    """Options every benchmark reads: the device, and whether to run at the smallest size (CI's smoke test)."""
+    """Options every benchmark reads: the device, whether to run at the smallest size (CI's smoke test), and
+    where the rows measured so far go (``partial``; see :meth:`report`)."""
 
     device: str = "cpu"
     smoke: bool = False
+    partial: Callable[[list[dict]], None] | None = None
 
     def sync(self) -> None:
         if self.device.startswith("cuda"):
             torch.cuda.synchronize()
 
+    def report(self, rows: list[dict]) -> None:
+        """The rows measured so far (a complete group of them): written at once by ``run.py``."""
+        if self.partial is not None:
+            self.partial(rows)
+
+
+def summary(samples: list[float]) -> dict:
+    """Median, fastest, slowest and spread ((slowest - fastest) / median) of repeated timings, and the timings."""
+    median = statistics.median(samples)
+    return {"seconds": median, "min_seconds": min(samples), "max_seconds": max(samples),
+            "spread": (max(samples) - min(samples)) / median if median else 0.0, "repeats": len(samples),
+            "samples": samples}
+
+
+def speedup(timing: dict[str, dict], base: str, name: str) -> dict:
+    """How many times faster ``name`` ran than ``base`` where they took turns (:func:`time_interleaved`): the
+    median of the per-round ratios, and their lowest and highest."""
+    ratios = sorted(b / n for b, n in zip(timing[base]["samples"], timing[name]["samples"]))
+    return {"median": statistics.median(ratios), "low": ratios[0], "high": ratios[-1]}
+
+
+def ratio_range(ratio: dict) -> str:
+    """A :func:`speedup` as a cell: its lowest and highest per-round ratio."""
+    return f"{ratio['low']:.3g}-{ratio['high']:.3g}"
+
+
+def spread_cell(timing: dict) -> str:
+    """A timing's spread as a cell: "4%" over its repeats."""
+    return f"{100 * timing['spread']:.0f}% of {timing['repeats']}"
+
 
 def time_call(fn: Callable[[], object], ctx: Context, warmup: int = 2, repeat: int = 5) -> dict:
-    """Median and minimum seconds of ``fn()`` over ``repeat`` calls after ``warmup`` calls, device-synchronised."""
+    """:func:`summary` of ``fn()``'s seconds over ``repeat`` calls after ``warmup`` calls, device-synchronised."""
     if ctx.smoke:
         warmup, repeat = min(warmup, 1), 1
     for _ in range(warmup):
@@ -49,7 +97,7 @@ def time_call(fn: Callable[[], object], ctx: Context, warmup: int = 2, repeat: i
         fn()
         ctx.sync()
         samples.append(time.perf_counter() - start)
-    return {"seconds": statistics.median(samples), "min_seconds": min(samples), "repeats": repeat}
+    return summary(samples)
 
 
 def time_interleaved(calls: dict[str, Callable[[], object]], ctx: Context, warmup: int = 1, repeat: int = 5) -> dict[str, dict]:
@@ -66,7 +114,7 @@ def time_interleaved(calls: dict[str, Callable[[], object]], ctx: Context, warmu
             ctx.sync()
             if round_ >= warmup:
                 samples[name].append(time.perf_counter() - start)
-    return {name: {"seconds": statistics.median(s), "min_seconds": min(s), "repeats": repeat} for name, s in samples.items()}
+    return {name: summary(s) for name, s in samples.items()}
 
 
 def reset_peak_memory(device: str) -> int:
@@ -121,17 +169,18 @@ def _proc_status(field: str) -> int:
     return 0
 
 
-def in_children(script: str, jobs: list, ctx: Context, measure: Callable[[object, Context], dict]) -> list[dict]:
-    """Measure each of ``jobs`` (JSON-able) in a fresh process of ``script``, so that peaks do not mix;
-    each job gives one row. The script calls :func:`child_main` with ``measure``. At smoke size, where
-    figures are not read and CI's time is, the jobs run in this process through ``measure`` (a child
-    would import Lightning again, seconds per benchmark)."""
+def in_children(script: str, jobs: list, ctx: Context, measure: Callable[[object, Context], dict],
+                env: dict[str, str] | None = None) -> list[dict]:
+    """Measure each of ``jobs`` (JSON-able) in a fresh process of ``script`` (with ``env`` added to its
+    environment), so that peaks do not mix; each job gives one row. The script calls :func:`child_main`
+    with ``measure``. At smoke size, where figures are not read and CI's time is, the jobs run in this
+    process through ``measure`` (a child would import Lightning again, seconds per benchmark)."""
     if ctx.smoke:
         return [measure(job, ctx) for job in jobs]
     rows = []
     for job in jobs:
         command = [sys.executable, script, ctx.device, str(int(ctx.smoke)), str(torch.get_num_threads()), json.dumps(job)]
-        done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "PYTHONWARNINGS": "ignore"})
+        done = subprocess.run(command, capture_output=True, text=True, env=checkout_env({"PYTHONWARNINGS": "ignore", **(env or {})}))
         if done.returncode:
             raise RuntimeError(f"measuring {job} in {Path(script).name} failed:\n{done.stderr[-3000:]}")
         rows += [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
@@ -147,6 +196,27 @@ def child_main(measure: Callable[[object, Context], dict]) -> None:
         print(json.dumps(measure(json.loads(job), ctx)), flush=True)
 
 
+def memory_bandwidth(ctx: Context, megabytes: int = 512, repeat: int = 7) -> dict:
+    """The memory bandwidth this process reaches with its threads: ``dst.copy_(src)`` of float32 tensors far
+    larger than the caches, counting bytes read plus bytes written (STREAM's convention for copy), at the
+    fastest of ``repeat`` copies (the limit; the median is what a busy machine left). GB are 10^9 bytes."""
+    count = (16 if ctx.smoke else megabytes) * 2**20 // 4
+    source = torch.ones(count, device=ctx.device)
+    target = torch.empty_like(source)
+    timing = time_call(lambda: target.copy_(source), ctx, warmup=1, repeat=2 if ctx.smoke else repeat)
+    moved = 2 * 4 * count
+    return {"GB/s": moved / timing["min_seconds"] / 1e9, "median GB/s": moved / timing["seconds"] / 1e9,
+            "threads": torch.get_num_threads(), "MB copied": moved / 2 / 2**20}
+
+
+def load_average() -> float | None:
+    """The machine's 1-minute load average (``uptime``'s first figure), where the system gives one."""
+    try:
+        return round(os.getloadavg()[0], 2)
+    except OSError:
+        return None
+
+
 def environment(ctx: Context) -> dict:
     info = {
         "python": platform.python_version(),
@@ -155,20 +225,12 @@ def environment(ctx: Context) -> dict:
         "cpu_count": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
         "device": ctx.device,
+        "load average": load_average(),
+        "text-like ids": real_text.describe(),
     }
     if ctx.device.startswith("cuda"):
         info["gpu"] = torch.cuda.get_device_name()
     return info
-
-
-def write_json(path: Path, payload: dict) -> None:
-    """Readers see the old file or the new one, never half of one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-    with os.fdopen(fd, "w") as handle:
-        json.dump(payload, handle, indent=2)
-        handle.write("\n")
-    os.replace(tmp, path)
 
 
 def markdown_table(rows: list[dict]) -> str:

@@ -5,8 +5,11 @@
     python tools/bench/run.py --device cuda        # on a GPU, synchronised timings
     python tools/bench/run.py --threads 1          # one torch thread: steadier figures on a busy machine
     python tools/bench/run.py --smoke --no-write   # smallest sizes, nothing written (CI's smoke test)
+    python tools/bench/run.py --headlines          # the benchmarks behind the headlines (headlines.py)
+    python tools/bench/run.py --device cuda --quick   # the GPU kit: tests and GPU figures in 7 minutes (kit.py)
 
-Each benchmark writes ``results/<name>.<device>.json``; ``RESULTS.md`` is rebuilt from all of them.
+Each benchmark writes ``results/<name>.<device>.json`` (again after every complete group of rows, marked
+partial until it ends); ``RESULTS.md`` is rebuilt from all of them.
 """
 
 from __future__ import annotations
@@ -19,9 +22,13 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+sys.path[:0] = [str(HERE), str(HERE.parents[1])]  # the benchmarks' modules; this checkout's lit-embed, installed or not
 
-from harness import RESULTS, Context, environment, markdown_table, write_json  # noqa: E402
+import headlines  # noqa: E402
+
+from lit_embed.files import write_atomic, write_json_atomic  # noqa: E402
+
+from harness import RESULTS, Context, environment, load_average, markdown_table  # noqa: E402
 
 INTRO = """# Benchmarks
 
@@ -30,27 +37,49 @@ given as a ratio. Rebuild with `python tools/bench/run.py [NAME...] [--device cu
 generated from `results/*.json`.
 """
 
+HEADLINES = """## Headlines
+
+Each claim names its peer and its input (real-text ids, the headline, or uniform ids); the peer's figure is
+that of lit-embed's group in the same run (for the embedding step, of the rounds they took turns in); the
+ratio is the median of the per-round ratios, with their range; "% of memory limit" is the time the
+bytes a step must move would take at the machine's measured bandwidth over the measured time (see each
+benchmark). To measure them again, on a quiet machine: `python tools/bench/run.py --headlines` (CPU),
+and the GPU rows with `python tools/bench/run.py --device cuda --quick` (the GPU kit).
+"""
+
 
 def available() -> list[str]:
     return sorted(p.stem.removeprefix("bench_") for p in HERE.glob("bench_*.py"))
 
 
 NO_GPU = """No GPU results: every figure below was measured on the CPU (no `results/*.cuda.json` exists).
-`python tools/bench/run.py --device cuda` on a machine with a GPU adds them.
+The GPU kit (`kit.py`) adds them on a machine with a GPU, in about 7 minutes, from the root of a copy of this
+repository (lit-embed need not be installed, no network is used; the packages of `pyproject.toml` and its
+`test` extra, with a CUDA build of torch): `python tools/bench/run.py --device cuda --quick`. Its results
+land in `tools/bench/results/` (`*.cuda.json`, `gpu_kit.cuda.json`, `gpu_kit.log`) and this file, all
+copied to `--out DIR` (by default `$OUT`, where set) after every part.
 """
 
 
-def render() -> str:
+def render(results: Path = RESULTS) -> str:
     parts = [INTRO]
-    if not any(RESULTS.glob("*.cuda*.json")):
+    headline_table = headlines.table(results)
+    if headline_table:
+        parts += [HEADLINES, headline_table + "\n"]
+    if not any(results.glob("*.cuda*.json")):
         parts.append(NO_GPU)
-    for path in sorted(RESULTS.glob("*.json")):
+    for path in sorted(results.glob("*.json")):
         result = json.loads(path.read_text())
         env = result["environment"]
         where = env.get("gpu") or f"{env['cpu_count']} CPU cores, {env['torch_threads']} torch threads"
         parts.append(f"## {result['title']}\n")
         parts.append(f"{result['description']}\n")
-        parts.append(f"Measured {result['date']} on {where} (torch {env['torch']}): `{result['command']}`\n")
+        load = f", load average {env.get('load average')} -> {result.get('load average after')}" if "load average" in env else ""
+        parts.append(f"Measured {result['date']} on {where} (torch {env['torch']}{load}): `{result['command']}`\n")
+        if env.get("text-like ids"):
+            parts.append(f"Text-like ids: {env['text-like ids']}.\n")
+        if not result.get("complete", True):
+            parts.append("**Partial: the run stopped before this benchmark finished; the rows below are those it had.**\n")
         parts.append(markdown_table(result["rows"]) + "\n")
     return "\n".join(parts)
 
@@ -62,38 +91,68 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=None, help="torch's intra-op threads (default: one per core)")
     parser.add_argument("--smoke", action="store_true", help="smallest sizes, one repeat: checks the suite runs")
     parser.add_argument("--no-write", action="store_true", help="print the tables, write no result files")
+    parser.add_argument("--headlines", action="store_true", help="run the benchmarks the headlines read (headlines.py)")
+    parser.add_argument("--quick", action="store_true", help="with --device cuda: the GPU kit (see kit.py)")
+    parser.add_argument("--budget", type=float, default=None, help="with --quick: the kit's seconds in all (default 420)")
+    parser.add_argument("--out", default=None, help="with --quick: also copy the log and results here (default $OUT)")
     args = parser.parse_args(argv)
+    if not args.quick and (args.budget is not None or args.out is not None):
+        parser.error("--budget and --out are the GPU kit's: give them with --device cuda --quick")
+    if args.device.startswith("cuda"):
+        from kit import gpu_count
+
+        if not gpu_count():
+            what = "the GPU kit (--quick)" if args.quick else f"--device {args.device}"
+            print(f"No GPU is present (torch sees no CUDA device): {what} needs one, so nothing was run or written; "
+                  f"run it on a GPU machine, or leave out --device for the CPU benchmarks.", file=sys.stderr)
+            return 2
+    if args.quick:
+        import kit
+
+        if not args.device.startswith("cuda") or args.names or args.smoke:
+            parser.error("--quick is the GPU kit: give it with --device cuda alone (and --budget/--out)")
+        return kit.main(args.budget, args.out, RESULTS)
+    if args.headlines:
+        if args.names:
+            parser.error(f"--headlines runs {headlines.benchmarks()}: give no names with it")
+        args.names = headlines.benchmarks()
     unknown = sorted(set(args.names) - set(available()))
     if unknown:
         parser.error(f"unknown benchmark(s) {unknown}: choose from {available()}")
-    if args.threads is not None:
-        if args.threads < 1:
-            parser.error(f"--threads {args.threads} must be at least 1")
-        import torch
+    if args.threads is not None and args.threads < 1:
+        parser.error(f"--threads {args.threads} must be at least 1")
+    import torch
 
-        torch.set_num_threads(args.threads)
-    ctx = Context(device=args.device, smoke=args.smoke)
+    cores = torch.get_num_threads()
     for name in args.names or available():
         module = importlib.import_module(f"bench_{name}")
         print(f"== {name}: {module.TITLE}", flush=True)
-        rows = module.run(ctx)
-        print(markdown_table(rows), flush=True)
-        if args.no_write:
-            continue
+        torch.set_num_threads(args.threads or getattr(module, "THREADS", cores))
         options = (["--device", args.device] if args.device != "cpu" else []) + (["--threads", str(args.threads)] if args.threads else [])
-        command = " ".join(["python tools/bench/run.py", name, *options])
+        ctx = Context(device=args.device, smoke=args.smoke)
         payload = {
             "title": module.TITLE,
             "description": (module.__doc__ or "").strip(),
             "date": datetime.date.today().isoformat(),
-            "command": command,
+            "command": " ".join(["python tools/bench/run.py", name, *options]),
             "environment": environment(ctx),
-            "rows": rows,
         }
-        write_json(RESULTS / f"{name}.{args.device.replace(':', '')}.json", payload)
-    if not args.no_write:
-        (HERE / "RESULTS.md").write_text(render())
+        path = RESULTS / f"{name}.{args.device.replace(':', '')}.json"
+        if not args.no_write:
+            ctx.partial = lambda rows, payload=payload, path=path: save(path, payload, rows, complete=False)
+        rows = module.run(ctx)
+        print(markdown_table(rows), flush=True)
+        if not args.no_write:
+            save(path, payload, rows, complete=True)
     return 0
+
+
+def save(path: Path, payload: dict, rows: list[dict], complete: bool) -> None:
+    """Write a benchmark's result file (partial until ``complete``) and rebuild RESULTS.md (beside the results
+    folder) from every result in its folder."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(path, {**payload, "load average after": load_average(), "complete": complete, "rows": rows})
+    write_atomic(path.parent.parent / "RESULTS.md", render(path.parent))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,89 @@
+"""Differentiable product quantisation (Chen, Li & Sun, "Differentiable Product Quantization for End-to-End Embedding
+Compression", ICML 2020): each token's vector is D codewords, one per group, chosen end to end."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from lit_embed.embeddings.base import EmbeddingStrategy
+from lit_embed.errors import ConfigError
+
+#: Ids whose codes are computed at once when every token's are needed (the tied decoder's weight).
+CHUNK = 4096
+
+
+class DPQEmbedding(EmbeddingStrategy):
+    """DPQ-SX: token x's query ``q_x`` (a row of a ``V x d`` table) is cut into D groups; in group j it takes the
+    codeword k maximising ``<q_x^j, K_j[k]>`` and contributes ``V_j[k]``, the vector being the D values side by side.
+    Training passes the gradient through the softmax of the scores (temperature ``temperature``; the straight-through
+    estimator of the paper's §3.2), while the vector is always the hard choice's.
+
+    Counted as the paper counts what inference keeps (its §4, compression ratio): the ``K x d`` value codebooks and
+    ``V x D`` codes (each a log2(K)-bit index counted as one parameter, as additive quantisation counts its codes);
+    the query table and keys exist for training only. The tied decoder reads the values at every token's current
+    code (no gradient reaches the queries through it).
+
+    Args:
+        codewords: K, codewords per group.
+        groups: D, groups per vector (a divisor of ``hidden_size``).
+        temperature: of the training softmax.
+        init_std: standard deviation of the normal initialisation.
+        budget: size K to this many parameters, or this fraction of the dense table.
+    """
+
+    size_parameter = "codewords"
+
+    def __init__(self, vocab_size: int, hidden_size: int, codewords: int = 32, groups: int = 8, temperature: float = 1.0,
+                 init_std: float = 0.02, budget: int | float | None = None) -> None:
+        super().__init__(vocab_size, hidden_size)
+        if groups < 1 or hidden_size % groups:
+            raise ConfigError(f"groups={groups} must divide hidden_size={hidden_size}: pick a divisor")
+        if codewords < 2:
+            raise ConfigError(f"codewords={codewords} must be at least 2")
+        if temperature <= 0:
+            raise ConfigError(f"temperature={temperature} must be positive")
+        self.codewords, self.groups, self.temperature, self.init_std = codewords, groups, temperature, init_std
+        width = hidden_size // groups
+        self.queries = nn.Parameter(torch.empty(vocab_size, groups, width).normal_(0.0, init_std))
+        self.keys = nn.Parameter(torch.empty(groups, codewords, width).normal_(0.0, init_std))
+        self.values = nn.Parameter(torch.empty(groups, codewords, width).normal_(0.0, init_std))
+
+    @classmethod
+    def count_parameters(cls, vocab_size: int, hidden_size: int, codewords: int = 32, groups: int = 8, **_) -> int:
+        return codewords * hidden_size + vocab_size * groups
+
+    @classmethod
+    def size_range(cls, vocab_size: int, hidden_size: int, **_) -> tuple[int, int]:
+        return 2, 2**16
+
+    def num_embedding_parameters(self) -> int:
+        return self.count_parameters(self.vocab_size, self.hidden_size, self.codewords, self.groups)
+
+    def counting_rule(self) -> str:
+        return (f"DPQ counts what inference keeps: {self.codewords} x {self.hidden_size} values and {self.groups} codes per "
+                f"token; the {self.vocab_size} x {self.hidden_size} queries and the keys train only")
+
+    def scores(self, codes: Tensor) -> Tensor:
+        """``(..., D, K)`` scores of each group's codewords."""
+        return torch.einsum("...gw,gkw->...gk", self.queries[codes], self.keys)
+
+    def forward(self, codes: Tensor) -> Tensor:
+        scores = self.scores(codes)
+        soft = (scores / self.temperature).softmax(-1)
+        hard = nn.functional.one_hot(scores.argmax(-1), self.codewords).to(soft.dtype)
+        choice = hard + soft - soft.detach()  # the hard choice's value, the softmax's gradient
+        return torch.einsum("...gk,gkw->...gw", choice, self.values).flatten(-2)
+
+    def codes(self) -> Tensor:
+        """``(V, D)`` each token's codeword in each group (what inference keeps)."""
+        with torch.no_grad():
+            ids = torch.arange(self.vocab_size, device=self.queries.device)
+            return torch.cat([self.scores(chunk).argmax(-1) for chunk in ids.split(CHUNK)])
+
+    def full_weight(self) -> Tensor:
+        groups = torch.arange(self.groups, device=self.values.device)
+        return self.values[groups, self.codes()].flatten(-2)
+
+
+__all__ = ["DPQEmbedding"]

@@ -1,0 +1,202 @@
+"""A strategy sized to a parameter budget (lit_embed.embeddings.sizing): every built-in strategy counts itself from its
+arguments as it counts itself built, meets a budget within 1% or refuses naming the budgets it can meet, and
+`lit-embed params` shows what the budget chose."""
+
+from __future__ import annotations
+
+import functools
+import re
+
+import pytest
+import torch
+
+from lit_embed.checkpoints import build_from_config
+from lit_embed.commands import main
+from lit_embed.embeddings import (
+    AdditiveQuantizedEmbedding,
+    CanineHashEmbedding,
+    DenseEmbedding,
+    EmbeddingStrategy,
+    HashAdd,
+    HashEmbedding,
+    HashPool,
+    HashProj,
+    PCAEmbedding,
+    ProFormerEmbedding,
+    SparseCodedEmbedding,
+    SubspaceEmbedding,
+    UnkEmbedding,
+)
+from lit_embed.embeddings.sizing import TOLERANCE, fit_budget
+from lit_embed.errors import ConfigError
+from tests.helpers import REPO
+from tests.helpers.cli import params_json, section
+
+V, D = 30522, 384  # the table the budgets are fractions of
+#: strategy -> argument sets it is counted with (built small, so a formula that differs from the module shows)
+BUILT = {
+    DenseEmbedding: [{}],
+    SubspaceEmbedding: [{"num_tables": 3}, {"num_tables": 2, "table_size": 200}, {"num_tables": 5, "padding_idx": 0}],
+    HashEmbedding: [{"num_buckets": 300}],
+    HashPool: [{"num_bits": 64, "chunk_bits": 6}, {"num_bits": 30, "chunk_bits": 7}],
+    HashAdd: [{"num_bits": 64}],
+    HashProj: [{"num_bits": 17}],
+    ProFormerEmbedding: [{"num_bits": 70}],
+    CanineHashEmbedding: [{"num_hashes": 4, "num_buckets": 97}, {"num_hashes": 4, "num_buckets": 97, "counted_buckets": 50}],
+    SparseCodedEmbedding: [{"num_common": 200, "k": 3}],
+    UnkEmbedding: [{"num_common": 200}],
+    PCAEmbedding: [{"num_common": 200, "k": 4}],
+    AdditiveQuantizedEmbedding: [{"codebooks": 4, "codewords": 8}],
+}
+
+
+def _sizes(cls):
+    vocab = None if cls.unlimited_vocabulary else 3000
+    return vocab, 24 if cls is CanineHashEmbedding else 20
+
+
+@pytest.mark.parametrize("cls", list(BUILT), ids=lambda cls: cls.__name__)
+def test_a_strategy_counts_itself_from_its_arguments_as_it_counts_itself_built(cls):
+    vocab, hidden = _sizes(cls)
+    for arguments in BUILT[cls]:
+        built = cls(vocab, hidden, **arguments)
+        assert cls.count_parameters(vocab, hidden, **arguments) == built.num_embedding_parameters(), arguments
+
+
+#: strategy -> its arguments beside the budget, for the 30522 x 384 table (counts for the unlimited vocabularies)
+BUDGETED = {
+    SubspaceEmbedding: {"num_tables": 3},
+    HashEmbedding: {},
+    HashPool: {},
+    HashAdd: {},
+    HashProj: {},
+    ProFormerEmbedding: {},
+    CanineHashEmbedding: {},
+    SparseCodedEmbedding: {"k": 5},
+    UnkEmbedding: {},
+    PCAEmbedding: {"k": 5},
+    AdditiveQuantizedEmbedding: {"codewords": 16},
+}
+
+
+@pytest.mark.parametrize("share", [0.1, 0.01, 0.001])
+@pytest.mark.parametrize("cls", list(BUDGETED), ids=lambda cls: cls.__name__)
+def test_a_budget_is_met_within_one_percent_or_refused_naming_what_can_be_met(cls, share):
+    """At 10%, 1% and 0.1% of a 30522 x 384 table: the count chosen lies within 1% of the budget, or the refusal names
+    counts the strategy does reach, on either side of the budget (or its one edge), none of them within 1%."""
+    vocab = None if cls.unlimited_vocabulary else V
+    budget = share if vocab else round(share * V * D)
+    target = round(share * V * D)
+    try:
+        sizing = fit_budget(cls, vocab, D, budget, BUDGETED[cls])
+    except ConfigError as refused:
+        named = [int(n.replace(",", "")) for n in re.findall(r"([\d,]+)(?:, [\d.]+% of dense)? \(\w+=\d+\)", str(refused))]
+        values = [int(v) for v in re.findall(r"\(\w+=(\d+)\)", str(refused))]
+        assert named and all(abs(n - target) > TOLERANCE * target for n in named), refused
+        for value, count in zip(values, named):  # the nearest budgets named are what those sizes give
+            assert cls.count_parameters(vocab, D, **{**BUDGETED[cls], cls.size_parameter: value}) == count
+        assert len(named) == 2 or "smallest size" in str(refused) or "largest size" in str(refused)
+        return
+    assert abs(sizing.count - target) <= TOLERANCE * target
+    assert sizing.count == cls.count_parameters(vocab, D, **{**BUDGETED[cls], sizing.parameter: sizing.value})
+
+
+def test_the_known_choices_of_the_existing_strategies():
+    """Figures worked by hand: Q = 1% of 30522 x 384 / 384 = 305.2 rows, and at least 32 (31^3 < 30522); MD5's 128
+    bits cap HashAdd at (2 * 128 + 1) * 384; HashPool's (ceil(128/k) + 2^k + 1) * 384 leaves no k for 1% (117,204
+    parameters: k=8 gives 273 rows, k=9 528)."""
+    assert fit_budget(SubspaceEmbedding, V, D, 0.01, {}).value == 305
+    with pytest.raises(ConfigError, match=r"12,288, 0.105% of dense \(table_size=32\), its smallest size"):
+        fit_budget(SubspaceEmbedding, V, D, 1000, {})
+    with pytest.raises(ConfigError, match=r"98,688 \(num_bits=128\), its largest size"):
+        fit_budget(HashAdd, None, D, 1_172_045, {})
+    with pytest.raises(ConfigError, match=r"104,832 \(chunk_bits=8\) and 202,752 \(chunk_bits=9\)"):
+        fit_budget(HashPool, None, D, 117_204, {})
+
+
+def test_the_dense_table_has_one_size():
+    assert fit_budget(DenseEmbedding, V, D, 1.0, {}).count == V * D
+    assert DenseEmbedding(100, 8, budget=800).sizing.count == 800
+    with pytest.raises(ConfigError, match=r"DenseEmbedding has one size, 800 parameters, 100% of dense, which is not "
+                                          r"budget=0.5 \(400, 50% of dense\)"):
+        DenseEmbedding(100, 8, budget=0.5)
+
+
+@pytest.mark.parametrize("budget, message", [
+    (0, r"budget=0 must be a positive number of parameters"),
+    (-5, r"budget=-5 must be a positive number"),
+    (1.5, r"budget=1.5 is a fraction outside \(0, 1\].*an integer such as 2"),
+    (0.0, r"budget=0.0 is a fraction outside"),
+    (True, r"budget=True must be a number of parameters"),
+    ("1%", r"budget='1%' must be a number of parameters"),
+])
+def test_a_budget_that_is_no_count_or_fraction_is_refused_by_its_value(budget, message):
+    with pytest.raises(ConfigError, match=message):
+        SubspaceEmbedding(300, 8, budget=budget)
+
+
+def test_a_fraction_needs_a_vocabulary_to_be_a_fraction_of():
+    with pytest.raises(ConfigError, match=r"HashProj has an unlimited vocabulary, so budget=0.01 has no dense table.*"
+                                          r"as an integer"):
+        HashProj(None, 8, budget=0.01)
+
+
+def test_the_budget_replaces_the_size_given_and_the_config_rebuilds_the_choice(caplog):
+    with caplog.at_level("INFO", "lit_embed.embeddings.sizing"):
+        strategy = SubspaceEmbedding(3000, 20, num_tables=2, table_size=80, budget=0.02)
+    assert strategy.table_size == 60 and strategy.num_embedding_parameters() == 1200 == strategy.sizing.count
+    assert "table_size=60 gives 1,200" in caplog.text and "in place of the 80 given" in caplog.text
+    config = strategy.config()["init_args"]
+    assert config["budget"] == 0.02 and config["table_size"] == 60
+    again = build_from_config(EmbeddingStrategy, strategy.config(with_sizes=True), "embedding")
+    assert again.table_size == 60 and again.sizing == strategy.sizing
+    assert SubspaceEmbedding(3000, 20).sizing is None
+    # a size argument without default may be left to the budget
+    assert UnkEmbedding(3000, 20, budget=6000).num_common == 300
+    assert functools.partial(SparseCodedEmbedding, budget=0.6)(3000, 20).sizing.count == pytest.approx(36000, rel=0.01)
+
+
+DEMO = str(REPO / "configs" / "demo.yaml")
+
+
+def test_params_shows_what_the_budget_chose_and_refuses_what_cannot_be_met(capsys):
+    report = params_json(["params", "--config", DEMO, "--json", "--model.init_args.embedding.init_args.budget", "0.01"])
+    sizing = report["sizing"]
+    assert sizing["parameter"] == "table_size" and sizing["count"] == report["embedding_params"]
+    assert sizing["target"] == round(0.01 * 30522 * report["hidden_size"]) and sizing["budget"] == 0.01
+    assert abs(sizing["count"] - sizing["target"]) <= 0.01 * sizing["target"]
+    assert main(["params", "--config", DEMO, "--model.init_args.embedding.init_args.budget", "0.01"]) == 0
+    printed = capsys.readouterr().out
+    assert f"table_size={sizing['value']} gives {sizing['count']:,}" in printed
+    shown = next(line for line in section("Parameter accounting").splitlines() if line.startswith("budget  "))
+    assert shown in printed.splitlines()  # the README shows what params prints
+    assert params_json(["params", "--config", DEMO, "--json"])["sizing"] is None
+    assert main(["params", "--config", DEMO, "--model.init_args.embedding.init_args.budget", "0.0001"]) == 2
+    error = capsys.readouterr().err
+    assert "SubspaceEmbedding cannot meet budget=0.0001" in error and "(table_size=32), its smallest size" in error
+
+
+class _LowRank(EmbeddingStrategy):
+    """A plugin's strategy that takes a budget but gives no count formula: the base class counts it built on the meta
+    device."""
+
+    size_parameter = "rank"
+
+    def __init__(self, vocab_size: int, hidden_size: int, rank: int = 4, budget: int | float | None = None) -> None:
+        super().__init__(vocab_size, hidden_size)
+        self.rank = rank
+        self.a = torch.nn.Parameter(torch.zeros(vocab_size, rank))
+        self.b = torch.nn.Parameter(torch.zeros(rank, hidden_size))
+
+    def forward(self, codes):
+        return self.a[codes] @ self.b
+
+    @classmethod
+    def size_range(cls, vocab_size: int, hidden_size: int, **_) -> tuple[int, int]:
+        return 1, hidden_size
+
+
+def test_a_strategy_without_a_formula_is_counted_built_on_the_meta_device():
+    assert _LowRank.count_parameters(1000, 16, rank=3) == 3 * (1000 + 16)
+    strategy = _LowRank(1000, 16, budget=5 * 1016)
+    assert strategy.rank == 5 and strategy.a.device.type == "cpu" and strategy.num_embedding_parameters() == 5080

@@ -1,0 +1,324 @@
+"""The embedding-compression zoo (issue 28): each well-known method as a strategy, counted by its paper's formula,
+sized to a budget of a 30522 x 384 table (or refusing, naming what it can meet), trained by every objective, and
+exported to transformers computing what lit-embed computes."""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from lit_embed.checkpoints import FACTS, build_from_config, describe, load_model
+from lit_embed.embeddings import (
+    DeepHashEmbedding,
+    DPQEmbedding,
+    EmbeddingStrategy,
+    FactorizedEmbedding,
+    HashingTrickEmbedding,
+    MixedDimensionEmbedding,
+    QREmbedding,
+    ROBEEmbedding,
+    SubspaceEmbedding,
+    TTEmbedding,
+    WeightedHashEmbedding,
+)
+from lit_embed.embeddings.hashed_ids import PRIME, hash_ids
+from lit_embed.embeddings.sizing import TOLERANCE, fit_budget
+from lit_embed.errors import ConfigError
+from lit_embed.export.folder import export
+from lit_embed.models import MaskedLM, SequenceClassifier, ShuffleRandom
+from tests.helpers import CONFIGS, REPO, tiny_encoder
+from tests.helpers.cli import section
+
+V, D = 30522, 384
+
+
+def papers_count(cls, vocab: int, d: int, **a) -> int:
+    """Each paper's parameter count, written from the paper (not from the strategy's code)."""
+    if cls is HashingTrickEmbedding:  # Weinberger et al.: a table of m buckets
+        return a["num_buckets"] * d
+    if cls is WeightedHashEmbedding:  # Svenstrup et al. §3: B d shared vectors + K k importance parameters
+        return a["num_buckets"] * d + vocab * a.get("num_hashes", 2)
+    if cls is ROBEEmbedding:  # Desai et al.: the array's size is the memory
+        return a["memory"]
+    if cls is DeepHashEmbedding:  # Kang et al.: only the decoder network's weights and biases
+        widths = [a.get("num_hashes", 1024)] + [a["width"]] * a.get("num_layers", 2) + [d]
+        return sum(i * o + o for i, o in zip(widths, widths[1:]))
+    if cls is FactorizedEmbedding:  # ALBERT §3.1: O(V x E + E x H)
+        return vocab * a["rank"] + a["rank"] * d + (d if a.get("bias") else 0)
+    if cls is QREmbedding:  # Shi et al. §3: (ceil(|S| / m) + m) x D; concatenation halves D per table
+        m, halves = a["remainder_rows"], a.get("operation") == "concat"
+        return math.ceil(vocab / m) * (d // 2 if halves else d) + m * (d - d // 2 if halves else d)
+    if cls is TTEmbedding:  # Khrulkov et al. eq. (3) / TT-Rec: sum_k R_{k-1} I_k J_k R_k
+        ranks = [1] + [a["rank"]] * (len(a["vocab_factors"]) - 1) + [1]
+        return sum(ranks[k] * i * j * ranks[k + 1] for k, (i, j) in enumerate(zip(a["vocab_factors"], a["dim_factors"])))
+    if cls is MixedDimensionEmbedding:  # Ginart et al. §3: sum_i n_i d_i + d_i d (block tables and projections)
+        return sum(n * di + di * d for n, di in zip(a["block_sizes"], a["block_dims"]))
+    if cls is DPQEmbedding:  # Chen et al. §4: what inference keeps, K x d values and V x D codes (one parameter each)
+        return a["codewords"] * d + vocab * a.get("groups", 8)
+    raise AssertionError(cls)
+
+
+def zipf_widths(vocab: int, base_dim: int, blocks: int = 4, alpha: float = 0.3, d: int = 384) -> tuple[list, list]:
+    """Mixed dimensions by the id-order proxy, worked from the paper's rule: blocks of 1, 2, 4, 8 fifteenths of the
+    vocabulary, popularity the mean of 1/rank over a block, d_i = round(base_dim (p_i / p_0)^alpha)."""
+    sizes = [vocab * 2**i // (2**blocks - 1) for i in range(blocks - 1)]
+    sizes.append(vocab - sum(sizes))
+    popularity, start = [], 0
+    for n in sizes:
+        popularity.append(sum(1 / r for r in range(start + 1, start + n + 1)) / n)
+        start += n
+    return sizes, [min(d, max(1, round(base_dim * (p / popularity[0]) ** alpha))) for p in popularity]
+
+
+#: method -> argument sets its count is checked with (built small: 3000 ids, width 24)
+FORMULAS = {
+    HashingTrickEmbedding: [{"num_buckets": 7}, {"num_buckets": 500, "signed": False}],
+    WeightedHashEmbedding: [{"num_buckets": 50}, {"num_buckets": 9, "num_hashes": 3}],
+    ROBEEmbedding: [{"memory": 100, "block_size": 8}, {"memory": 7777, "block_size": 5}],
+    DeepHashEmbedding: [{"width": 16, "num_hashes": 32}, {"width": 5, "num_layers": 3, "num_hashes": 64}],
+    FactorizedEmbedding: [{"rank": 4}, {"rank": 24, "bias": True}],
+    QREmbedding: [{"remainder_rows": 55}, {"remainder_rows": 7, "operation": "add"}, {"remainder_rows": 100, "operation": "concat"}],
+    DPQEmbedding: [{"codewords": 16}, {"codewords": 5, "groups": 3}],
+    TTEmbedding: [{"rank": 3, "vocab_factors": [15, 15, 15], "dim_factors": [2, 3, 4]},
+                  {"rank": 5, "num_cores": 2, "vocab_factors": [60, 50], "dim_factors": [4, 6]}],
+}
+
+
+def test_mixed_dimension_counts_what_its_paper_counts():
+    """The widths the power law gives by the id-order proxy, and widths given, both counted as the paper counts."""
+    for base_dim, alpha in ((24, 0.3), (10, 0.0), (17, 1.0)):
+        sizes, dims = zipf_widths(3000, base_dim, alpha=alpha, d=24)
+        strategy = MixedDimensionEmbedding(3000, 24, base_dim=base_dim, alpha=alpha)
+        assert strategy.block_dims == dims and [t.shape[0] for t in strategy.tables] == sizes
+        count = papers_count(MixedDimensionEmbedding, 3000, 24, block_sizes=sizes, block_dims=dims)
+        assert strategy.num_embedding_parameters() == count == MixedDimensionEmbedding.count_parameters(
+            3000, 24, base_dim=base_dim, alpha=alpha)
+    given = MixedDimensionEmbedding(3000, 24, num_blocks=2, block_dims=[5, 3])
+    assert given.num_embedding_parameters() == papers_count(MixedDimensionEmbedding, 3000, 24, block_sizes=[1000, 2000],
+                                                            block_dims=[5, 3])
+
+
+def test_mixed_dimension_ranks_by_a_count_file_and_its_checkpoint_needs_no_file(tmp_path):
+    counts = np.zeros(300, dtype=int)
+    counts[[299, 7, 150]] = [50, 40, 30]  # the three most frequent, in that order
+    path = tmp_path / "counts.txt"
+    path.write_text("\n".join(map(str, counts)) + "\n")
+    strategy = MixedDimensionEmbedding(300, 12, num_blocks=3, frequencies=str(path), alpha=0.5)
+    assert strategy.block_of[[299, 7, 150]].tolist() == [0, 0, 0] and strategy.row_of[[299, 7, 150]].tolist() == [0, 1, 2]
+    assert strategy.block_dims == [12, 1, 1]  # the rare blocks count nothing: the narrowest width
+    config = strategy.config(with_sizes=True)
+    assert config["init_args"]["frequencies"] is None and config["init_args"]["block_dims"] == [12, 1, 1]
+    budgeted = MixedDimensionEmbedding(300, 12, num_blocks=3, frequencies=str(path), alpha=0.5, budget=876)
+    assert budgeted.block_dims == [11, 1, 1] and budgeted.num_embedding_parameters() == 876  # (42 + 12) 11 + 85 + 173 + 24
+    path.unlink()
+    rebuilt = build_from_config(EmbeddingStrategy, config, "embedding")
+    rebuilt.load_state_dict(strategy.state_dict())
+    ids = torch.arange(300)
+    assert torch.equal(rebuilt(ids), strategy(ids))
+
+
+@pytest.mark.parametrize("content, message", [
+    (None, "is not a file of one integer count per line"),
+    ("1\n2\nthree\n", "is not a file of one integer count per line"),
+    ("1\n2\n", "holds 2 counts: it needs one non-negative count per vocabulary id, 300 lines"),
+    ("\n".join(["1"] * 299 + ["-4"]), "holds 300 counts (some negative)"),
+])
+def test_a_count_file_that_is_not_one_count_per_id_is_refused_naming_it(tmp_path, content, message):
+    path = tmp_path / "counts.txt"
+    if content is not None:
+        path.write_text(content)
+    with pytest.raises(ConfigError, match=re.escape(f"frequencies={str(path)!r}") + ".*" + re.escape(message)):
+        MixedDimensionEmbedding(300, 12, frequencies=str(path))
+
+
+@pytest.mark.parametrize("cls", list(FORMULAS), ids=lambda cls: cls.__name__)
+def test_each_method_counts_what_its_paper_counts(cls):
+    for arguments in FORMULAS[cls]:
+        expected = papers_count(cls, 3000, 24, **arguments)
+        assert cls.count_parameters(3000, 24, **arguments) == expected, arguments
+        assert cls(3000, 24, **arguments).num_embedding_parameters() == expected, arguments
+
+
+#: method -> what a budget of 10%, 1% and 0.1% of a 30522 x 384 table gives: the value chosen, or the values either
+#: side that the refusal names (one where the budget lies beyond the method's smallest size)
+BUDGETS = {
+    HashingTrickEmbedding: {0.1: 3052, 0.01: 305, 0.001: (30, 31)},  # rows of 384: 0.1% lies between two
+    WeightedHashEmbedding: {0.1: 2893, 0.01: 146, 0.001: (1,)},  # the V x 2 importance weights are 0.52% alone
+    ROBEEmbedding: {0.1: 1_172_045, 0.01: 117_204, 0.001: 11_720},  # any number of values
+    DeepHashEmbedding: {0.1: 587, 0.01: 78, 0.001: 8},
+    FactorizedEmbedding: {0.1: 38, 0.01: (3, 4), 0.001: (1,)},  # each unit of E costs V + H = 30,906
+    QREmbedding: {0.1: 3041, 0.01: (175,), 0.001: (175,)},  # (ceil(V/m) + m) d is smallest at m = sqrt(V): 1.15%
+    TTEmbedding: {0.1: 77, 0.01: (23, 24), 0.001: (6, 7)},  # the middle core grows as r^2
+    MixedDimensionEmbedding: {0.1: (100, 101), 0.01: 10, 0.001: (1,)},  # a unit of base_dim widens 16,278 rows
+    DPQEmbedding: {0.1: 2416, 0.01: (2,), 0.001: (2,)},  # 8 codes per token are 2.1% already
+}
+
+
+@pytest.mark.parametrize("share", [0.1, 0.01, 0.001])
+@pytest.mark.parametrize("cls", list(BUDGETS), ids=lambda cls: cls.__name__)
+def test_each_method_meets_a_budget_within_one_percent_or_names_the_nearest_it_can(cls, share):
+    expected, target = BUDGETS[cls][share], round(share * V * D)
+    if isinstance(expected, int):
+        sizing = fit_budget(cls, V, D, share, {})
+        assert sizing.value == expected and abs(sizing.count - target) <= TOLERANCE * target
+        assert sizing.count == papers_count(cls, V, D, **_full_arguments(cls, sizing.value))
+        return
+    with pytest.raises(ConfigError) as refused:
+        fit_budget(cls, V, D, share, {})
+    message = str(refused.value)
+    for value in expected:
+        count = papers_count(cls, V, D, **_full_arguments(cls, value))
+        assert abs(count - target) > TOLERANCE * target and f"{count:,}" in message and f"{cls.size_parameter}={value})" in message
+    assert len(expected) == 2 or "its smallest size" in message
+
+
+def _full_arguments(cls, value: int) -> dict:
+    arguments = {cls.size_parameter: value}
+    if cls is TTEmbedding:  # 32^3 >= 30522, 384 = 8 x 6 x 8
+        arguments |= {"vocab_factors": [32, 32, 32], "dim_factors": [8, 6, 8]}
+    if cls is MixedDimensionEmbedding:
+        arguments["block_sizes"], arguments["block_dims"] = zipf_widths(V, value)
+    return arguments
+
+
+def test_qr_with_concatenation_is_the_two_sub_embedding_but_for_its_quotient_rows():
+    """The docs' sentence: QR-concat with m rows is SubspaceEmbedding(f=2, Q=m, radix codes), the quotient table
+    ceil(V/m) rows (the same vectors where V = m^2)."""
+    qr, subspace = QREmbedding(400, 8, remainder_rows=20, operation="concat"), SubspaceEmbedding(400, 8, num_tables=2)
+    with torch.no_grad():
+        q_table, r_table = subspace.tables  # radix codes: digit 0 is n % Q, digit 1 is n // Q
+        q_table.copy_(qr.remainder)
+        r_table.copy_(qr.quotient)
+    ids = torch.arange(400)
+    assert torch.equal(qr(ids)[:, [*range(4, 8), *range(4)]], subspace(ids))
+
+
+def test_hash_functions_are_seeded_universal_hashes_kept_in_the_checkpoint():
+    """Never Python's hash(): (a x + b) mod p mod m with (a, b) drawn from NumPy's generator of the seed, the same in
+    any process, and a persistent buffer, so a checkpoint brings them back whatever the seed then given."""
+    strategy = HashingTrickEmbedding(1000, 8, num_buckets=64, seed=3)
+    drawn = np.random.default_rng(3)
+    a, b = drawn.integers(1, PRIME, 2), drawn.integers(0, PRIME, 2)
+    assert strategy.hash_coefficients.tolist() == [[int(a[0]), int(b[0])], [int(a[1]), int(b[1])]]
+    ids = torch.tensor([0, 1, 999])
+    assert hash_ids(ids, strategy.hash_coefficients, 64)[:, 0].tolist() == [(int(a[0]) * x + int(b[0])) % PRIME % 64
+                                                                          for x in (0, 1, 999)]
+    other = HashingTrickEmbedding(1000, 8, num_buckets=64, seed=4)
+    assert not torch.equal(other.hash_coefficients, strategy.hash_coefficients)
+    other.load_state_dict(strategy.state_dict())
+    assert torch.equal(other(ids), strategy(ids))
+
+
+ZOO = {
+    "hashing_trick": functools.partial(HashingTrickEmbedding, num_buckets=300),
+    "hash_embeddings": functools.partial(WeightedHashEmbedding, num_buckets=100, num_hashes=3),
+    "robe": functools.partial(ROBEEmbedding, memory=1000, block_size=4),
+    "dhe": functools.partial(DeepHashEmbedding, width=16, num_hashes=32),
+    "albert": functools.partial(FactorizedEmbedding, rank=4, bias=True),
+    "qr": functools.partial(QREmbedding, remainder_rows=100),
+    "tt": functools.partial(TTEmbedding, rank=3),
+    "mixed_dimension": functools.partial(MixedDimensionEmbedding, base_dim=8),
+    "dpq": functools.partial(DPQEmbedding, codewords=8, groups=4),
+}
+
+
+@pytest.mark.parametrize("name", list(ZOO))
+def test_each_method_trains_in_every_objective(name):
+    """MLM with the decoder tied to the strategy's V x d weight, Shuffle+Random, and fine-tuning: every parameter of
+    the strategy gets a gradient."""
+    codes = torch.randint(30522, (2, 10), generator=torch.Generator().manual_seed(0))
+    mask = torch.ones_like(codes)
+    labels = torch.full_like(codes, -100)
+    labels[:, 2:6] = codes[:, 2:6]
+    shuffled = torch.full_like(codes, -100)
+    shuffled[:, 1:9] = torch.randint(3, (2, 8))
+    runs = [
+        (MaskedLM(tiny_encoder(16), vocab_size=30522, embedding=ZOO[name]), {"labels": labels}, lambda out: out[0]),
+        (ShuffleRandom(tiny_encoder(16), vocab_size=30522, embedding=ZOO[name]), {"labels": shuffled}, lambda out: out[0]),
+        (SequenceClassifier("topics", encoder=tiny_encoder(16), embedding=ZOO[name], vocab_size=30522), {},
+         lambda out: out.sum()),
+    ]
+    for module, extra, loss in runs:
+        loss(module({"codes": codes, "attention_mask": mask, **extra})).backward()
+        for parameter_name, parameter in module.embedding.named_parameters():
+            assert parameter.grad is not None and parameter.grad.abs().sum() > 0, (type(module).__name__, parameter_name)
+
+
+ZOO_YAMLS = ["hashing_trick", "hash_embeddings", "robe", "dhe", "albert_factorized", "qr", "tt", "mixed_dimension", "dpq"]
+
+
+@pytest.mark.parametrize("name", ZOO_YAMLS)
+def test_each_methods_yaml_counts_at_a_budget_of_the_demo_as_the_readme_says(name):
+    """`lit-embed params --config configs/demo.yaml --model.init_args.embedding configs/embedding/<method>.yaml
+    --model.init_args.embedding.init_args.budget 0.01`: the count it reports is the one the budget chose, or the
+    method refuses (exit 2) naming the nearest sizes; the README's table shows either."""
+    import contextlib
+    import io
+
+    from lit_embed.commands import main
+
+    row = next(line.split(" | ")[1:] for line in section("Strategies").splitlines() if line.startswith(f"| {name} |"))
+    out, err = io.StringIO(), io.StringIO()
+    argv = ["params", "--config", str(CONFIGS / "demo.yaml"), "--model.init_args.embedding",
+            str(CONFIGS / "embedding" / f"{name}.yaml"), "--model.init_args.embedding.init_args.budget", "0.01", "--json"]
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(argv)
+    if code == 2:
+        message = err.getvalue()
+        assert "cannot meet budget=0.01" in message and row[0].startswith("refused: nearest ")
+        parameter, values = row[0].removeprefix("refused: nearest ").split("=")
+        for value, count in zip(values.split(" or "), row[1].split(" or ")):
+            assert f"{count}, " in message and f"({parameter}={value})" in message
+        return
+    report = json.loads(out.getvalue())
+    sizing, dense = report["sizing"], 30522 * report["hidden_size"]
+    assert code == 0 and sizing["count"] == report["embedding_params"]
+    assert abs(report["embedding_params"] - 0.01 * dense) <= 0.01 * 0.01 * dense
+    assert row[:2] == [f"{sizing['parameter']}={sizing['value']}", f"{sizing['count']:,}"]
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    """Every method in a MaskedLM, its weights perturbed, saved as lit-embed saves, exported, and loaded by transformers
+    in one subprocess where lit_embed cannot be imported."""
+    tmp = tmp_path_factory.mktemp("zoo_export")
+    jobs, checkpoints = [], {}
+    ids = torch.randint(0, 30522, (2, 7), generator=torch.Generator().manual_seed(0))
+    for number, (name, factory) in enumerate(ZOO.items()):
+        module = MaskedLM(tiny_encoder(16), vocab_size=30522, embedding=factory)
+        generator = torch.Generator().manual_seed(number)
+        with torch.no_grad():
+            for parameter in module.parameters():
+                parameter.add_(0.05 * torch.randn(parameter.shape, generator=generator))
+        checkpoints[name] = tmp / f"{name}.ckpt"
+        torch.save({"state_dict": module.state_dict(), FACTS: describe(module, "all-MiniLM-L6-v2", None)}, checkpoints[name])
+        export(str(checkpoints[name]), str(tmp / name))
+        jobs.append({"folder": str(tmp / name), "auto": "AutoModel", "out": str(tmp / f"{name}.pt"),
+                     "inputs": {"input_ids": ids.tolist(), "attention_mask": [[1] * 7, [1] * 5 + [0] * 2]}})
+    (tmp / "jobs.json").write_text(json.dumps(jobs))
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"HF_MODULES_CACHE": str(tmp / "hf_modules")}
+    (tmp / "elsewhere").mkdir()
+    done = subprocess.run([sys.executable, str(REPO / "tests" / "helpers" / "export_loader.py"), str(tmp / "jobs.json")],
+                          capture_output=True, text=True, cwd=tmp / "elsewhere", env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "lit_embed imported: False" in done.stdout
+    return {name: (checkpoints[name], torch.load(tmp / f"{name}.pt")) for name in ZOO}
+
+
+@pytest.mark.parametrize("name", list(ZOO))
+def test_each_methods_export_computes_what_lit_embed_computes(exported, name):
+    checkpoint, loaded = exported[name]
+    module, _ = load_model(checkpoint)
+    inputs = loaded["inputs"]
+    with torch.no_grad():
+        expected = module.eval().encode({"codes": inputs["input_ids"], "attention_mask": inputs["attention_mask"]})
+    assert torch.allclose(loaded["output"], expected.last_hidden_state, atol=1e-5)
