@@ -2,8 +2,9 @@
 
 Each function says what it reaches into and why no public way exists; when a library changes, this is
 the file to fix. (Three method overrides live beside their classes: ``LitEmbedCLI._parse_ckpt_path``,
-LightningCLI's hook that applies a checkpoint's model, ``RunLogger._get_next_version``, TensorBoardLogger's
-hook that picks a new version, and ``EpochProgressBar._get_train_description``, the rich progress bar's title.)
+LightningCLI's hook that reads ``--ckpt_path`` and applies the model it records unchecked, turned off: the command
+reads and checks the file once, in ``parse_arguments``; ``RunLogger._get_next_version``, TensorBoardLogger's hook
+that picks a new version; and ``EpochProgressBar._get_train_description``, the rich progress bar's title.)
 """
 
 from __future__ import annotations

@@ -10,25 +10,32 @@ trust-granting key, no class from outside lit-embed, Lightning and the installed
 anything else is refused, naming the type; a checkpoint you trust can be rewritten as plain data once,
 knowingly::
 
-    python -m lit_embed.checkpoints convert --trust IN.ckpt OUT.ckpt
+    lit-embed convert --trust IN.ckpt OUT.ckpt
 """
 
 from __future__ import annotations
 
-import argparse
-import dataclasses
 import importlib
 import json
 import os
-import pickle
-import sys
+from collections.abc import Collection
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pytorch_lightning as pl
 import torch
+from jsonargparse import ArgumentParser
 
 from lit_embed._compat import instantiate
-from lit_embed.errors import CheckpointError, ConfigError, MissingFileError, pickled_type
+from lit_embed.embeddings import EmbeddingStrategy
+from lit_embed.embeddings.state import fixed_shapes
+from lit_embed.errors import CheckpointError, ConfigError, MissingFileError
+from lit_embed.files import atomic_writer
+from lit_embed.folders import start_checkpoint
+from lit_embed.plain_data import load_plain, plain
+from lit_embed.recorded import checked_class, recorded_config, without_trust
+from lit_embed.results import versions
 
 #: Key of the facts a checkpoint records about its strategy, vocabulary, tokenizer and run.
 FACTS = "lit_embed"
@@ -69,8 +76,6 @@ def _as_recorded(checkpoint: dict, where: str) -> dict:
     """``checkpoint`` with what it records about its model and data read as recorded configs: Lightning's
     hyper-parameters (``{"_class_path": ..., **init_args}``, its other ``_`` keys dropped: lit-embed builds no
     ``_instantiator``) and lit-embed's facts."""
-    from lit_embed.recorded import checked_class, recorded_config, without_trust
-
     out = dict(checkpoint)
     for name, key in (("hyper_parameters", "model"), ("datamodule_hyper_parameters", "data")):
         hparams = out.get(name)
@@ -93,29 +98,6 @@ def _as_recorded(checkpoint: dict, where: str) -> dict:
     return out
 
 
-def load_plain(path: str | os.PathLike, what: str) -> Any:
-    """What the PyTorch file at ``path`` holds, as tensors and plain data (``weights_only=True``: nothing in it runs);
-    a file holding Python objects, or a corrupt one, is refused naming it."""
-    try:
-        return torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as error:
-        found = pickled_type(error)
-        if found is None:
-            raise CheckpointError(
-                f"{what} {str(path)!r} is not a readable checkpoint (it is corrupt, or not a PyTorch file): use another"
-            ) from None
-        raise CheckpointError(
-            f"{what} {str(path)!r} holds a Python object of type {found}, which lit-embed does not load: "
-            f"unpickling it could run code. If you trust where it came from, rewrite it as plain data once with "
-            f"`python -m lit_embed.checkpoints convert --trust {path} NEW.ckpt` and use NEW.ckpt"
-        ) from None
-    except Exception as error:  # whatever a damaged file makes the reader trip over
-        reason = str(error).splitlines()[0].split(". ")[0][:160] if str(error) else type(error).__name__
-        raise CheckpointError(
-            f"{what} {str(path)!r} is truncated or corrupt ({reason}): a copy cut short? use another one"
-        ) from None
-
-
 #: Bumped when what :func:`describe` records changes (1: strategy, sizes, tokenizer and run only).
 FACTS_FORMAT = 2
 
@@ -124,8 +106,6 @@ def describe(module, tokenizer: str | None, run_dir: os.PathLike | None) -> dict
     """The facts a checkpoint records beside its weights: the config that rebuilds its model (stable class
     paths, the encoder's and strategy's arguments), the tokenizer its weights expect, the run it belongs to,
     and the versions that wrote it. Every lit-embed checkpoint carries them, however it was made."""
-    from lit_embed.results import versions
-
     strategy = module.embedding
     return {
         "format": FACTS_FORMAT,
@@ -179,10 +159,49 @@ def model_differences(recorded: dict, configured: dict) -> list[str]:
     return lines
 
 
+@dataclass(frozen=True)
+class ModelCheck:
+    """A checkpoint's recorded model held against the requested one (:func:`check_model`)."""
+
+    #: The model config the checkpoint records (``None``: it records none, and nothing was compared).
+    recorded: dict | None
+    #: What makes them different models, one ``key: checkpoint X, config Y`` line each.
+    differences: list[str]
+    #: The init args the request leaves unset, as the checkpoint records them.
+    filled: dict
+
+    def listed(self, most: int = 6) -> str:
+        """The differences in one line (the first ``most``, and how many more)."""
+        extra = len(self.differences) - most
+        return "; ".join(self.differences[:most]) + (f"; and {extra} more" if extra > 0 else "")
+
+
+def check_model(checkpoint: dict, requested: dict, keys: Collection[str] | None = None,
+                tokenizer: str | None = None) -> ModelCheck:
+    """The one check of a checkpoint against the model a command is asked to build: ``--ckpt_path``, the start
+    checkpoint of a fine-tuning (``model.init_args.checkpoint``), compress, export and analyze all come here.
+
+    ``requested`` is a model config (``{"class_path", "init_args"}``; either may be missing), ``keys`` the init args
+    compared and filled (default all), ``tokenizer`` the one the request's data reads (a checkpoint trained with another
+    is a different model). What the checkpoint records comes through :func:`read_checkpoint`, as
+    :mod:`lit_embed.recorded` reads it.
+    """
+    recorded = recorded_model(checkpoint)
+    if recorded is None:
+        return ModelCheck(None, [], {})
+    theirs, mine = dict(recorded["init_args"]), dict(requested.get("init_args") or {})
+    if keys is not None:
+        theirs, mine = {k: theirs.get(k) for k in keys}, {k: mine.get(k) for k in keys}
+    differences = model_differences({**recorded, "init_args": theirs}, {**requested, "init_args": mine})
+    trained = recorded_tokenizer(checkpoint)
+    if trained and tokenizer and tokenizer != trained:
+        differences.append(f"data tokenizer: checkpoint {trained!r}, config {tokenizer!r}")
+    filled = {k: v for k, v in theirs.items() if v is not None and mine.get(k) is None}
+    return ModelCheck(recorded, differences, filled)
+
+
 def build_from_config(base: type, config: dict, key: str):
     """Instantiate a ``{"class_path", "init_args"}`` config of a subclass of ``base`` as jsonargparse does."""
-    from jsonargparse import ArgumentParser
-
     parser = ArgumentParser(exit_on_error=False)
     parser.add_subclass_arguments(base, key, required=True)
     try:
@@ -197,8 +216,6 @@ def strategy_factory(config: dict):
     model gives (a model's ``embedding`` argument)."""
 
     def build(vocab_size: int | None, hidden_size: int):
-        from lit_embed.embeddings import EmbeddingStrategy
-
         sized = {"class_path": config["class_path"],
                  "init_args": {**config.get("init_args", {}), "vocab_size": vocab_size, "hidden_size": hidden_size}}
         return build_from_config(EmbeddingStrategy, sized, "embedding")
@@ -215,13 +232,13 @@ def load_model(name: str | os.PathLike, what: str = "checkpoint", config: dict |
     the checkpoint records; a checkpoint that records none (saved from Python) is refused with ``fix``. Every
     consumer that rebuilds a model from its checkpoint (analyze, export, compress) comes here.
     """
-    import pytorch_lightning as pl
-
-    from lit_embed.embeddings.state import fixed_shapes
-    from lit_embed.folders import start_checkpoint
-
     path = start_checkpoint(name, what)
     checkpoint = read_checkpoint(path, what)
+    if config is not None:  # the given config: the model the checkpoint records, or it does not fit
+        check = check_model(checkpoint, config)
+        if check.differences:
+            raise CheckpointError(f"{what} {str(path)!r} records another model than the config given "
+                                  f"({check.listed()}): {fix}")
     config = config or recorded_model(checkpoint)
     if config is None:
         raise CheckpointError(f"{what} {str(path)!r} does not record its model config (it was not written by "
@@ -241,10 +258,6 @@ def write_checkpoint(path: str | os.PathLike, module, model: dict, tokenizer: st
     ``model`` is the config that rebuilds it, ``data`` that of its data (``{"class_path", "init_args"}``, or None).
     For models made outside a fit: ``lit-embed compress``'s output.
     """
-    import pytorch_lightning as pl
-
-    from lit_embed.files import atomic_writer
-
     instantiator = "pytorch_lightning.cli.instantiate_module"
     checkpoint = {
         "pytorch-lightning_version": pl.__version__,
@@ -315,55 +328,10 @@ def resolve_class(class_path: str):
 # -- the one-off conversion of a trusted checkpoint --------------------------------------------------------
 
 
-def plain(value: Any) -> Any:
-    """``value`` as tensors and plain data (dataclasses and namespaces as dicts, arrays as tensors)."""
-    import numpy as np
-
-    if isinstance(value, torch.Tensor) or value is None or isinstance(value, (bool, int, float, str, bytes)):
-        return value
-    if isinstance(value, dict):
-        return {plain(k): plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return type(value)(plain(v) for v in value) if type(value) in (list, tuple) else [plain(v) for v in value]
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return plain(dataclasses.asdict(value))
-    if isinstance(value, np.ndarray):
-        return torch.from_numpy(value)
-    if isinstance(value, np.generic):
-        return value.item()
-    if isinstance(value, os.PathLike):
-        return str(value)
-    if hasattr(value, "__dict__") and type(value).__name__ in ("Namespace", "AttributeDict", "SimpleNamespace"):
-        return plain(dict(vars(value)))
-    if isinstance(value, torch.dtype | torch.device | torch.Size):
-        return str(value) if not isinstance(value, torch.Size) else list(value)
-    raise CheckpointError(f"cannot convert an object of type {type(value).__module__}.{type(value).__qualname__} to plain data")
-
-
 def convert(source: str, target: str) -> None:
     """Load ``source`` trusting it (this runs whatever code it holds) and write it as plain data to ``target``."""
-    from lit_embed.files import atomic_writer
-
     checkpoint = torch.load(Path(source).expanduser(), map_location="cpu", weights_only=False)
     with atomic_writer(target) as handle:
         torch.save(plain(checkpoint), handle)
     load_plain(target, "converted checkpoint")  # plain data now (what it names is checked when a command reads it)
 
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m lit_embed.checkpoints", allow_abbrev=False,
-                                     description="Rewrite a checkpoint you trust as tensors and plain data.")
-    commands = parser.add_subparsers(dest="command", required=True)
-    converting = commands.add_parser("convert", allow_abbrev=False, help="unpickle IN trusting it (runs its code) and write OUT as plain data")
-    converting.add_argument("--trust", action="store_true", required=True,
-                            help="required: you trust IN, since unpickling it runs whatever code it holds")
-    converting.add_argument("source", metavar="IN")
-    converting.add_argument("target", metavar="OUT")
-    args = parser.parse_args(argv)
-    convert(args.source, args.target)
-    print(f"wrote {args.target}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

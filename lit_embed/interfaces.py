@@ -1,8 +1,9 @@
 """What the pieces of lit-embed need from each other, declared once.
 
 A data module feeds a model through :class:`TextModel` (the text side of the model's strategy and its
-objective's batches); a task model reads its data through :class:`TaskData`. Nothing else crosses
-between them. :func:`require` checks an object against one without running any of its code (a property
+objective's batches); a model reads its data through :class:`TextData` (a task model: :class:`TaskData`). Nothing
+else crosses between them, and :func:`wire` hands each its partner, once, where a command assembles them (no model
+or data module looks the other up through the trainer). :func:`require` checks an object against one without running any of its code (a property
 is not called) and refuses it naming what it lacks.
 """
 
@@ -53,13 +54,18 @@ class TaskModel(TextModel, Protocol):
     task: Task
 
 
-class TaskData(Protocol):
+class TextData(Protocol):
+    """What every model reads of the data it is fed (every lit-embed data module)."""
+
+    #: The tokenizer the data encodes with: recorded in checkpoints so a later run uses the same.
+    tokenizer: str | None
+
+
+class TaskData(TextData, Protocol):
     """What a task model needs from its data (``TaskDataModule``, ``XNLIDataModule``)."""
 
     #: The task of the task table the data is.
     task: Task
-    #: The tokenizer the data encodes with: recorded in checkpoints so a later run uses the same.
-    tokenizer: str | None
     #: Whether ``{stage}/average/{metric}`` is logged over the evaluation sets (XNLI's languages).
     average_eval_sets: bool
     #: The paper whose protocol the run follows (``hashformers``...), or ``None``: the task table's per-paper
@@ -102,6 +108,32 @@ class PredictData(Protocol):
         """A model's prediction record as written (ids turned into tokens where the data has them)."""
 
 
+class Feeds(Protocol):
+    """A data module that feeds a model (every lit-embed data module)."""
+
+    def feed(self, model: TextModel) -> None:
+        """Feed ``model``: its text encoder, collator and length from now on."""
+
+
+class ReadsData(Protocol):
+    """A model that reads its data (every lit-embed ``EmbeddingModule``)."""
+
+    def read_data(self, data: TextData) -> None:
+        """Read ``data`` from now on: its tokenizer (a task model: its evaluation sets and paper)."""
+
+
+def wire(model: object, data: object) -> None:
+    """The one step that hands a model and its data module each other, where a command assembles them (the CLI
+    after it builds them; call it yourself before ``trainer.fit(model, data)`` in Python): a data module that feeds
+    models gets ``model`` (refused naming what it lacks unless it is a :class:`TextModel`), a model that reads its
+    data gets ``data``. Either may be of a kind that takes no partner (a plain LightningModule or data module)."""
+    if data is not None and provides(data, Feeds):
+        require(model, TextModel, f"fed by {type(data).__name__}")
+        data.feed(model)
+    if data is not None and provides(model, ReadsData):
+        model.read_data(data)
+
+
 def members(protocol: type) -> list[str]:
     """The names a protocol declares (methods, properties and annotated attributes)."""
     names: set[str] = set()
@@ -132,5 +164,5 @@ def require(obj: object, protocol: type, role: str) -> None:
         )
 
 
-__all__ = ["Collate", "FillMaskData", "FillMaskModel", "PredictData", "TaskData", "TaskModel", "TextModel", "members", "missing",
-           "provides", "require"]
+__all__ = ["Collate", "Feeds", "FillMaskData", "FillMaskModel", "PredictData", "ReadsData", "TaskData", "TaskModel",
+           "TextData", "TextModel", "members", "missing", "provides", "require", "wire"]

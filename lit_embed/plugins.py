@@ -2,14 +2,14 @@
 
 A package declares an entry point in the group ``lit_embed.plugins`` (``[project.entry-points."lit_embed.plugins"]``
 in its ``pyproject.toml``), naming a module (or an object in one). :func:`load_plugins` imports every one
-of them, once per process, before ``lit-embed`` parses anything (:func:`lit_embed.cli.main` calls it; a DDP
+of them, once per process, before ``lit-embed`` parses anything (:func:`lit_embed.commands.main` calls it; a DDP
 rank runs the same command, so it loads them too). Importing is what registers: jsonargparse resolves a
 short ``class_path`` (``class_path: MyStrategy``) among the imported subclasses of the type a config key
 expects, and a plugin module's :func:`~lit_embed.data.tasks.register_task` calls add its tasks.
 
 Importing a package runs its code: installing one that declares the entry point is the opt-in, and
 ``LIT_EMBED_PLUGINS=0`` in the environment is the opt-out (nothing is imported). A plugin that fails to
-import is an error naming it, never skipped. ``python -m lit_embed.plugins`` lists what is installed and
+import is an error naming it, never skipped. ``lit-embed plugins`` lists what is installed and
 what each plugin adds.
 """
 
@@ -25,7 +25,8 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from lit_embed.errors import ConfigError, PluginError, UserError
+from lit_embed.data import tasks
+from lit_embed.errors import ConfigError, PluginError
 
 GROUP = "lit_embed.plugins"
 IMPORTLIB = Path(importlib.__file__).parent
@@ -92,12 +93,10 @@ def load_plugins() -> list[Plugin]:
     if not enabled():
         _loaded = []
         return []
-    from lit_embed.data.tasks import TASKS
-
     loaded = []
     for point in installed():
         distribution, version = _distribution(point)
-        before = set(TASKS)
+        before = set(tasks.TASKS)
         try:
             point.load()
         except Exception as error:
@@ -106,7 +105,7 @@ def load_plugins() -> list[Plugin]:
                 f"({type(error).__name__}: {error}{_where(error)}): fix or uninstall {distribution} "
                 f"(pip uninstall {distribution}), or set {SWITCH}=0 to run without plugins"
             ) from error
-        added = tuple(name for name in TASKS if name not in before)
+        added = tuple(name for name in tasks.TASKS if name not in before)
         loaded.append(Plugin(distribution, version, point.name, point.value, added))
     _loaded = loaded
     return list(loaded)
@@ -164,6 +163,11 @@ def _import_path(cls: type) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
 
 
+def unloaded(point: importlib.metadata.EntryPoint) -> Plugin:
+    """The plugin an entry point declares, as it is listed without loading it."""
+    return Plugin(*_distribution(point), point.name, point.value)
+
+
 def _distribution(point: importlib.metadata.EntryPoint) -> tuple[str, str]:
     dist = getattr(point, "dist", None)
     if dist is None:
@@ -184,29 +188,3 @@ def _where(error: BaseException) -> str:
               and not frame.filename.startswith("<") and not Path(frame.filename).is_relative_to(IMPORTLIB)]
     return f", at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
 
-
-def main() -> int:
-    """``python -m lit_embed.plugins``: the installed plugins and what each adds; exit 2 where one fails."""
-    points = installed()
-    if not points:
-        print(f"no plugins installed (no distribution declares a {GROUP!r} entry point)")
-        return 0
-    try:
-        if not enabled():
-            print(f"plugins are off ({SWITCH}={os.environ[SWITCH]}): {len(points)} installed, none loaded")
-            for point in points:
-                print(f"  {Plugin(*_distribution(point), point.name, point.value)}")
-            return 0
-        plugins = list_plugins()
-    except UserError as error:
-        print(f"lit-embed: error: {error}", file=sys.stderr)
-        return 2
-    for plugin in plugins:
-        print(plugin)
-        for heading, names in provided(plugin).items():
-            print(f"  {heading}: {', '.join(names)}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

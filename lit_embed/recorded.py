@@ -30,6 +30,9 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Literal
 
+import pytorch_lightning as pl
+
+from lit_embed import plugins
 from lit_embed.errors import ConfigError
 from lit_embed.folders import CHECKPOINTS, LOCK_FILE
 from lit_embed.results import RESULTS_FILE
@@ -53,7 +56,7 @@ _NAMED: ContextVar[frozenset[str]] = ContextVar("lit_embed_named_classes", defau
 
 def name_user_classes(config: Any) -> None:
     """Let recorded configs read later in this command name the classes ``config`` (the user's own) names
-    (:func:`lit_embed.cli.main` runs each command in a context of its own, where this ends)."""
+    (:func:`lit_embed.commands.main` runs each command in a context of its own, where this ends)."""
     _NAMED.set(_NAMED.get() | class_paths(config))
 
 
@@ -145,8 +148,6 @@ def written_by_lit_embed(path: str | os.PathLike) -> bool:
 
 def run_config_hints() -> dict[str, Any]:
     """The types of a full config's top-level keys (a run's or a compress output's ``config.yaml``)."""
-    import pytorch_lightning as pl
-
     return {"trainer": pl.Trainer, "model": pl.LightningModule, "data": pl.LightningDataModule, "ckpt_path": str,
             "ckpt_model": str, "seed_everything": Any, "config": Any}
 
@@ -155,10 +156,8 @@ def run_config_hints() -> dict[str, Any]:
 
 
 def _allowed(module_or_path: str) -> bool:
-    from lit_embed.plugins import load_plugins
-
     top = module_or_path.split(".")[0]
-    return top in PACKAGES or top in {plugin.package for plugin in load_plugins()}
+    return top in PACKAGES or top in {plugin.package for plugin in plugins.load_plugins()}
 
 
 # -- the types values were recorded for (what jsonargparse would make of a string) -------------------------

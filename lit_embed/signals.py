@@ -2,7 +2,7 @@
 
 During a loop of a trainer that :class:`~lit_embed.callbacks.RunGuard` activated, training stops after
 the step in progress (the guard then saves ``last.ckpt``); anywhere else the signal stops the command.
-Either way :func:`lit_embed.cli.main` exits 128 + the signal's number. A second Ctrl-C stops at once.
+Either way :func:`lit_embed.commands.main` exits 128 + the signal's number. A second Ctrl-C stops at once.
 
 A signal that reaches a loop as it ends (its last step) lets it end; whatever would start a step after it (the test
 ``fit`` runs on task data, a sweep's next command) calls :func:`stop_if_signalled` first. So a command that returns

@@ -46,6 +46,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from lit_embed.checkpoints import build_from_config
 from lit_embed.embeddings.base import EmbeddingStrategy
 from lit_embed.embeddings.text import FittableTextEncoder, TextEncoder
 from lit_embed.errors import UserError
@@ -281,7 +282,6 @@ class Contract:
             self.require(json.loads(json.dumps(config)) == config, prop, f"config() is not plain data: {config!r}")
             self.require("<locals>" not in config["class_path"], prop, f"{config['class_path']} is defined inside a "
                          f"function, where no config can name it: define the class at a module's top level")
-            from lit_embed.checkpoints import build_from_config
 
             fresh = build_from_config(EmbeddingStrategy, config, "embedding").eval()
             self.require(type(fresh) is type(strategy), prop, f"config() builds a {type(fresh).__name__}")

@@ -48,7 +48,7 @@ def minilm_matrix(minilm_path):
 
 def short_demo(root: Path, name: str, *extra: str) -> Path:
     """A 10-step run of the demo config under ``root``; returns its run folder."""
-    from lit_embed.cli import main
+    from lit_embed.commands import main
 
     args = ["fit", "--config", str(CONFIGS / "demo.yaml"), "--trainer.default_root_dir", str(root),
             "--trainer.logger.init_args.save_dir", str(root), "--trainer.logger.init_args.name", name,

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from lit_embed.analysis import embedding_pca, inter_intra_similarity
-from lit_embed.cli import main
+from lit_embed.commands import main
 from lit_embed.embeddings import DenseEmbedding, SubspaceEmbedding
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

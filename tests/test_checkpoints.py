@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from lit_embed.checkpoints import model_differences, plain, read_checkpoint, recorded_model
-from lit_embed.cli import main
+from lit_embed.commands import main
 from lit_embed.errors import CheckpointError, MissingFileError
 from tests.helpers import CONFIGS, REPO
 
@@ -58,7 +58,7 @@ def test_the_allow_list_is_empty_every_checkpoint_is_plain_data():
 def test_convert_rewrites_a_trusted_checkpoint_as_plain_data(tmp_path):
     import numpy as np
 
-    from lit_embed.checkpoints import main as checkpoints_main
+    from lit_embed.commands.convert import main as convert_main
     from lit_embed.models.optim import OptimConfig
 
     torch.save({"state_dict": {"w": torch.ones(2)}, "hyper_parameters": {"optim": OptimConfig(lr=0.1), "x": np.arange(3)}},
@@ -66,8 +66,8 @@ def test_convert_rewrites_a_trusted_checkpoint_as_plain_data(tmp_path):
     with pytest.raises(CheckpointError, match="OptimConfig"):
         read_checkpoint(tmp_path / "old.ckpt")
     with pytest.raises(SystemExit):  # --trust is required
-        checkpoints_main(["convert", str(tmp_path / "old.ckpt"), str(tmp_path / "new.ckpt")])
-    assert checkpoints_main(["convert", "--trust", str(tmp_path / "old.ckpt"), str(tmp_path / "new.ckpt")]) == 0
+        convert_main([str(tmp_path / "old.ckpt"), str(tmp_path / "new.ckpt")])
+    assert convert_main(["--trust", str(tmp_path / "old.ckpt"), str(tmp_path / "new.ckpt")]) == 0
     new = read_checkpoint(tmp_path / "new.ckpt")
     assert new["hyper_parameters"]["optim"]["lr"] == 0.1 and torch.equal(new["hyper_parameters"]["x"], torch.arange(3))
     assert plain({"a": (1, Path("b"))}) == {"a": (1, "b")}
@@ -114,6 +114,34 @@ def test_an_old_fine_tuned_checkpoint_tests_and_resumes(tmp_path, monkeypatch):
     assert "test/accuracy" in results["metrics"]
     assert main(["fit", *args, "--ckpt_path", str(LEGACY / "finetune.ckpt"), "--trainer.max_epochs", "2",
                  "--trainer.limit_train_batches", "3", "--trainer.limit_val_batches", "1"]) == 0
+
+
+def loads_of(path: Path, monkeypatch) -> list[str]:
+    """Every torch.load of ``path`` from now on (by name, or through the file object Lightning's loader opens)."""
+    loads, real, target = [], torch.load, os.path.abspath(path)
+
+    def load(f, *args, **kwargs):
+        name = f if isinstance(f, (str, os.PathLike)) else getattr(f, "path", getattr(f, "name", None))
+        if isinstance(name, (str, os.PathLike)) and os.path.abspath(name) == target:
+            loads.append(target)
+        return real(f, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "load", load)
+    return loads
+
+
+@pytest.mark.parametrize("command", ["test", "fit"])
+def test_a_command_reads_its_ckpt_path_once(command, tmp_path, monkeypatch):
+    """--ckpt_path is read once, checked, and handed to Lightning (which read it a second time, and LightningCLI
+    a third to apply the model it records over the config)."""
+    monkeypatch.chdir(tmp_path)
+    ckpt = tmp_path / "finetune.ckpt"
+    shutil.copy(LEGACY / "finetune.ckpt", ckpt)
+    loads = loads_of(ckpt, monkeypatch)
+    args = ["--config", str(CONFIGS / "demo_finetune.yaml"), *small(), "--trainer.limit_test_batches", "1",
+            "--trainer.limit_val_batches", "1", "--trainer.limit_train_batches", "2", "--trainer.max_epochs", "2"]
+    assert main([command, *args, "--ckpt_path", str(ckpt)]) == 0
+    assert len(loads) == 1
 
 
 def test_an_old_compressed_model_tests_and_fine_tunes(tmp_path, monkeypatch):

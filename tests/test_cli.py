@@ -8,8 +8,8 @@ import pytest
 from safetensors.numpy import load_file
 
 from lit_embed.accounting import parameter_report
-from lit_embed.cli import main
-from lit_embed.lightning_cli import LitEmbedCLI
+from lit_embed.commands import main
+from lit_embed.commands.lightning import LitEmbedCLI
 from tests.helpers import CONFIGS, TINY_CANINE, TINY_CANINE_TABLES
 from tests.helpers.cli import params_json, run_params
 
@@ -173,7 +173,7 @@ def test_help_lists_every_command_and_help_version_and_report_import_no_torch(tm
     import subprocess
     import sys
 
-    from lit_embed.cli import COMMANDS, LIGHTNING_COMMANDS, SUMMARIES
+    from lit_embed.commands import COMMANDS, LIGHTNING_COMMANDS, SUMMARIES
     from lit_embed.files import write_json_atomic
     from lit_embed.results import RESULTS_FILE
 
@@ -181,7 +181,7 @@ def test_help_lists_every_command_and_help_version_and_report_import_no_torch(tm
                                                        "metrics": {"val/loss": 6.8}})
     probe = (
         "import contextlib, io, json, sys\n"
-        "from lit_embed.cli import main\n"
+        "from lit_embed.commands import main\n"
         "outs = []\n"
         "for argv in (['--help'], ['--version'], ['report', sys.argv[1]]):\n"
         "    out = io.StringIO()\n"
@@ -195,7 +195,7 @@ def test_help_lists_every_command_and_help_version_and_report_import_no_torch(tm
     assert answer["heavy"] == []
     (status, help_text), (version_status, version), (report_status, report) = answer["outs"]
     assert status == version_status == report_status == 0
-    assert set(COMMANDS) <= set(SUMMARIES), "give every command a line of help in lit_embed.cli.SUMMARIES"
+    assert set(COMMANDS) <= set(SUMMARIES), "give every command a line of help in lit_embed.commands.SUMMARIES"
     for name in (*LIGHTNING_COMMANDS, *COMMANDS):
         line = next((line for line in help_text.splitlines() if line.split()[:1] == [name]), None)
         assert line is not None and len(line.split()) > 3, f"{name} is not listed with its line of help"

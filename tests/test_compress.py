@@ -17,16 +17,16 @@ from torch.nn import functional as F
 
 from lit_embed.accounting import human
 from lit_embed.checkpoints import build_from_config
-from lit_embed.cli import main
+from lit_embed.commands import main
+from lit_embed.commands.compress import parser
 from lit_embed.compress import AQOptions, load_compact
-from lit_embed.compress.command import parser
 from lit_embed.compress.methods import additive_quantize, pca_code, sparse_code, unk_backoff
 from lit_embed.compress.model_io import load_source
 from lit_embed.compress.summary import tensor_bytes
 from lit_embed.compress.vocabulary import coverage, split_vocabulary
 from lit_embed.embeddings import AdditiveQuantizedEmbedding, PCAEmbedding, SparseCodedEmbedding, UnkEmbedding
 from lit_embed.files import device_of
-from lit_embed.report import compress_reports, cosine_tables, coverage_tables
+from lit_embed.reporting import compress_reports, cosine_tables, coverage_tables
 from tests.helpers import CONFIGS, REPO
 from tests.helpers.cli import params_json
 
@@ -494,7 +494,7 @@ def test_overwrite_replaces_only_an_earlier_compress_output(holds, finetuned, tm
 @pytest.mark.parametrize("path", sorted((CONFIGS / "compress").glob("*.yaml")), ids=lambda p: p.stem)
 def test_every_compress_config_parses_into_its_method(path):
     from lit_embed._compat import instantiate
-    from lit_embed.compress.command import parser
+    from lit_embed.commands.compress import parser
 
     parsing = parser()
     arguments = instantiate(parsing, parsing.parse_args(["--config", str(path), "--ckpt", "CKPT", "--out", "OUT"]))

@@ -6,7 +6,7 @@ import logging
 from types import SimpleNamespace
 
 from lit_embed.callbacks.console import EpochProgressBar, LayerSummary
-from lit_embed.console import quiet
+from lit_embed.notices import quiet
 
 
 def test_lightning_tips_are_dropped_and_its_other_messages_kept(caplog):
@@ -40,7 +40,7 @@ def test_the_devices_every_trainer_names_are_said_once_a_command(caplog):
 
 def test_params_says_no_seed_it_set(caplog, capsys):
     """Counting parameters is no run: no "Seed set to 0" (a model built alone is seeded quietly)."""
-    from lit_embed.cli import main
+    from lit_embed.commands import main
     from tests.helpers import CONFIGS
 
     with caplog.at_level(logging.INFO):

@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from lit_embed.cli import main
+from lit_embed.commands import main
 from lit_embed.data.corpus import CorpusDataModule
 from lit_embed.hub import resolve_pretrained
+from lit_embed.interfaces import wire
 from tests.helpers import CONFIGS
 
 TEXTS = [f"the {animal} number {i} crosses the river at night ." for i in range(60) for animal in ("fox", "owl")]
@@ -200,7 +201,8 @@ def test_predict_on_a_corpus_refuses_a_model_that_does_not_predict_tokens():
 
     model = ShuffleRandom(tiny_encoder(16), embedding=HashProj)
     data = CorpusDataModule(files=["sample-corpus"], predict_input=["a <mask>"])
-    data.trainer = SimpleNamespace(lightning_module=model, state=SimpleNamespace(fn="predict"))
+    wire(model, data)
+    data.trainer = SimpleNamespace(state=SimpleNamespace(fn="predict"))
     with pytest.raises(ConfigError, match="fills in <mask> with a MaskedLM; ShuffleRandom does not predict tokens"):
         data.prepare_data()
     assert data.text_encoder is None

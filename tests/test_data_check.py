@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from lit_embed.cli import main
-from lit_embed.data import check
+from lit_embed.commands import main
+from lit_embed.data import hub_names as check
 from tests.helpers import CONFIGS
 
 GLUE = "nyu-mll/glue@0de23925db68e9cf6287d3776a0f67f5267a42eb"

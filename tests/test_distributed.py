@@ -1,6 +1,6 @@
 """DDP on the CPU (2 processes over gloo, ``configs/trainer/ddp_cpu.yaml``): real ``lit-embed`` runs.
 
-Each DDP run is the user's command in a subprocess (``python -m lit_embed.cli fit ... --trainer
+Each DDP run is the user's command in a subprocess (``python -m lit_embed.commands fit ... --trainer
 configs/trainer/ddp_cpu.yaml``): Lightning's ``ddp`` strategy then starts rank 1 the way it does on
 GPUs, which ``ddp_spawn`` would not (it pickles the model into fresh processes instead). The
 subprocess runs in its own process group with a time limit, and the whole group is killed when it
@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 import torch
 
-from lit_embed.cli import main
+from lit_embed.commands import main
 from lit_embed.embeddings import Assignment
 from tests.helpers import CONFIGS, REPO
 from tests.helpers.ddp_probe import load
@@ -40,7 +40,7 @@ NO_DROPOUT = ["--model.init_args.encoder.init_args.dropout", "0.0", "--model.ini
 def run_ddp(args: list[str], cwd: Path, timeout: float = 240) -> str:
     """``lit-embed`` on 2 CPU processes; its output. Killed with its children past ``timeout``."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
-    command = [sys.executable, "-m", "lit_embed.cli", *args, "--trainer", DDP_CPU]
+    command = [sys.executable, "-m", "lit_embed.commands", *args, "--trainer", DDP_CPU]
     process = subprocess.Popen(command, cwd=cwd, env=env, start_new_session=True, text=True,
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
@@ -302,7 +302,7 @@ def test_gpu_ddp_trainer_configs_build_with_nccl_settings(name, tmp_path, monkey
     from pytorch_lightning.strategies import DDPStrategy
 
     from lit_embed.callbacks import RunGuard
-    from lit_embed.lightning_cli import LitEmbedCLI
+    from lit_embed.commands.lightning import LitEmbedCLI
 
     monkeypatch.chdir(tmp_path)
     cli = LitEmbedCLI(args=["--config", str(CONFIGS / "demo.yaml"), "--trainer", str(CONFIGS / "trainer" / f"{name}.yaml"),
@@ -339,14 +339,14 @@ def launch_commands() -> list[list[str]]:
     for block in blocks:
         for command in block.replace("\\\n", " ").splitlines():
             words = shlex.split(command)
-            if "fit" in words and ("lit-embed" in words or "lit_embed.cli" in words):
+            if "fit" in words and ("lit-embed" in words or "lit_embed.commands" in words):
                 commands.append(tuple(words[words.index("fit") + 1:]))
     return [list(c) for c in dict.fromkeys(commands)]  # SLURM's and torchrun's take the same arguments
 
 
 @pytest.mark.parametrize("args", launch_commands(), ids=lambda a: " ".join(a)[-60:])
 def test_readme_launch_commands_parse_and_build(args, tmp_path, monkeypatch):
-    from lit_embed.lightning_cli import LitEmbedCLI
+    from lit_embed.commands.lightning import LitEmbedCLI
 
     monkeypatch.chdir(REPO)
     if "--ckpt_path" in args:  # a fit argument, not the config's

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from lit_embed.callbacks.guard import SKIPPED_STEPS
-from lit_embed.cli import main
+from lit_embed.commands import main
 from lit_embed.errors import CheckpointError, MissingFileError
 from lit_embed.folders import newest_checkpoint, start_checkpoint
 from tests.helpers import CONFIGS

@@ -17,7 +17,7 @@ import torch
 
 from lit_embed import embeddings
 from lit_embed.checkpoints import FACTS, describe, load_model
-from lit_embed.cli import main
+from lit_embed.commands import main
 from lit_embed.embeddings import (
     DenseEmbedding,
     EmbeddingStrategy,
@@ -26,7 +26,7 @@ from lit_embed.embeddings import (
     SparseCodedEmbedding,
     VocabTextEncoder,
 )
-from lit_embed.export.command import MARKER, UNSUPPORTED, export
+from lit_embed.export.folder import MARKER, UNSUPPORTED, export
 from lit_embed.models import MaskedLM, SequenceClassifier, ShuffleRandom
 from tests.helpers import REPO, tiny_encoder
 
@@ -107,7 +107,7 @@ def exported(tmp_path_factory):
         checkpoints[name] = make(tmp)
         folder = tmp / name
         if name == "subspace-classifier":
-            done = subprocess.run([sys.executable, "-m", "lit_embed.cli", "export", "--ckpt", str(checkpoints[name]),
+            done = subprocess.run([sys.executable, "-m", "lit_embed.commands", "export", "--ckpt", str(checkpoints[name]),
                                    "--out", str(folder)], capture_output=True, text=True, cwd=REPO)
             assert done.returncode == 0, done.stderr
             assert "trust_remote_code=True" in done.stdout

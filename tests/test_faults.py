@@ -2,7 +2,7 @@
 and show no traceback; signals save and exit 128 + N; runs started together never share a folder.
 
 The matrix runs every case in one fresh process (``tests/helpers/cli_driver.py``: each command through
-``lit_embed.cli.main`` as the console script runs it), so it costs seconds; signals, concurrency and a
+``lit_embed.commands.main`` as the console script runs it), so it costs seconds; signals, concurrency and a
 bug's traceback run as separate ``lit-embed`` processes.
 """
 
@@ -65,7 +65,7 @@ def env(tmp: Path) -> dict[str, str]:
 def workspace(tmp_path_factory) -> Path:
     """A finished demo run, and broken files of every kind beside it."""
     root = tmp_path_factory.mktemp("faults")
-    done = subprocess.run([sys.executable, "-m", "lit_embed.cli", *DEMO, *SHORT], cwd=root, env=env(root),
+    done = subprocess.run([sys.executable, "-m", "lit_embed.commands", *DEMO, *SHORT], cwd=root, env=env(root),
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     good = root / "runs/demo/version_0/checkpoints/last.ckpt"
@@ -133,7 +133,7 @@ def craft_recorded(root: Path) -> None:
 
     import yaml
 
-    from lit_embed.export.command import export
+    from lit_embed.export.folder import export
     from tests.helpers.crafted import (
         classifier_checkpoint,
         code_module,
@@ -401,7 +401,7 @@ def lit_embed(args: list[str], cwd: Path, path: Path | None = None) -> subproces
     environment = env(cwd)
     if path is not None:
         environment["PYTHONPATH"] = os.pathsep.join([str(path), environment["PYTHONPATH"]])
-    return subprocess.Popen([sys.executable, "-m", "lit_embed.cli", *args], cwd=cwd, env=environment, text=True,
+    return subprocess.Popen([sys.executable, "-m", "lit_embed.commands", *args], cwd=cwd, env=environment, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
 
 
@@ -699,7 +699,7 @@ def fine_tune_args(tmp_path: Path, *callbacks: dict) -> list[str]:
 def test_a_signal_between_fits_training_and_its_test_leaves_the_run_to_finish_not_complete(hook, tmp_path, monkeypatch):
     """SIGTERM at each point from fit's last step to its test's first batch: exit 143 and results.json not complete
     (the run is not done); --ckpt_path last then trains nothing more and runs the test, which completes it."""
-    from lit_embed.cli import main
+    from lit_embed.commands import main
 
     monkeypatch.chdir(tmp_path)
     signal_in = {"class_path": "tests.helpers.probes.SignalIn", "init_args": {"hook": hook, "marker": str(tmp_path / "sent")}}
@@ -721,7 +721,7 @@ def test_a_fit_that_exits_on_a_signal_is_never_complete_and_one_that_finished_sa
     """Pre-training (no test): a signal as the fit ends lets it finish (exit 0, complete); one that stops what is left
     of the command (past the trainer's loops) exits 143 and leaves the run interrupted, which --ckpt_path last
     completes without training."""
-    from lit_embed.cli import main
+    from lit_embed.commands import main
 
     monkeypatch.chdir(tmp_path)
     signal_in = {"class_path": "tests.helpers.probes.SignalIn", "init_args": {"hook": hook, "marker": str(tmp_path / "sent")}}

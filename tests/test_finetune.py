@@ -11,12 +11,13 @@ import numpy as np
 import pytest
 import torch
 
-from lit_embed.cli import main
+from lit_embed.commands import main
+from lit_embed.commands.lightning import LitEmbedCLI
 from lit_embed.data.finetune import TaskDataModule, XNLIDataModule, truncate_longest_first
 from lit_embed.data.tasks import PAPERS, TASKS, XNLI_LANGUAGES, get_task
 from lit_embed.embeddings import DenseEmbedding, SubspaceEmbedding
 from lit_embed.errors import ConfigError
-from lit_embed.lightning_cli import LitEmbedCLI
+from lit_embed.interfaces import wire
 from lit_embed.models import Encoder, MaskedLM, SequenceClassifier
 from lit_embed.models.metrics import POOLED, TaskEvaluation, selection_score
 from tests.helpers import CONFIGS, TINY_CANINE, tiny_encoder
@@ -279,6 +280,7 @@ def pretrain_checkpoint(tmp_path: Path, embedding=None, vocab_size: int = 30522)
     data = CorpusDataModule("all-MiniLM-L6-v2", files=["sample-corpus"], max_length=32, batch_size=4, val_size=2, max_texts=50)
     trainer = pl.Trainer(accelerator="cpu", max_steps=2, logger=False, enable_checkpointing=False,
                          enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0)
+    wire(model, data)
     trainer.fit(model, data)
     path = tmp_path / "pretrain.ckpt"
     trainer.save_checkpoint(path)
@@ -292,6 +294,7 @@ def fit_topics(model, tmp_path: Path, **data_args):
     trainer = pl.Trainer(accelerator="cpu", max_steps=2, val_check_interval=2, limit_val_batches=2, logger=False,
                          enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
                          default_root_dir=tmp_path)
+    wire(model, dm)
     trainer.fit(model, dm)
     return trainer, dm
 
@@ -541,6 +544,45 @@ def test_bad_configuration_exits_non_zero_naming_the_fix(extra, message, tmp_pat
     assert cli_fit(tmp_path, *extra) == 2
     assert message in capsys.readouterr().err
     assert not list(tmp_path.rglob("*.ckpt"))
+
+
+@pytest.mark.parametrize(
+    ("model_task", "data_task", "found"),
+    [(None, "topics", "topics"), ("topics", "topics", "topics")],
+)
+def test_a_config_says_its_task_once_where_the_data_reads_it(model_task, data_task, found, tmp_path):
+    """The model takes the data's task where the config leaves its own unset (the shipped configs say it once, in
+    data); given in both it must agree (refused at setup otherwise: see above)."""
+    from lit_embed.commands.lightning import ModelOnlyCLI
+
+    config = {"model": {"class_path": "lit_embed.models.SequenceClassifier",
+                        "init_args": {"encoder": str(CONFIGS / "backbone/tiny.yaml"), "vocab_size": 30522,
+                                      **({"task": model_task} if model_task else {})}},
+              "data": {"class_path": "lit_embed.data.TaskDataModule", "init_args": {"task": data_task}}}
+    (tmp_path / "config.yaml").write_text(json.dumps(config))
+    cli = ModelOnlyCLI(args=["--config", str(tmp_path / "config.yaml")], run=False)
+    assert cli.model.task.name == found and cli.config.model.init_args.task == found
+
+
+def test_a_classifier_without_a_task_is_refused_naming_where_to_give_it(tmp_path, capsys):
+    config = {"model": {"class_path": "lit_embed.models.SequenceClassifier",
+                        "init_args": {"encoder": str(CONFIGS / "backbone/tiny.yaml"), "vocab_size": 30522}},
+              "data": {"class_path": "lit_embed.data.CorpusDataModule", "init_args": {"files": ["sample-corpus"]}}}
+    (tmp_path / "config.yaml").write_text(json.dumps(config))  # data of no task
+    assert main(["params", "--config", str(tmp_path / "config.yaml")]) == 2
+    assert "SequenceClassifier needs a task: set data.init_args.task" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("model", [object(), torch.nn.Linear(2, 2)])
+def test_a_data_module_is_wired_only_to_a_model_it_can_feed(model):
+    """wire() refuses, naming what it lacks, a model the data cannot feed, before anything is set up."""
+    data = TaskDataModule("topics")
+    with pytest.raises(ConfigError, match=rf"{type(model).__name__} cannot be fed by TaskDataModule: it lacks .*max_length"):
+        wire(model, data)
+    assert data.fed is None
+    classifier = SequenceClassifier("topics", tiny_encoder(), vocab_size=30522)
+    wire(classifier, data)
+    assert data.model() is classifier and classifier.data is data
 
 
 @pytest.mark.parametrize(

@@ -10,7 +10,7 @@ import sys
 
 import torch
 
-from lit_embed.cli import main
+from lit_embed.commands import main
 from tests.helpers import CONFIGS, REPO
 from tests.helpers.run_if import requires_gpus
 
@@ -88,7 +88,7 @@ def test_ddp_over_nccl_on_two_gpus_agrees_across_ranks(tmp_path):
     one run folder and its checkpoint."""
     env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
            "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES", "0,1")}
-    done = subprocess.run([sys.executable, "-m", "lit_embed.cli", "fit", "--config", str(CONFIGS / "demo.yaml"),
+    done = subprocess.run([sys.executable, "-m", "lit_embed.commands", "fit", "--config", str(CONFIGS / "demo.yaml"),
                            "--trainer", str(CONFIGS / "trainer" / "ddp.yaml"), "--trainer.devices", "2", *SHORT,
                            *probed(tmp_path / "state-{rank}.json")],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)

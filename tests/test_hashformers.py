@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from lit_embed.accounting import human
-from lit_embed.cli import main
+from lit_embed.commands import main
 from lit_embed.data.collate import ShuffleRandomCollator
 from lit_embed.embeddings import (
     CanineHashEmbedding,

@@ -123,7 +123,7 @@ def test_bad_text_gets_defined_codes(hasher):
 
 
 def test_undecodable_local_file_names_the_file_and_line(tmp_path, capsys):
-    from lit_embed.cli import main
+    from lit_embed.commands import main
 
     bad = tmp_path / "corpus.txt"
     bad.write_bytes(b"fine line\nbroken \xff\xfe line\n")

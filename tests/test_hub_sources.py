@@ -7,7 +7,7 @@ import lzma
 import datasets
 import pytest
 
-from lit_embed.cli import main
+from lit_embed.commands import main
 from lit_embed.data.corpus import CorpusDataModule
 from lit_embed.data.finetune import TaskDataModule, load_from_hub, split_files
 from lit_embed.data.sources import load_hub
@@ -173,7 +173,7 @@ def test_without_network_a_config_naming_a_hub_model_fails_in_seconds_with_the_f
     env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")}
     env.update(HF_ENDPOINT=CLOSED_PORT, HF_HOME=str(tmp_path / "hf"))
     start = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "lit_embed.cli", "fit", "--config",
+    done = subprocess.run([sys.executable, "-m", "lit_embed.commands", "fit", "--config",
                            str(CONFIGS / "experiments" / "sparse_coding" / "mrpc.yaml"), "--trainer.max_steps", "1"],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     elapsed = time.monotonic() - start

@@ -9,7 +9,7 @@ import pytest
 import torch
 import yaml
 
-from lit_embed.cli import main
+from lit_embed.commands import main
 from lit_embed.data.finetune import ExampleBuilder, TaskDataModule
 from lit_embed.data.tasks import TASKS, TaskDefinition, get_task
 from lit_embed.embeddings.text import VocabTextEncoder

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from lit_embed import plugins
-from lit_embed.cli import main
+from lit_embed.commands import main
 from lit_embed.data import tasks
 from lit_embed.errors import ConfigError, PluginError
 from tests.helpers import CONFIGS, REPO
@@ -124,7 +124,7 @@ def lit_embed(args: list[str], site: Path, cwd: Path, **env: str) -> subprocess.
 
 def test_params_counts_a_plugin_strategy_named_short(demo_site, tmp_path):
     embedding = json.dumps({"class_path": "FoldedEmbedding", "init_args": {"rows": 500}})
-    done = lit_embed(["lit_embed.cli", "params", "--config", str(CONFIGS / "demo.yaml"), "--json",
+    done = lit_embed(["lit_embed.commands", "params", "--config", str(CONFIGS / "demo.yaml"), "--json",
                       "--model.init_args.embedding", embedding], demo_site, tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(done.stdout)
@@ -133,7 +133,7 @@ def test_params_counts_a_plugin_strategy_named_short(demo_site, tmp_path):
 
 def test_fit_uses_a_plugin_callback_data_module_and_task_named_short(demo_site, tmp_path):
     (tmp_path / "plugin.yaml").write_text(FINETUNE)
-    done = lit_embed(["lit_embed.cli", "fit", "--config", str(CONFIGS / "demo_finetune.yaml"), "--config", "plugin.yaml",
+    done = lit_embed(["lit_embed.commands", "fit", "--config", str(CONFIGS / "demo_finetune.yaml"), "--config", "plugin.yaml",
                       "--trainer.default_root_dir", "runs"], demo_site, tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     assert (tmp_path / "marker.txt").read_text() == "2 demo_topics"
@@ -143,7 +143,7 @@ def test_fit_uses_a_plugin_callback_data_module_and_task_named_short(demo_site, 
 
 
 def test_listing_names_each_plugin_and_what_it_adds(demo_site, tmp_path):
-    done = lit_embed(["lit_embed.plugins"], demo_site, tmp_path)
+    done = lit_embed(["lit_embed.commands", "plugins"], demo_site, tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.splitlines() == [
         "demo = litembed_demo_plugin (litembed-demo-plugin 0.1)",
@@ -201,7 +201,7 @@ def test_a_plugin_that_fails_to_import_exits_2_naming_it(fresh, tmp_path, capsys
     assert err.startswith("lit-embed: error: plugin 'broken' (litembed_broken) of litembed-broken-plugin 0.2 failed to "
                           "import (RuntimeError: the plugin is broken, at ")
     assert f"{site / 'litembed_broken.py'}:1)" in err and "LIT_EMBED_PLUGINS=0" in err
-    assert plugins.main() == 2 and "litembed-broken-plugin" in capsys.readouterr().err
+    assert main(["plugins"]) == 2 and "litembed-broken-plugin" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(("modules", "cause"), [
@@ -219,7 +219,7 @@ def test_LIT_EMBED_PLUGINS_0_imports_no_plugin(fresh, demo_site, capsys):
     fresh.syspath_prepend(str(demo_site))
     fresh.setenv(plugins.SWITCH, "0")
     assert plugins.load_plugins() == [] and "litembed_demo_plugin" not in sys.modules
-    assert plugins.main() == 0
+    assert main(["plugins"]) == 0
     assert capsys.readouterr().out.splitlines() == [
         "plugins are off (LIT_EMBED_PLUGINS=0): 1 installed, none loaded",
         "  demo = litembed_demo_plugin (litembed-demo-plugin 0.1)",

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from lit_embed.cli import main
+from lit_embed.commands import main
 from lit_embed.data.collate import MaskedLMCollator
 from lit_embed.embeddings import SubspaceEmbedding, VocabTextEncoder
 from lit_embed.models import Encoder, MaskedLM

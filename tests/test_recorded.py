@@ -12,7 +12,7 @@ import torch
 import yaml
 
 from lit_embed import recorded
-from lit_embed.cli import main
+from lit_embed.commands import main
 from lit_embed.errors import ConfigError
 from lit_embed.recorded import TRUST_KEYS, checked_class, recorded_config, written_by_lit_embed
 from tests.helpers.crafted import classifier_checkpoint, code_module, code_tokenizer, recording, trusting

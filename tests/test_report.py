@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from lit_embed.accounting import compression
-from lit_embed.cli import main
+from lit_embed.commands import main
 from lit_embed.data.tasks import XNLI_LANGUAGES
 from lit_embed.files import write_json_atomic
-from lit_embed.report import Report
+from lit_embed.reporting import Report
 from lit_embed.results import RESULTS_FILE, STATUSES, load_results
 from tests.helpers import REPO
 

@@ -175,7 +175,7 @@ def test_csv_logger_and_several_loggers_get_results_and_analysis_images_through_
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     from lit_embed.analysis import ANALYSIS_DIR
-    from lit_embed.cli import main
+    from lit_embed.commands import main
 
     monkeypatch.chdir(tmp_path)
     loggers = [{"class_path": "pytorch_lightning.loggers.CSVLogger", "init_args": {"save_dir": "logs", "name": "csv"}},

@@ -15,11 +15,11 @@ import numpy as np
 import pytest
 import torch
 
-from lit_embed.checkpointing import AtomicCheckpointIO
+from lit_embed.checkpoint_io import AtomicCheckpointIO
+from lit_embed.commands.lightning import LitEmbedCLI
 from lit_embed.data.collate import MaskedLMCollator
 from lit_embed.data.corpus import CorpusDataModule
 from lit_embed.distributed import plan_global_batch
-from lit_embed.lightning_cli import LitEmbedCLI
 from lit_embed.models.metrics import BlockEvaluation
 from tests.helpers import CONFIGS, REPO
 
@@ -171,7 +171,7 @@ def test_a_budget_on_a_name_two_files_share_is_refused(tmp_path):
 def test_the_xlmr_corpus_is_table_7s_extract_of_cc100_with_the_whole_stream_an_option(tmp_path, monkeypatch, capsys):
     import yaml
 
-    from lit_embed.cli import main
+    from lit_embed.commands import main
     from tests.helpers.papers import TABLE_7
 
     cc100 = yaml.safe_load((CONFIGS / "data" / "cc100_xnli.yaml").read_text())["init_args"]
@@ -311,7 +311,7 @@ def test_a_kill_during_a_save_leaves_the_last_checkpoint_whole(tmp_path):
     AtomicCheckpointIO().save_checkpoint({"step": 1, "weights": torch.ones(1000)}, path)
     killed_mid_write = f"""
 import os, signal, torch
-from lit_embed.checkpointing import AtomicCheckpointIO
+from lit_embed.checkpoint_io import AtomicCheckpointIO
 def dying(obj, handle, *args, **kwargs):  # half a checkpoint on disk, then SIGKILL
     handle.write(b"PK" * 50_000); handle.flush(); os.kill(os.getpid(), signal.SIGKILL)
 torch.save = dying

@@ -68,7 +68,7 @@ def test_an_unstarted_run_leaves_no_folder_it_made_and_a_started_one_keeps_its_o
 def test_a_run_refused_after_claiming_its_folder_leaves_nothing_it_made(runs_there, tmp_path, monkeypatch, capsys):
     """A fine-tuning whose pre-training checkpoint is missing is refused after its logger claimed runs/<name>/version_0:
     neither that nor the runs/<name> (and runs/) made to hold it stay behind; what was there before does."""
-    from lit_embed.cli import main
+    from lit_embed.commands import main
 
     monkeypatch.chdir(tmp_path)
     if runs_there:
@@ -183,7 +183,7 @@ def test_a_requeued_slurm_run_continues_in_its_own_folder(tmp_path, monkeypatch)
 
     import torch
 
-    from lit_embed.cli import main
+    from lit_embed.commands import main
     from tests.helpers import CONFIGS
 
     monkeypatch.chdir(tmp_path)
@@ -221,7 +221,7 @@ def test_a_finished_run_has_one_last_checkpoint_at_its_end_and_gives_the_model_i
     signal: a finished fit's last.ckpt was its first validation's (step 2 of 6), or the signal's (step 1)."""
     import torch
 
-    from lit_embed.cli import main
+    from lit_embed.commands import main
     from tests.helpers import CONFIGS
 
     monkeypatch.chdir(tmp_path)

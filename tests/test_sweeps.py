@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from lit_embed.cli import main
+from lit_embed.commands import main
 from lit_embed.data.tasks import BENCHMARK_TABLES
 from lit_embed.errors import ConfigError
 from lit_embed.files import write_json_atomic
@@ -400,7 +400,7 @@ def test_slurm_submits_one_array_per_stage_after_the_stages_it_starts_from(tmp_p
     environment = {**os.environ, "SLURM_ARRAY_TASK_ID": "2"}
     subprocess.run(["bash", str(sweep.folder / "slurm" / "mnli.sbatch")], check=True, env=environment)
     printed = (sweep.folder / "logs" / "mnli" / "model=dense,task=topics,lr=3e-05,seed=2" / OUTPUT_FILE).read_text().split("\n")
-    assert printed[:3] == [sys.executable, "-m", "lit_embed.cli"]
+    assert printed[:3] == [sys.executable, "-m", "lit_embed.commands"]
     assert printed[printed.index("--run") + 1] == "mnli/model=dense,task=topics,lr=3e-05,seed=2"
     assert printed[printed.index("--launcher") + 1] == "slurm"
 
@@ -445,7 +445,7 @@ def test_report_of_a_sweep_averages_the_chosen_point_over_seeds_and_names_what_i
     assert "the highest val/score of its best checkpoint x 100" in out
     assert "mnli/model=3se,task=sst2,lr=3e-05,seed=2: left" in out
     assert "rte/model=dense,task=topics,seed=1: left" in out
-    probe = ("import sys; from lit_embed.cli import main; status = main(['report', sys.argv[1]]); "
+    probe = ("import sys; from lit_embed.commands import main; status = main(['report', sys.argv[1]]); "
              "print([m for m in ('torch', 'pytorch_lightning') if m in sys.modules], status)")
     done = subprocess.run([sys.executable, "-c", probe, str(sweep.folder)], capture_output=True, text=True, check=True)
     assert done.stdout.splitlines()[-1] == "[] 0"  # a sweep's report imports neither (seconds otherwise)
@@ -515,7 +515,7 @@ def test_a_killed_sweep_resumes_its_run_from_the_last_checkpoint(tmp_path):
     document["stages"]["finetune"]["search"] = {"model.init_args.optim.lr": [1.0e-3]}
     document["stages"]["finetune"]["set"].update({"trainer.max_steps": 120, "trainer.val_check_interval": 20})
     path.write_text(yaml.safe_dump(document))
-    command = [sys.executable, "-m", "lit_embed.cli", "sweep", "--config", str(path)]
+    command = [sys.executable, "-m", "lit_embed.commands", "sweep", "--config", str(path)]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     sweep = load_sweep(path)
     (run,) = sweep.runs

@@ -33,7 +33,7 @@ from lit_embed.embeddings import (
 from lit_embed.embeddings.hashed_ids import PRIME, hash_ids
 from lit_embed.embeddings.sizing import TOLERANCE, fit_budget
 from lit_embed.errors import ConfigError
-from lit_embed.export.command import export
+from lit_embed.export.folder import export
 from lit_embed.models import MaskedLM, SequenceClassifier, ShuffleRandom
 from tests.helpers import CONFIGS, REPO, tiny_encoder
 from tests.helpers.cli import section
@@ -264,7 +264,7 @@ def test_each_methods_yaml_counts_at_a_budget_of_the_demo_as_the_readme_says(nam
     import contextlib
     import io
 
-    from lit_embed.cli import main
+    from lit_embed.commands import main
 
     row = next(line.split(" | ")[1:] for line in section("Strategies").splitlines() if line.startswith(f"| {name} |"))
     out, err = io.StringIO(), io.StringIO()

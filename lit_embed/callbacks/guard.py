@@ -34,7 +34,7 @@ from pytorch_lightning.plugins.precision import MixedPrecision
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 
 from lit_embed._compat import validate_again_on_resume
-from lit_embed.checkpointing import AtomicCheckpointIO
+from lit_embed.checkpoint_io import AtomicCheckpointIO
 from lit_embed.errors import DivergedError
 from lit_embed.folders import CHECKPOINTS, LAST, hold
 from lit_embed.runs import run_folder

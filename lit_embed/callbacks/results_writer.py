@@ -9,6 +9,7 @@ from typing import Any
 
 import pytorch_lightning as pl
 import torch
+import yaml
 from pytorch_lightning.loggers import TensorBoardLogger
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 
@@ -19,6 +20,7 @@ from lit_embed.errors import ConfigError, DivergedError, UserError
 from lit_embed.files import write_json_atomic, writing
 from lit_embed.interfaces import TaskModel, provides
 from lit_embed.models.base import EmbeddingModule
+from lit_embed.models.metrics import higher_is_better
 from lit_embed.results import (
     COMPLETE,
     DIVERGED,
@@ -302,8 +304,6 @@ def _carried(efficiency: dict | None, earlier: dict | None) -> dict | None:
 
 def _task_scores(pl_module: pl.LightningModule) -> list[str]:
     """The higher-is-better metrics of the module's task (a config's own task may name any), for PRR and report."""
-    from lit_embed.models.metrics import higher_is_better
-
     task = pl_module.task if provides(pl_module, TaskModel) else None
     return [] if task is None else [metric for metric in task.metrics if higher_is_better(metric)]
 
@@ -360,8 +360,6 @@ def _config(trainer: pl.Trainer, pl_module: pl.LightningModule, run_dir: Path) -
     """The CLI's saved config when there is one (``config.yaml`` in the run folder), else the hparams."""
     saved = run_dir / "config.yaml"
     if saved.is_file():
-        import yaml
-
         return yaml.safe_load(saved.read_text())
     datamodule = trainer.datamodule
     return {"model": dict(pl_module.hparams), "data": dict(datamodule.hparams) if datamodule is not None else None}

@@ -24,6 +24,7 @@ from lit_embed.errors import ConfigError, MissingFileError, OutputExistsError
 from lit_embed.files import write_atomic
 from lit_embed.folders import start_checkpoint
 from lit_embed.hub import load_tokenizer, loading_pretrained, resolve_pretrained
+from lit_embed.models import Encoder, SequenceClassifier
 from lit_embed.models.base import EmbeddingModule
 from lit_embed.models.mlm import MaskedLM
 from lit_embed.recorded import WRITTEN_HEADER, name_user_classes, recorded_config, without_trust
@@ -63,7 +64,7 @@ class Source:
     hf_folder: Path | None = None
 
 
-def load_source(name: str, model_config: str | None = None, untie: bool = False) -> Source:
+def load_source(name: str, model_config: dict | None = None, untie: bool = False) -> Source:
     """A lit-embed checkpoint (a file, a run folder or an experiment folder: see
     :func:`~lit_embed.folders.start_checkpoint`) or a HuggingFace model (a folder with ``config.json``, or a hub name)."""
     path = Path(name).expanduser()
@@ -76,8 +77,8 @@ def load_source(name: str, model_config: str | None = None, untie: bool = False)
     return _load_huggingface(name, untie)
 
 
-def _load_checkpoint(path: Path, model_config: str | None, untie: bool) -> Source:
-    given = _config_file_model(model_config) if model_config is not None else None
+def _load_checkpoint(path: Path, given: dict | None, untie: bool) -> Source:
+    """``given``: the model config of ``--model_config`` (``{"class_path", "init_args"}``), for a checkpoint that records none."""
     name_user_classes(given)  # the checkpoint may name the classes of your own --model_config
     module, raw = load_model(path, config=given, fix="pass --model_config FILE, the config it was trained with")
     if not isinstance(module, EmbeddingModule):
@@ -105,14 +106,6 @@ def _load_checkpoint(path: Path, model_config: str | None, untie: bool) -> Sourc
         name=str(path), weight=module.embedding.weight.detach().clone(), tokenizer=tokenizer, module=module,
         model_config=config, data_config=_as_config(data) if data and "_class_path" in data else None,
     )
-
-
-def _config_file_model(model_config: str) -> dict:
-    """The model's ``{"class_path", "init_args"}`` in a lit-embed config file (``--model_config``)."""
-    from lit_embed.lightning_cli import ModelOnlyCLI
-
-    cli = ModelOnlyCLI(args=["--config", model_config], run=False)
-    return yaml.safe_load(cli.parser.dump(cli.config, skip_none=False))["model"]
 
 
 def _as_config(hparams: dict) -> dict:
@@ -160,8 +153,6 @@ def _load_huggingface(name: str, untie: bool) -> Source:
 
 def classifier_for(source: Source, task: str, seed: int) -> None:
     """Give a HuggingFace source a lit-embed :class:`SequenceClassifier` for ``task`` (a new, seeded head)."""
-    from lit_embed.models import Encoder, SequenceClassifier
-
     vocab = source.weight.shape[0]
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)

@@ -1,8 +1,8 @@
 """The base of lit-embed's data modules: the model they feed, its text encoder, the global batch, and
 training batches that resume mid-epoch.
 
-A data module reaches its model only through :class:`~lit_embed.interfaces.TextModel`
-(:meth:`TextDataModule.model`), and gets the text encoder in one place (:meth:`TextDataModule.text_encoder_for`):
+A data module reaches its model only through :class:`~lit_embed.interfaces.TextModel` (the model
+:func:`~lit_embed.interfaces.wire` hands it: :meth:`TextDataModule.feed`), and gets the text encoder in one place (:meth:`TextDataModule.text_encoder_for`):
 the model's strategy's, for the data's tokenizer (checked against the one the model's weights were
 trained with), fitted on the training texts where its codes depend on them (LSH n-grams), identical on
 every rank, and its fitted state written beside the run.
@@ -27,7 +27,7 @@ from lit_embed.embeddings.text import FittableTextEncoder, TextEncoder, VocabTex
 from lit_embed.errors import ConfigError
 from lit_embed.files import write_atomic
 from lit_embed.hub import resolve_pretrained, trusting_remote_code
-from lit_embed.interfaces import Collate, TextModel, require
+from lit_embed.interfaces import Collate, TextModel
 from lit_embed.runs import run_folder
 
 log = logging.getLogger(__name__)
@@ -62,18 +62,19 @@ class TextDataModule(pl.LightningDataModule):
     num_workers: int = 0
     text_encoder: TextEncoder | None = None
     predict_rows: Any = None  # the rows `lit-embed predict` reads (interfaces.PredictData)
+    fed: TextModel | None = None  # the model this data feeds (interfaces.wire)
     _train_loader: ResumableLoader | None = None
     _positions: list[dict] | None = None
     _unsaved_fit = False  # a text encoder was fitted on this data and its state is not beside the run yet
 
     # -- the model and its text encoder -----------------------------------------------------------
+    def feed(self, model: TextModel) -> None:
+        """Feed ``model`` (:func:`~lit_embed.interfaces.wire` checks it is a :class:`~lit_embed.interfaces.TextModel`)."""
+        self.fed = model
+
     def model(self) -> TextModel:
         """The model this data feeds (:class:`PlainText` where there is none)."""
-        module = self.trainer.lightning_module if self.trainer is not None else None
-        if module is None:
-            return PlainText(self.task)
-        require(module, TextModel, f"fed by {type(self).__name__}")
-        return module
+        return self.fed if self.fed is not None else PlainText(self.task)
 
     def fit_texts(self) -> Iterator[str]:
         """The texts a corpus-fitted text encoder (LSH n-grams) learns from: the training texts."""

@@ -34,6 +34,7 @@ from lit_embed.embeddings.text import TextEncoder
 from lit_embed.errors import ConfigError, HubError, MissingFileError
 from lit_embed.hub import require_hub
 from lit_embed.interfaces import TaskModel, provides
+from lit_embed.models.metrics import needs_two_values
 
 PIPELINE_VERSION = 1
 DATA_SUFFIXES = (".parquet", ".csv", ".tsv", ".jsonl", ".json")
@@ -369,8 +370,6 @@ class TaskDataModule(TextDataModule):
         """Refuse, before any training, labels that cannot train or be scored: a training split whose labels (or
         regression scores) all have one value, or an evaluation split with one where a task's metric needs two
         (a correlation, agreement or ranking: torchmetrics would fail on it, or give a number that means nothing)."""
-        from lit_embed.models.metrics import needs_two_values
-
         values = np.unique(np.asarray(encoded["labels"]))
         if len(values) != 1:
             return

@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from lit_embed.cache import cache_folder, read_codes, write_codes
+from lit_embed.embeddings.pretrained import load_embedding_matrix
 from lit_embed.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -131,7 +132,6 @@ class ClusterAssignment(Assignment):
     def codes(self, num_tokens: int, num_tables: int, table_size: int) -> np.ndarray:
         if self.method == "equal":
             check_capacity(num_tokens, num_tables, table_size)
-        from lit_embed.embeddings.pretrained import load_embedding_matrix
 
         matrix = load_embedding_matrix(self.source)
         if matrix.shape[0] != num_tokens:

@@ -9,6 +9,7 @@ import torch
 
 from lit_embed.errors import ConfigError, MissingFileError
 from lit_embed.hub import loading_pretrained, resolve_pretrained
+from lit_embed.plain_data import load_plain
 
 MATRIX_SUFFIXES = (".pt", ".pth", ".npy", ".safetensors")
 
@@ -35,8 +36,6 @@ def load_embedding_matrix(source: str) -> torch.Tensor:
 def _read_file(path: Path):
     """The file's tensor (or state dict); nothing in it runs, and a file that cannot be read so is refused by name."""
     if path.suffix in (".pt", ".pth"):
-        from lit_embed.checkpoints import load_plain
-
         return load_plain(path, "embedding matrix file")
     try:
         if path.suffix == ".npy":

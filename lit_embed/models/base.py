@@ -11,8 +11,7 @@ import pytorch_lightning as pl
 from torch import Tensor, nn
 
 from lit_embed._compat import attached_trainer, built_by_cli
-from lit_embed.checkpoints import FACTS, describe, plain, state_differences
-from lit_embed.data.base import TextDataModule
+from lit_embed.checkpoints import FACTS, describe, state_differences
 from lit_embed.distributed import is_distributed, share_buffers
 from lit_embed.embeddings.base import EmbeddingStrategy
 from lit_embed.embeddings.dense import DenseEmbedding
@@ -21,10 +20,11 @@ from lit_embed.embeddings.state import fixed_shapes, public_class_path
 from lit_embed.embeddings.text import TextEncoder
 from lit_embed.errors import CheckpointError, ConfigError
 from lit_embed.hub import counting_only
-from lit_embed.interfaces import Collate
+from lit_embed.interfaces import Collate, TextData, provides
 from lit_embed.models.encoder import Encoder, count_parameters
 from lit_embed.models.metrics import BlockEvaluation
 from lit_embed.models.optim import OptimConfig, configure_adamw
+from lit_embed.plain_data import plain
 from lit_embed.runs import run_folder
 
 log = logging.getLogger(__name__)
@@ -61,6 +61,9 @@ class EmbeddingModule(pl.LightningModule):
     #: ignores it (no "unused parameters" error, no slower ``find_unused_parameters``), while it stays
     #: in the model, its checkpoints and the papers' parameter counts.
     uses_pooler: bool = False
+    #: The data this model reads (its tokenizer; a task model's evaluation sets and paper), handed over by
+    #: :func:`~lit_embed.interfaces.wire`; ``None`` outside a run (analyze, export, compress).
+    data: TextData | None = None
 
     def __init__(
         self,
@@ -135,6 +138,10 @@ class EmbeddingModule(pl.LightningModule):
         """A pretrained encoder's tokenizer; subclasses that restore trained weights add theirs."""
         return self.encoder.pretrained
 
+    def read_data(self, data: TextData) -> None:
+        """Read ``data`` from now on (:func:`~lit_embed.interfaces.wire`)."""
+        self.data = data
+
     def text_encoder(self, tokenizer: str | None) -> TextEncoder:
         return self.embedding.text_encoder(tokenizer)
 
@@ -194,8 +201,7 @@ class EmbeddingModule(pl.LightningModule):
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Record what rebuilds this model, the tokenizer its weights expect, and the run they belong to."""
         trainer = attached_trainer(self)
-        data = trainer.datamodule if trainer is not None else None
-        tokenizer = (data.tokenizer if isinstance(data, TextDataModule) else None) or self.expected_tokenizer
+        tokenizer = (self.data.tokenizer if provides(self.data, TextData) else None) or self.expected_tokenizer
         checkpoint[FACTS] = describe(self, tokenizer, None if trainer is None else run_folder(trainer).absolute())
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:

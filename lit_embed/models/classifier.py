@@ -23,9 +23,8 @@ from lit_embed._compat import attached_trainer
 from lit_embed.checkpoints import (
     FACTS,
     build_from_config,
-    model_differences,
+    check_model,
     read_checkpoint,
-    recorded_model,
     recorded_tokenizer,
     resolve_class,
     state_differences,
@@ -64,7 +63,8 @@ class SequenceClassifier(EmbeddingModule):
 
     Args:
         task: a task of :data:`lit_embed.data.tasks.TASKS`, or a config's own
-            (:class:`~lit_embed.data.tasks.TaskDefinition`); must be the data's.
+            (:class:`~lit_embed.data.tasks.TaskDefinition`); must be the data's. A config leaves it unset: the
+            CLI gives the model the data's (``data.init_args.task``).
         encoder, embedding, vocab_size, baseline_vocab_size, baseline_encoder, init: see :class:`EmbeddingModule`.
         checkpoint: a lit-embed pre-training checkpoint to start from.
         classifier_dropout: dropout before the output layer (default the backbone's hidden dropout).
@@ -80,7 +80,7 @@ class SequenceClassifier(EmbeddingModule):
 
     def __init__(
         self,
-        task: str | TaskDefinition,
+        task: str | TaskDefinition | None = None,
         encoder: Encoder | None = None,
         embedding: StrategyFactory | None = None,
         vocab_size: int | None = None,
@@ -93,6 +93,9 @@ class SequenceClassifier(EmbeddingModule):
         trained_tokenizer: str | None = None,
         init: Init = "default",
     ) -> None:
+        if task is None:
+            raise ConfigError("SequenceClassifier needs a task: set data.init_args.task (the model takes the data's), "
+                              "or model.init_args.task")
         pretraining, taken = None, {}
         if checkpoint is not None and (encoder is None or embedding is None or vocab_size is None):
             path = start_checkpoint(checkpoint, "pre-training checkpoint")  # a file, or a run's newest
@@ -166,17 +169,14 @@ class SequenceClassifier(EmbeddingModule):
                 f"checkpoint {name!r} has vocab_size={facts['vocab_size']} but the config sets "
                 f"{self.embedding.vocab_size}: set model.init_args.vocab_size {facts['vocab_size']}"
             )
-        recorded = recorded_model(raw)
-        if recorded is not None:  # what the file records of backbone and strategy must be what the config builds
-            theirs = {k: recorded["init_args"].get(k) for k in ("encoder", "embedding")}
-            mine = {"encoder": self.encoder.as_config(), "embedding": self.embedding.config()}
-            differences = model_differences({"init_args": theirs}, {"init_args": mine})
-            if differences:
-                raise ConfigError(
-                    f"checkpoint {name!r} was pre-trained as another model than the config builds "
-                    f"({'; '.join(differences[:6])}): leave model.init_args.encoder and embedding unset to take the "
-                    f"checkpoint's, or set them as the pre-training did"
-                )
+        mine = {"encoder": self.encoder.as_config(), "embedding": self.embedding.config()}
+        check = check_model(raw, {"init_args": mine}, keys=mine)  # the file's backbone and strategy: the config's?
+        if check.differences:
+            raise ConfigError(
+                f"checkpoint {name!r} was pre-trained as another model than the config builds "
+                f"({check.listed()}): leave model.init_args.encoder and embedding unset to take the "
+                f"checkpoint's, or set them as the pre-training did"
+            )
         state = {k: v for k, v in raw["state_dict"].items() if k.startswith(("encoder.", "embedding."))}
         mine = {k: v for k, v in self.state_dict().items() if k.startswith(("encoder.", "embedding."))}
         details = state_differences(mine, state, sized=fixed_shapes(self))
@@ -217,7 +217,7 @@ class SequenceClassifier(EmbeddingModule):
         if stage == "fit":
             seed = os.environ.get("PL_GLOBAL_SEED")
             self.hparams["seed"] = int(seed) if seed is not None else None
-            data = self.trainer.datamodule
+            data = self.data
             self.trained_tokenizer = (data.tokenizer if provides(data, TaskData) else None) or self.expected_tokenizer
             self.hparams["trained_tokenizer"] = self.trained_tokenizer
         super().setup(stage)
@@ -282,7 +282,7 @@ class SequenceClassifier(EmbeddingModule):
         self.evaluation[stage].reset()
         if not results:
             return
-        data = self.trainer.datamodule if provides(self.trainer.datamodule, TaskData) else None
+        data = self.data if provides(self.data, TaskData) else None
         sets = {set_id: values for set_id, values in results.items() if set_id != POOLED}
         names = data.eval_set_names(stage) if data is not None else [""]
         if len(names) < len(sets):
@@ -305,16 +305,12 @@ def _model_of(checkpoint: dict, name: str, given: dict) -> tuple[dict, dict]:
     """What the config leaves unset (``None`` in ``given``) of the backbone, strategy and vocabulary, and of the dense
     baseline the pre-training was counted against (a hash strategy's ``baseline_vocab_size``), from the model
     ``checkpoint`` records: ``(the values, the configs taken)``."""
-    recorded = recorded_model(checkpoint)
-    if recorded is None:
+    unset = [key for key, value in given.items() if value is None]
+    check = check_model(checkpoint, {}, keys=unset)
+    if check.recorded is None:
         raise CheckpointError(f"pre-training checkpoint {name!r} does not record its model: give model.init_args.encoder, "
                               f"embedding and vocab_size as it was trained")
-    init = recorded["init_args"]
     build = {"encoder": lambda c: build_from_config(nn.Module, c, "encoder"), "embedding": strategy_factory,
              "baseline_encoder": lambda c: build_from_config(nn.Module, c, "baseline_encoder")}
-    values, taken = dict(given), {}
-    for key, value in given.items():
-        if value is None and init.get(key) is not None:
-            taken[key] = init[key]
-            values[key] = build.get(key, lambda c: c)(init[key])
-    return values, taken
+    values = {**given, **{key: build.get(key, lambda c: c)(value) for key, value in check.filled.items()}}
+    return values, dict(check.filled)

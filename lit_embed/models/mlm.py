@@ -98,9 +98,8 @@ class MaskedLM(EmbeddingModule):
 
     def predict_step(self, batch: dict[str, Tensor], batch_idx: int, dataloader_idx: int = 0) -> list[dict]:
         """``lit-embed predict``: the data's ``top_k`` fills of every ``<mask>`` (``CorpusDataModule.predict_input``)."""
-        data = self.trainer.datamodule
-        require(data, FillMaskData, "the data of a MaskedLM's lit-embed predict")
-        return self.fill_mask(batch, data.top_k)
+        require(self.data, FillMaskData, "the data of a MaskedLM's lit-embed predict")
+        return self.fill_mask(batch, self.data.top_k)
 
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
         loss, logits, targets = self(batch)

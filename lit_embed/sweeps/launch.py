@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from lit_embed.errors import ConfigError, RunBusyError
 from lit_embed.files import write_json_atomic, writing
 from lit_embed.folders import hold
+from lit_embed.signals import received_signal, stop_if_signalled
 from lit_embed.sweeps.outcomes import (
     OUTPUT_FILE,
     SETTLED,
@@ -91,14 +92,16 @@ def _text(value) -> str:
     return value if isinstance(value, str) else json.dumps(value)
 
 
-def run_here(sweep: Sweep, run: Run, launch: Launch) -> int:
+def run_here(sweep: Sweep, run: Run, launch: Launch, execute: Callable[[list[str]], object],
+             explain: Callable[[Exception], tuple[str, int] | None]) -> int:
     """Run ``run`` in this process (``lit-embed sweep --run``): skipped when done, else resumed where it stopped.
+
+    ``execute`` runs one of its lit-embed commands (an argv), ``explain`` gives the one line and exit status of an error
+    the user can fix (``None`` for a bug): the command layer's, which this library does not import.
 
     Global rank 0 holds the run's lock and records its status; the other ranks of a multi-GPU run (which
     Lightning or ``srun`` start with the same command) only run it.
     """
-    from lit_embed.signals import received_signal, stop_if_signalled
-
     found = outcome(run)
     if found.state in SETTLED:
         print(f"{run.id}: {'complete' if found.state == 'done' else found.detail}, nothing to do")
@@ -115,7 +118,7 @@ def run_here(sweep: Sweep, run: Run, launch: Launch) -> int:
             if argv[0] == "compress" and (run.folder / "model.ckpt").is_file():
                 continue  # compressed before the test was stopped: compress writes its folder whole or not at all
             print("lit-embed " + shlex.join(argv), flush=True)
-            _execute(argv)
+            execute(argv)
         if first and finished_results(run) is None:
             raise ConfigError(f"{run.id} ended without a complete results.json in its version folder under {run.folder}: "
                               f"its config needs the lit_embed.callbacks.ResultsWriter callback")
@@ -125,9 +128,7 @@ def run_here(sweep: Sweep, run: Run, launch: Launch) -> int:
         code = 128 + signum if signum is not None else stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 2)
         raise
     except BaseException as exception:
-        from lit_embed.cli import user_error
-
-        known = user_error(exception) if isinstance(exception, Exception) else None
+        known = explain(exception) if isinstance(exception, Exception) else None
         signum = received_signal()
         code = 128 + signum if signum is not None else known[1] if known is not None else 1
         error = f"lit-embed: error: {known[0]}" if known is not None else f"{type(exception).__name__}: {exception}"
@@ -149,18 +150,6 @@ def _hold(run: Run, tries: int = 5) -> None:
                 time.sleep(0.2)
     status = read_status(run) or {}
     raise RunBusyError(f"{run.id} is running already (process {status.get('pid')} on {status.get('host')}): wait for it")
-
-
-def _execute(argv: list[str]) -> None:
-    from lit_embed.cli import LitEmbedCLI, check_yaml_files
-
-    check_yaml_files(argv)
-    if argv[0] == "compress":
-        from lit_embed.compress.command import main as compress
-
-        compress(argv[1:])
-    else:
-        LitEmbedCLI(args=argv)
 
 
 def _rank_zero() -> bool:
@@ -266,7 +255,7 @@ def _start(sweep: Sweep, run: Run, launch: Launch, gpus: list[str]) -> subproces
     env = dict(os.environ)
     if launch.launcher == "gpus":
         env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
-    argv = [sys.executable, "-m", "lit_embed.cli", *run_argv(sweep, run, launch)]
+    argv = [sys.executable, "-m", "lit_embed.commands", *run_argv(sweep, run, launch)]
     log = book(run) / OUTPUT_FILE
     with writing(log):  # appended to, not replaced: a full disk names it
         log.parent.mkdir(parents=True, exist_ok=True)
@@ -297,8 +286,6 @@ def _wait_any(running: dict[subprocess.Popen, tuple]) -> subprocess.Popen:
 def _stop(running: dict[subprocess.Popen, tuple]) -> None:
     """This launch was stopped by a signal: pass it on once to every run (each saves a resumable checkpoint)
     and wait for them."""
-    from lit_embed.signals import received_signal
-
     signum = received_signal() or signal.SIGTERM
     for process in running:
         with contextlib.suppress(ProcessLookupError):

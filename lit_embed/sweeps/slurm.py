@@ -89,7 +89,7 @@ def job_script(sweep: Sweep, stage: Stage, runs: list[Run], launch: Launch) -> s
         elif value not in (False, None):
             lines.append(f"#SBATCH --{key}={value}")
     logs = folder / LOGS / stage.name
-    command = [sys.executable, "-m", "lit_embed.cli", *run_argv(sweep, runs[0], launch)]
+    command = [sys.executable, "-m", "lit_embed.commands", *run_argv(sweep, runs[0], launch)]
     at = command.index("--run") + 1
     invocation = f'{shlex.join(command[:at])} "$run" {shlex.join(command[at + 1:])}'
     lines += [

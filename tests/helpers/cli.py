@@ -21,7 +21,7 @@ def run_params(path: Path, *extra: str) -> dict:
 
 
 def params_json(argv: list[str]) -> dict:
-    from lit_embed.cli import main
+    from lit_embed.commands import main
 
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
@@ -40,7 +40,7 @@ def code_blocks(language: str) -> list[str]:
 
 def fit_demo(root: Path, *extra: str, config: Path | None = None) -> Path:
     """``lit-embed fit`` of the demo (or ``config``) logging under ``root`` without a progress bar; its checkpoint."""
-    from lit_embed.cli import main
+    from lit_embed.commands import main
 
     args = ["fit", "--config", str(config or REPO / "configs" / "demo.yaml"), "--trainer.default_root_dir", str(root),
             "--trainer.logger.init_args.save_dir", str(root), "--trainer.enable_progress_bar", "false", *extra]

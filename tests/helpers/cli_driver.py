@@ -2,7 +2,7 @@
 
     python tests/helpers/cli_driver.py CASES.json
 
-``CASES.json`` is a list of ``{"id", "argv", "cwd"}``. Each command goes through ``lit_embed.cli.main`` with
+``CASES.json`` is a list of ``{"id", "argv", "cwd"}``. Each command goes through ``lit_embed.commands.main`` with
 its own stdout and stderr; one JSON line per case is printed: ``id``, ``status`` (what the process would
 exit with: main's return value, a ``SystemExit`` code, or 1 where an exception escaped, whose traceback
 then ends ``stderr`` as Python would print it), ``stderr`` and the tail of ``stdout``. One process pays the
@@ -20,7 +20,7 @@ import traceback
 
 
 def run(argv: list[str]) -> tuple[int, str, str]:
-    from lit_embed.cli import main
+    from lit_embed.commands import main
 
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):

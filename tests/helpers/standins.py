@@ -49,7 +49,7 @@ def write_task_data(root: Path) -> Path:
 
 def composed(argv: list[str]) -> dict:
     """The config ``lit-embed`` composes from ``argv`` (a ``fit`` command line), as ``--print_config`` prints it."""
-    from lit_embed.cli import main
+    from lit_embed.commands import main
 
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed), pytest.raises(SystemExit) as stop:

@@ -2,13 +2,13 @@
 
 Every command is a fresh process of the running Python: `lit-embed --help`, `lit-embed params
 --config configs/demo.yaml` and `lit-embed report RUN_DIR --baseline RUN` run as the `lit-embed`
-console script does (`from lit_embed.cli import main`), with this checkout first on PYTHONPATH and
+console script does (`from lit_embed.commands import main`), with this checkout first on PYTHONPATH and
 the hub offline; the baseline imports PyTorch and exits, the least any of them can cost. RUN_DIR is
 generated: six runs' `results.json` (a dense RoBERTa_S baseline and a 3-sub-embedding model, SST-2,
 three seeds), laid out as the ResultsWriter callback writes them; RUN is the first dense run. The
 commands take turns round by round (a warm-up round, then 5 rounds, medians), so the file cache is
 warm for all and a busy machine slows them alike; "vs import torch" divides by the baseline's median
-of the same rounds. What bounds the result: `lit_embed.cli` dispatches before it imports anything heavy, so
+of the same rounds. What bounds the result: `lit_embed.commands` dispatches before it imports anything heavy, so
 `--help` and `report` import neither PyTorch nor Lightning; `params` imports both, parses the config
 with jsonargparse and builds the model (without training it), which is most of its time.
 """
@@ -23,7 +23,7 @@ from pathlib import Path
 from harness import REPO, checkout_env, time_interleaved
 
 TITLE = "Start-up: lit-embed --help, params and report against python -c 'import torch'"
-CLI = "import sys; from lit_embed.cli import main; sys.exit(main())"
+CLI = "import sys; from lit_embed.commands import main; sys.exit(main())"
 ROBERTA_S = {"arch": "roberta", "layers": 8, "hidden": 512, "heads": 8, "ffn": 2048}
 
 

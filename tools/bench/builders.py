@@ -17,7 +17,7 @@ TINY = CONFIGS / "backbone" / "tiny.yaml"
 
 def from_config(config: Path, smoke: bool = False):
     """The model of an experiment config (at smoke size, on the tiny backbone, same strategy and objective)."""
-    from lit_embed.lightning_cli import ModelOnlyCLI
+    from lit_embed.commands.lightning import ModelOnlyCLI
 
     args = ["--config", str(config)]
     if smoke:
@@ -31,7 +31,7 @@ def compose(objective: str, backbone: str, embedding: str, vocab_size: int, smok
     ``vocab_size`` is the model's vocabulary; an unlimited-vocabulary (hash) strategy gets it as the
     dense baseline's instead.
     """
-    from lit_embed.lightning_cli import ModelOnlyCLI
+    from lit_embed.commands.lightning import ModelOnlyCLI
 
     encoder = TINY if smoke else CONFIGS / "backbone" / f"{backbone}.yaml"
     strategy = CONFIGS / "embedding" / f"{embedding}.yaml"

@@ -24,15 +24,29 @@ from lit_embed.files import atomic_writer
 class AtomicCheckpointIO(TorchCheckpointIO):
     """``torch.save`` into a temporary file next to the checkpoint, flushed to disk, then ``os.replace``.
 
-    Used by the shipped trainer configs (``plugins: [lit_embed.checkpointing.AtomicCheckpointIO]``);
+    Used by the shipped trainer configs (``plugins: [lit_embed.checkpoint_io.AtomicCheckpointIO]``);
     remote paths (``s3://``, ``gs://``) keep Lightning's writer, since an object store's upload is
     already all-or-nothing. It remembers the step of each file it wrote (:meth:`saved_step`), so that
     :class:`~lit_embed.callbacks.RunGuard` writes ``last.ckpt`` at the end of training only where it is behind.
+    A checkpoint the command has read already (``--ckpt_path``, read and checked once by the command layer) is
+    handed over (:meth:`hand_over`) and given to Lightning when it asks for that file, instead of reading it again.
     """
 
     def __init__(self) -> None:
         super().__init__()
         self._steps: dict[str, int | None] = {}
+        self._read: dict[str, dict[str, Any]] = {}
+
+    def hand_over(self, path: str | os.PathLike, checkpoint: dict[str, Any]) -> None:
+        """Give ``checkpoint``, read from ``path`` (by :func:`~lit_embed.checkpoints.read_checkpoint`), to Lightning's
+        next load of ``path``: once, so a later load (the best checkpoint after a fit) reads the file as it is then."""
+        self._read[os.path.abspath(path)] = checkpoint
+
+    def load_checkpoint(self, path: str | os.PathLike, map_location: Any = None, weights_only: bool | None = None) -> dict[str, Any]:
+        read = self._read.pop(os.path.abspath(path), None)
+        if read is not None:
+            return read
+        return super().load_checkpoint(path, map_location=map_location, weights_only=weights_only)
 
     def saved_step(self, path: str | os.PathLike) -> int | None:
         """The global step of the checkpoint this writer last wrote to ``path`` (``None``: it wrote none there)."""

@@ -12,14 +12,25 @@ fine-tuned classifier: the flag is needed because the folder's own code runs.
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 from pathlib import Path
 
 import torch
+from safetensors.torch import save_file
 
+from lit_embed.accounting import format_parameters, parameter_report
+from lit_embed.checkpoints import load_model, recorded_tokenizer
+from lit_embed.embeddings.state import CheckpointSized
 from lit_embed.errors import CheckpointError, ConfigError, OutputExistsError
+from lit_embed.export.configuration_lit_embed import LitEmbedConfig
+from lit_embed.export.vendor import module_source
+from lit_embed.files import atomic_folder, check_output, write_atomic, write_json_atomic
+from lit_embed.folders import start_checkpoint
+from lit_embed.hub import load_tokenizer, trusting_remote_code
+from lit_embed.interfaces import TaskModel, provides
+from lit_embed.recorded import class_paths
+from lit_embed.results import versions
 
 #: What marks a folder as an earlier export (``--overwrite`` replaces only those).
 MARKER = "lit_embed_export.json"
@@ -38,13 +49,7 @@ def export(ckpt: str, out: str, overwrite: bool = False, tokenizer: str | None =
            trust_remote_code: bool = False) -> Path:
     """Write the export of ``ckpt`` (a .ckpt, a run folder or an experiment folder) to ``out``, atomically.
     ``trust_remote_code``: let the tokenizer run the code it ships (never taken from what the checkpoint records)."""
-    from lit_embed.files import atomic_folder, check_output
-
     check_output(Path(out), overwrite, check_replaceable, inputs=[ckpt])  # at once, not after the loading's seconds
-    from lit_embed.checkpoints import load_model, recorded_tokenizer
-    from lit_embed.folders import start_checkpoint
-    from lit_embed.hub import trusting_remote_code
-
     path = start_checkpoint(ckpt)
     module, checkpoint = load_model(path)
     module.eval()
@@ -63,15 +68,6 @@ def export(ckpt: str, out: str, overwrite: bool = False, tokenizer: str | None =
 
 
 def _fill(folder: Path, module, checkpoint: dict, path: Path, tokenizer: str | None) -> None:
-    from safetensors.torch import save_file
-
-    from lit_embed.export.configuration_lit_embed import LitEmbedConfig
-    from lit_embed.export.vendor import module_source
-    from lit_embed.files import write_atomic, write_json_atomic
-    from lit_embed.interfaces import TaskModel, provides
-    from lit_embed.recorded import class_paths
-    from lit_embed.results import versions
-
     strategy = module.embedding
     classifier = provides(module, TaskModel)
     backbone = {k: v for k, v in module.encoder.config.to_dict().items()
@@ -120,8 +116,6 @@ def _weights(module, classifier: bool) -> dict[str, torch.Tensor]:
 
 def _sized_buffers(strategy) -> dict[str, list[int]]:
     """Shapes of the buffers whose size only the weights know, by their path in the strategy."""
-    from lit_embed.embeddings.state import CheckpointSized
-
     sizes = {}
     for prefix, sub in strategy.named_modules():
         if isinstance(sub, CheckpointSized):
@@ -131,15 +125,11 @@ def _sized_buffers(strategy) -> dict[str, list[int]]:
 
 
 def _save_tokenizer(name: str, folder: Path) -> None:
-    from lit_embed.hub import load_tokenizer
-
     load_tokenizer(name).save_pretrained(folder)
 
 
 def model_card(module, provenance: dict, classifier: bool) -> str:
     """README.md of an export: what it is, its parameters, where it came from, how to load it."""
-    from lit_embed.accounting import format_parameters, parameter_report
-
     strategy = type(module.embedding).__name__
     auto = "AutoModelForSequenceClassification" if classifier else "AutoModel"
     if module.embedding.unlimited_vocabulary:
@@ -208,20 +198,3 @@ def check_replaceable(out: Path) -> None:
         )
 
 
-def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="lit-embed export", allow_abbrev=False, description=(
-        "Write a checkpoint as a folder that transformers loads without lit-embed: "
-        "AutoModel (or AutoModelForSequenceClassification).from_pretrained(OUT, trust_remote_code=True)."))
-    parser.add_argument("--ckpt", required=True, help="a lit-embed checkpoint (.ckpt), a run folder or an experiment folder")
-    parser.add_argument("--out", required=True, help="the folder to write (must not exist, unless --overwrite)")
-    parser.add_argument("--overwrite", action="store_true", help="replace --out if it is an earlier export")
-    parser.add_argument("--tokenizer", help="the tokenizer the weights expect, where the checkpoint records none")
-    parser.add_argument("--trust_remote_code", action="store_true", help="let the tokenizer run the code it ships "
-                        "(LINE's Japanese tokenizer); what the checkpoint records never grants it")
-    args = parser.parse_args(argv)
-    out = export(args.ckpt, args.out, overwrite=args.overwrite, tokenizer=args.tokenizer,
-                 trust_remote_code=args.trust_remote_code)
-    architectures = json.loads((out / "config.json").read_text()).get("architectures") or []
-    auto = "AutoModelForSequenceClassification" if "LitEmbedForSequenceClassification" in architectures else "AutoModel"
-    print(f"wrote {out}: load it with {auto}.from_pretrained({str(out)!r}, trust_remote_code=True)")
-    return 0

@@ -17,17 +17,20 @@ from __future__ import annotations
 
 import importlib
 import json
-import sys
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from fnmatch import fnmatch
 from pathlib import Path
 
-from lit_embed.data.sources import SAMPLES, SCRIPT_DATASETS, file_kind, how_to_fetch, parse_hub_name
-from lit_embed.errors import ConfigError, HubError, UserError
+import pytorch_lightning as pl
+from huggingface_hub import HfApi, hf_hub_download
+from huggingface_hub.errors import OfflineModeIsEnabled, RepositoryNotFoundError, RevisionNotFoundError
+
+from lit_embed.checkpoints import build_from_config
+from lit_embed.data.finetune import TaskDataModule
+from lit_embed.data.sources import SAMPLES, SCRIPT_DATASETS, file_kind, parse_hub_name
+from lit_embed.errors import UserError
 from lit_embed.hub import PACKAGED_MINILM, offline_cause, require_hub, resolve_pretrained
-from lit_embed.tables import Table, render
 
 #: Seconds to wait for the hub's answer on one name.
 TIMEOUT = 10
@@ -57,9 +60,6 @@ class HubDown(Exception):
 
 def lookup(repo_id: str, repo_type: str, revision: str | None) -> Repo:
     """``repo_id`` (``repo_type`` ``dataset`` or ``model``) at ``revision`` (default its main branch) on the hub."""
-    from huggingface_hub import HfApi, hf_hub_download
-    from huggingface_hub.errors import OfflineModeIsEnabled, RepositoryNotFoundError, RevisionNotFoundError
-
     try:
         info = HfApi().repo_info(repo_id, repo_type=repo_type, revision=revision, timeout=TIMEOUT)
     except OfflineModeIsEnabled as error:
@@ -102,96 +102,6 @@ class Name:
     remote_code: str = "?"
     resolved: str = ""
     problem: str | None = None
-
-
-def main(argv: list[str]) -> int:
-    if argv[:1] in (["-h"], ["--help"]) or argv[1:2] in (["-h"], ["--help"]):
-        print(f"usage: {USAGE}\n")
-        print(__doc__.split("\n\n")[1])  # what it checks (the rest of the docstring is for maintainers)
-        return 0
-    if argv[:1] != ["check"] or not any(arg.startswith("--config") for arg in argv[1:]):
-        raise ConfigError(f"usage: {USAGE}")
-    start = time.monotonic()
-    config = parse_config(argv[1:])
-    names, trusted = names_in(config)
-    offline = check_all(names, trusted)
-    problems = _problems(names)
-    table = Table(
-        f"Hub names of {' '.join(argv[1:])}",
-        ["name", "used as", "reachable", "format", "remote code", "revision"],
-        [[n.shown, ", ".join(n.uses), n.reachable, n.format, n.remote_code, n.resolved] for n in names],
-        problems,
-    )
-    print(render([table]))
-    print(f"{len(names)} name(s), {time.monotonic() - start:.1f} s")
-    failures = []
-    if problems:
-        failures.append(f"{sum(bool(n.problem) for n in names)} name(s) cannot be used as configured: {'; '.join(problems)}")
-    if offline is not None:
-        unchecked = sum(n.reachable == f"no ({offline})" for n in names)
-        unset = "HF_HUB_OFFLINE=0 " if offline.startswith("HF_HUB_OFFLINE") else ""  # what the user set, else nothing
-        failures.append(
-            f"the hub could not be reached ({offline}), so {unchecked} hub name(s) were not checked: run it where the "
-            f"hub is reachable ({unset}lit-embed data {' '.join(argv)})"
-        )
-    if failures:
-        raise HubError("data check: " + "; and ".join(failures))
-    print("Every name loads without remote code (or with the remote code the config trusts).")
-    return 0
-
-
-def _problems(names: list[Name]) -> list[str]:
-    """One line per problem, naming every name that has it (missing local files: with how to get them)."""
-    missing = [n for n in names if n.kind == "file" and n.reachable == "no: missing"]
-    for name in missing:
-        name.problem = f"missing (relative paths are read from {Path.cwd()}): {how_to_fetch([n.shown for n in missing])}"
-    grouped: dict[str, list[str]] = {}
-    for name in names:
-        if name.problem:
-            grouped.setdefault(name.problem, []).append(name.shown)
-    return [
-        f"{', '.join(shown[:3])}{f' and {len(shown) - 3} more' if len(shown) > 3 else ''}: {problem}"
-        for problem, shown in grouped.items()
-    ]
-
-
-def parse_config(argv: list[str]) -> dict:
-    """The composed config of ``--config`` files and overrides, as ``fit`` would see it; nothing is built.
-
-    A data piece (``configs/data/*.yaml``: a data module's ``class_path`` and ``init_args`` alone) is checked as
-    the data of a config.
-    """
-    from lit_embed.lightning_cli import ModelOnlyCLI
-
-    piece = _data_piece(argv)
-    if piece is not None:
-        return {"data": piece}
-
-    class ParseOnly(ModelOnlyCLI):
-        def instantiate_classes(self) -> None:
-            """Nothing: the check builds only what it asks for."""
-
-    return ParseOnly(args=argv, run=False).config.as_dict()
-
-
-def _data_piece(argv: list[str]) -> dict | None:
-    """The data module config of ``--config PIECE`` where that is all ``argv`` gives and PIECE is a data piece."""
-    import yaml
-
-    if len(argv) != 2 or argv[0] != "--config" or not Path(argv[1]).is_file():
-        return None
-    document = yaml.safe_load(Path(argv[1]).read_text())
-    if not isinstance(document, dict) or "class_path" not in document or {"model", "data", "trainer"} & set(document):
-        return None
-    import pytorch_lightning as pl
-
-    from lit_embed.checkpoints import resolve_class
-
-    cls = resolve_class(document["class_path"])
-    if not (isinstance(cls, type) and issubclass(cls, pl.LightningDataModule)):
-        raise ConfigError(f"{argv[1]} is a piece of a config ({document['class_path']}), not a config or its data: give an "
-                          f"experiment config that uses it")
-    return {"class_path": document["class_path"], "init_args": document.get("init_args") or {}}
 
 
 # -- what the config names -----------------------------------------------------------------------
@@ -249,11 +159,6 @@ def _model_names(node, where: str) -> Iterator[tuple[str, str]]:
 
 def _task_data(data: dict):
     """The config's task data module (built: that downloads nothing), or ``None`` for other data."""
-    import pytorch_lightning as pl
-
-    from lit_embed.checkpoints import build_from_config
-    from lit_embed.data.finetune import TaskDataModule
-
     module_name, _, class_name = str(data.get("class_path") or "").rpartition(".")
     try:
         cls = getattr(importlib.import_module(module_name), class_name) if module_name else None
@@ -399,6 +304,3 @@ def _inspect_model(name: Name, repo: Repo, trusted: bool) -> None:
             f"data.init_args.trust_remote_code true if you trust it, or give a tokenizer without auto_map"
         )
 
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

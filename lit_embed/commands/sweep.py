@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 
+from lit_embed.commands import check_yaml_files, command, user_error
 from lit_embed.errors import ConfigError
 from lit_embed.sweeps.launch import LAUNCHERS, Launch, launch_here, plan_text, run_here, summary
 from lit_embed.sweeps.outcomes import counts
@@ -48,7 +49,7 @@ def main(argv: list[str]) -> int:
     sweep = load_sweep(args.config, args.folder)
     launch = Launch(args.launcher, args.gpus_per_run)
     if args.run is not None:
-        return run_here(sweep, sweep.run(args.run), launch)
+        return run_here(sweep, sweep.run(args.run), launch, execute, user_error)
     if args.dry_run:
         print(plan_text(sweep, launch), end="")
         if launch.launcher == "slurm":
@@ -64,3 +65,9 @@ def main(argv: list[str]) -> int:
         raise ConfigError(f"{found['failed']} run(s) failed and {found['left']} are left (see above): fix what failed and "
                           f"run the same command again; finished runs are skipped, stopped ones resume")
     return 0
+
+
+def execute(argv: list[str]) -> None:
+    """One command of a sweep's run, in this process (its exit status: an exception, as the command raises it)."""
+    check_yaml_files(argv)
+    command(argv[0])(argv[1:])

@@ -16,9 +16,11 @@ import datasets
 import pytorch_lightning as pl
 import torch
 import yaml
+from jsonargparse import ActionConfigFile, ActionYesNo, ArgumentParser
 
 from lit_embed._compat import instantiate
 from lit_embed.checkpoints import build_from_config
+from lit_embed.commands.lightning import ModelOnlyCLI
 from lit_embed.compress.methods import AQOptions, Job, method_named
 from lit_embed.compress.model_io import (
     Source,
@@ -36,7 +38,7 @@ from lit_embed.embeddings.text import VocabTextEncoder
 from lit_embed.errors import ConfigError, MissingFileError
 from lit_embed.files import atomic_folder, check_output, write_atomic, write_json_atomic
 from lit_embed.hub import trusting_remote_code
-from lit_embed.interfaces import TaskData, TaskModel, provides
+from lit_embed.interfaces import TaskData, TaskModel, provides, wire
 from lit_embed.recorded import name_user_classes
 
 CONFIG_SUFFIXES = (".yaml", ".yml")
@@ -115,7 +117,7 @@ def compress(
     check_output(target, overwrite, check_replaceable, given)  # before the work: refuse what could not be replaced
 
     name_user_classes(given_data_config(data))  # the checkpoint may name the classes of your own --data config
-    source = load_source(ckpt, model_config, untie)
+    source = load_source(ckpt, None if model_config is None else _config_file_model(model_config), untie)
     chosen = resolve_data(data, source, trust_remote_code)
     # everything read: the checkpoint or model folder, its tokenizer, the data's files and folders
     inputs = [*given, source.name, source.tokenizer, source.hf_folder, *chosen.files,
@@ -187,6 +189,7 @@ def choose_k(source: Source, candidates: dict, data: Data, accelerator: str, lim
         module.embedding = embedding
         trainer = pl.Trainer(accelerator=accelerator, devices=1, logger=False, enable_checkpointing=False,
                              enable_progress_bar=False, enable_model_summary=False, limit_val_batches=limit_val_batches)
+        wire(module, data.module)
         trainer.validate(module, datamodule=data.module, verbose=False)
         return float(trainer.callback_metrics["val/score"])
 
@@ -284,8 +287,6 @@ def _file_texts(files: list[str]) -> Iterator[str]:
 
 def parser():
     """The command's arguments (those of :func:`compress`), with ``--config FILE`` and ``--print_config``."""
-    from jsonargparse import ActionConfigFile, ActionYesNo, ArgumentParser
-
     parsing = ArgumentParser(prog="lit-embed compress", allow_abbrev=False, description=(compress.__doc__ or "").split("\n")[0])
     parsing.add_argument("--config", action=ActionConfigFile, help="a YAML file of these arguments")
     parsing.add_function_arguments(compress, as_group=False, skip={"untie", "overwrite", "trust_remote_code"})
@@ -312,3 +313,9 @@ def main(argv: list[str]) -> int:
     arguments = instantiate(parsing, config)
     compress(**{k: v for k, v in vars(arguments).items() if k in inspect.signature(compress).parameters})
     return 0
+
+
+def _config_file_model(model_config: str) -> dict:
+    """The model's ``{"class_path", "init_args"}`` in a lit-embed config file (``--model_config``)."""
+    cli = ModelOnlyCLI(args=["--config", model_config], run=False)
+    return yaml.safe_load(cli.parser.dump(cli.config, skip_none=False))["model"]

@@ -6,12 +6,13 @@ own (:mod:`lit_embed.folders`), atomic checkpoints and a clean stop on a signal
 (:mod:`lit_embed.callbacks.guard`), and a progress bar and model summary that say only what is true
 (:mod:`lit_embed.callbacks.console`); a checkpoint given to ``--ckpt_path`` is read safely and must be of the
 configured model. A ``--config`` file that lit-embed wrote (a run's or a compress output's ``config.yaml``) is read
-as :mod:`lit_embed.recorded` reads every recorded config. :mod:`lit_embed.cli` imports this module only for the
+as :mod:`lit_embed.recorded` reads every recorded config. :mod:`lit_embed.commands` imports this module only for the
 commands that need Lightning.
 """
 
 from __future__ import annotations
 
+import inspect
 import logging
 import os
 import sys
@@ -19,31 +20,33 @@ import warnings
 from pathlib import Path
 
 import pytorch_lightning as pl
+import yaml
 from jsonargparse import Namespace
 from pytorch_lightning.callbacks import ModelSummary, ProgressBar
 from pytorch_lightning.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
+from pytorch_lightning.plugins.io import TorchCheckpointIO
 
 from lit_embed._compat import subcommand_parser
 from lit_embed.callbacks.console import LayerSummary, progress_bar
 from lit_embed.callbacks.guard import RunGuard
 from lit_embed.callbacks.predictions import PredictionWriter
 from lit_embed.callbacks.results_writer import ResultsWriter
+from lit_embed.checkpoint_io import AtomicCheckpointIO
 from lit_embed.checkpoints import (
     build_from_config,
-    model_differences,
+    check_model,
     read_checkpoint,
-    recorded_model,
     recorded_run,
-    recorded_tokenizer,
     resolve_class,
 )
 
 # Configs may name lit-embed's classes short (class_path: TaskDataModule): jsonargparse finds imported subclasses.
 from lit_embed.data import CorpusDataModule, TaskDataModule, XNLIDataModule  # noqa: F401
+from lit_embed.data.tasks import get_task
 from lit_embed.errors import CheckpointError, ConfigError, MissingFileError
 from lit_embed.files import write_atomic
 from lit_embed.folders import CHECKPOINTS, newest_checkpoint, run_of, start_checkpoint
-from lit_embed.interfaces import TaskData, provides
+from lit_embed.interfaces import TaskData, provides, wire
 from lit_embed.models import MaskedLM, SequenceClassifier, ShuffleRandom  # noqa: F401
 from lit_embed.recorded import name_user_classes, recorded_config, run_config_hints, written_by_lit_embed
 from lit_embed.runs import RunLogger
@@ -70,7 +73,6 @@ class RecordedConfigParser(LightningArgumentParser):
     def parse_path(self, path, ext_vars=None, env=None, defaults=True, **kwargs):
         if not written_by_lit_embed(path):
             return super().parse_path(path, ext_vars=ext_vars, env=env, defaults=defaults, **kwargs)
-        import yaml
 
         document = recorded_config(yaml.safe_load(Path(path).read_text()) or {}, f"config {str(path)!r}", "",
                                    run_config_hints())
@@ -116,8 +118,12 @@ class LitEmbedCLI(LightningCLI):
         in before the run (a paper's evaluation schedule), where jsonargparse would print it before that."""
         asked = [a for a in args or [] if a == "--print_config" or a.startswith("--print_config=")]
         if not asked or isinstance(args, (dict, Namespace)):
-            return super().parse_arguments(parser, args)
+            super().parse_arguments(parser, args)
+            self.link_task()
+            self.start_checkpoint()
+            return
         super().parse_arguments(parser, [a for a in args if a not in asked])
+        self.link_task()
         subcommand = self.config.get("subcommand")
         config = self.config[subcommand] if subcommand else self.config
         if subcommand in (None, "fit"):
@@ -127,11 +133,38 @@ class LitEmbedCLI(LightningCLI):
             config, skip_default="skip_default" in flags, skip_none="skip_null" in flags or "skip_unset" in flags))
         sys.exit(0)
 
+    def link_task(self) -> None:
+        """The data's task is the model's: ``data.init_args.task`` becomes ``model.init_args.task`` where the model takes
+        a task and the config leaves it unset, so a config says it once (and records it in both). A model given
+        another task than its data's is refused when the data is set up, naming both."""
+        subcommand = self.config.get("subcommand")
+        config = self.config[subcommand] if subcommand else self.config
+        data, model = config.get("data"), config.get("model")
+        if not isinstance(data, Namespace) or not isinstance(model, Namespace):
+            return
+        task = (data.get("init_args") or Namespace()).get("task")
+        if task is None or (model.get("init_args") or Namespace()).get("task") is not None:
+            return
+        cls = resolve_class(model.class_path)
+        if not isinstance(cls, type) or "task" not in inspect.signature(cls).parameters:
+            return
+        update = {"model": {"class_path": model.class_path, "init_args": {"task": _plain(task)}}}
+        self.config = self.parser.parse_object({subcommand: update} if subcommand else update, self.config)
+
     def add_arguments_to_parser(self, parser) -> None:
         parser.add_argument("--ckpt_model", choices=["config", "checkpoint"], default="config", help=CKPT_MODEL_HELP)
 
     # -- before the classes: the run's folder and the checkpoint it starts from --------------------------
-    def _parse_ckpt_path(self) -> None:  # LightningCLI's hook: it applies a checkpoint's model over the config
+    def _parse_ckpt_path(self) -> None:  # LightningCLI's hook (see lit_embed._compat)
+        """Nothing: Lightning's would read the ``--ckpt_path`` file a second time and apply the hyper-parameters it
+        records over the config unchecked; :meth:`start_checkpoint` has read it once and checked it."""
+
+    def start_checkpoint(self) -> None:
+        """The run's folder and the checkpoint ``--ckpt_path`` names, read once: resolved (``last``, a run or
+        experiment folder), checked against the configured model (:func:`~lit_embed.checkpoints.check_model`: a
+        different model refused, what the config leaves unset filled in), and handed to Lightning's checkpoint IO
+        so that the trainer does not read the file again."""
+        self.given_checkpoint: tuple[str, dict] | None = None
         subcommand = self.config.get("subcommand")
         if not subcommand:
             return
@@ -165,6 +198,7 @@ class LitEmbedCLI(LightningCLI):
                 f"model.init_args.checkpoint {ckpt_path} (fine-tuning), or give a checkpoint a fit saved"
             )
         self._check_model(config, checkpoint, ckpt_path)
+        self.given_checkpoint = (ckpt_path, checkpoint)
         config = self.config[subcommand]  # the check may have filled in the model from the checkpoint
         if subcommand == "fit" and config.model.init_args.get("checkpoint") is not None:
             config.model.init_args.checkpoint = None  # resumed: every weight comes from --ckpt_path, not the start point
@@ -183,18 +217,15 @@ class LitEmbedCLI(LightningCLI):
         What a fit records (the seed, the tokenizer its weights expect) is taken from the checkpoint where the
         config leaves it unset: testing a fine-tuned checkpoint needs no other file.
         """
-        recorded = recorded_model(checkpoint)
-        if recorded is None:
-            return  # not written by the CLI: its weights are checked against the model when they load
         configured = config.model.as_dict()
-        differences = model_differences(recorded, configured)
-        tokenizer = recorded_tokenizer(checkpoint)
         data = (config.get("data") or {}).get("init_args") or {}
-        if tokenizer and data.get("tokenizer") and data.get("tokenizer") != tokenizer:
-            differences.append(f"data tokenizer: checkpoint {tokenizer!r}, config {data.get('tokenizer')!r}")
+        check = check_model(checkpoint, configured, tokenizer=data.get("tokenizer"))
+        if check.recorded is None:
+            return  # not written by the CLI: its weights are checked against the model when they load
+        recorded = check.recorded
         subcommand = self.config.subcommand
-        if differences:
-            listed = "; ".join(differences[:6]) + (f"; and {len(differences) - 6} more" if len(differences) > 6 else "")
+        if check.differences:
+            listed = check.listed()
             if config.ckpt_model != "checkpoint":
                 raise CheckpointError(
                     f"--ckpt_path {ckpt_path} is a checkpoint of another model than the config builds ({listed}): give "
@@ -205,7 +236,7 @@ class LitEmbedCLI(LightningCLI):
             update = recorded
         else:
             unset = configured.get("init_args") or {}
-            filled = {k: v for k, v in recorded["init_args"].items() if v is not None and unset.get(k) is None}
+            filled = dict(check.filled)
             labels = _recorded_labels(recorded, unset)
             if labels is not None:  # a config-defined task predicts with the labels it was trained with, data or not
                 filled["task"] = {**unset["task"], "labels": labels}
@@ -260,12 +291,25 @@ class LitEmbedCLI(LightningCLI):
 
     def after_instantiate_classes(self) -> None:
         if self.subcommand is not None:
+            wire(self.model, self.datamodule)  # the one step that hands model and data each other
+            self._hand_over_checkpoint()
             for logger in self.trainer.loggers:
                 if isinstance(logger, RunLogger):
                     logger.bind(self.trainer.default_root_dir)
             # The guard first: its hooks (last.ckpt at the end of training) run before the results that report them.
             callbacks = self.trainer.callbacks
             callbacks.sort(key=lambda callback: not isinstance(callback, RunGuard))
+
+    def _hand_over_checkpoint(self) -> None:
+        """The ``--ckpt_path`` checkpoint read in :meth:`start_checkpoint`, given to the trainer's checkpoint IO so that
+        it is not read again (a checkpoint IO of the config's own, not lit-embed's, reads the file itself)."""
+        if self.given_checkpoint is None:
+            return
+        strategy = self.trainer.strategy
+        if type(strategy.checkpoint_io) is TorchCheckpointIO:
+            strategy.checkpoint_io = AtomicCheckpointIO()  # what RunGuard would install at setup
+        if isinstance(strategy.checkpoint_io, AtomicCheckpointIO):
+            strategy.checkpoint_io.hand_over(*self.given_checkpoint)
 
     def before_fit(self) -> None:
         if self._tests_after_fit():
@@ -307,8 +351,6 @@ def _is(cls, base: type) -> bool:
 def apply_evaluation_schedule(config) -> None:
     """Validate as the run's paper did: every ``eval_every`` steps of the task table (HashFormers' Table 5),
     where the config leaves ``trainer.val_check_interval`` unset; the steps count across epochs."""
-    from lit_embed.data.tasks import get_task
-
     data = (config.get("data") or {}).get("init_args") or {}
     if config.trainer.get("val_check_interval") is not None or not data.get("task") or not data.get("paper"):
         return
@@ -328,7 +370,7 @@ def _logger_configs(trainer_config) -> list:
 class ModelOnlyCLI(LitEmbedCLI):
     """Parses a full config but builds only the model: no data, no trainer, no download."""
 
-    def _parse_ckpt_path(self) -> None:
+    def start_checkpoint(self) -> None:
         """Nothing: no run is made."""
 
     def _set_seed(self) -> None:
@@ -345,4 +387,17 @@ class ModelOnlyCLI(LitEmbedCLI):
         """Nothing: there is no trainer."""
 
 
-__all__ = ["LitEmbedCLI", "ModelOnlyCLI"]
+
+
+
+def _subcommand(name: str):
+    def run(argv: list[str]) -> int:
+        LitEmbedCLI(args=[name, *argv])
+        return 0
+
+    run.__name__ = run.__qualname__ = name
+    run.__doc__ = f"``lit-embed {name}``: LightningCLI's {name} of a lit-embed config."
+    return run
+
+
+fit, validate, test, predict = map(_subcommand, SUBCOMMANDS)

@@ -2,7 +2,7 @@
 
 This module imports nothing heavy: ``lit-embed --help``, ``--version`` and the commands that need no model
 (``report``) answer without loading torch or Lightning; the Lightning commands import
-:mod:`lit_embed.lightning_cli` when they run. Errors that are the user's to fix exit 2 with one line, a run that
+:mod:`lit_embed.commands.lightning` when they run. Errors that are the user's to fix exit 2 with one line, a run that
 diverged exits 3 (:class:`~lit_embed.errors.DivergedError`); a signal that stopped the command exits 128 + its number
 (SIGTERM 143, SIGINT 130), and one that arrived as the command finished its last step changes nothing (0); anything
 else is a bug and keeps its traceback.
@@ -14,84 +14,63 @@ import contextvars
 import importlib
 import sys
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 
 from lit_embed import __version__
-from lit_embed.console import quiet
 from lit_embed.errors import ConfigError, UserError
+from lit_embed.notices import quiet
 from lit_embed.plugins import load_plugins
 from lit_embed.signals import Interrupted, install_signal_handlers, received_signal, restore_signal_handlers
 
-#: Lightning's subcommands, run by :class:`~lit_embed.lightning_cli.LitEmbedCLI`: name -> one line of help.
-LIGHTNING_COMMANDS = {
-    "fit": "train a model from a config (--config FILE): pre-training, fine-tuning; --ckpt_path last resumes",
-    "validate": "evaluate a checkpoint (--ckpt_path) on the validation data of a config",
-    "test": "evaluate a checkpoint (--ckpt_path) on the test data of a config",
-    "predict": "write a checkpoint's predictions to the run folder: labels and probabilities, scores, or a MaskedLM's <mask> fills",
-}
+LIGHTNING = "lit_embed.commands.lightning"
 
 
-PARAMS_HELP = """usage: lit-embed params --config FILE [--json] [--model.init_args.KEY VALUE ...]
+@dataclass(frozen=True)
+class Command:
+    """A command: the function that runs it (``"module:function"``, called with the arguments after its name and
+    returning the exit status) and its line of help (here, so that ``--help`` imports no command)."""
 
-Build a config's model only (no data, no download, no training) and print its parameter counts against the
-dense baseline of the same backbone and vocabulary: total, embedding, PCR_All, PCR_Emb, PoEP.
-
-options:
-  --config FILE   a lit-embed config (several compose, as for fit)
-  --json          print the report as JSON instead of a table
-  --model.*       any model option, as `lit-embed fit --help` lists them
-                  (e.g. --model.init_args.embedding configs/embedding/subspace_4.yaml)
-"""
+    target: str
+    summary: str
 
 
-def params_main(argv: list[str]) -> int:
-    if {"-h", "--help"} & set(argv):
-        print(PARAMS_HELP, end="")
-        return 0
-    import json
-
-    from lit_embed.accounting import format_parameters, parameter_report
-    from lit_embed.hub import shapes_only
-    from lit_embed.lightning_cli import ModelOnlyCLI
-
-    as_json = "--json" in argv
-    rest = [a for a in argv if a != "--json"]
-    with shapes_only():
-        cli = ModelOnlyCLI(args=rest, run=False)
-    if cli.model.embedding.shaped_by_prepare:
-        cli.model.embedding.prepare()  # e.g. naive k-means: computes (or reads the cached) codes from the matrix
-    report = parameter_report(cli.model)
-    print(json.dumps(report, indent=2) if as_json else format_parameters(report))
-    return 0
-
-
-#: Subcommands beside Lightning's fit/validate/test/predict: name -> "module:function(argv) -> int".
+#: Every command: name -> what runs it. The one table of them.
 COMMANDS = {
-    "params": "lit_embed.cli:params_main",
-    "report": "lit_embed.report:main",
-    "analyze": "lit_embed.analysis:main",
-    "compress": "lit_embed.compress.command:main",
-    "data": "lit_embed.data.check:main",  # data check --config FILE: the config's hub names, before a long job
-    "export": "lit_embed.export.command:main",
-    "sweep": "lit_embed.sweeps.command:main",  # sweep --config SWEEP.yaml: grids, seeds and stages of runs
+    "fit": Command(f"{LIGHTNING}:fit", "train a model from a config (--config FILE): pre-training, fine-tuning; "
+                                       "--ckpt_path last resumes"),
+    "validate": Command(f"{LIGHTNING}:validate", "evaluate a checkpoint (--ckpt_path) on the validation data of a config"),
+    "test": Command(f"{LIGHTNING}:test", "evaluate a checkpoint (--ckpt_path) on the test data of a config"),
+    "predict": Command(f"{LIGHTNING}:predict", "write a checkpoint's predictions to the run folder: labels and "
+                                               "probabilities, scores, or a MaskedLM's <mask> fills"),
+    "params": Command("lit_embed.commands.params:main",
+                      "count a config's parameters against the dense baseline (PCR, PoEP), building the model only"),
+    "report": Command("lit_embed.commands.report:main",
+                      "the papers' tables (scores, memory, speed) from run folders' results.json"),
+    "analyze": Command("lit_embed.commands.analyze:main", "the k-sub-embedding paper's figures (PCA of the embedding, "
+                                                          "layer-wise similarity) of a checkpoint"),
+    "compress": Command("lit_embed.commands.compress:main", "shrink a fine-tuned model's embedding by frequency-aware "
+                                                            "partial sparse coding (or a baseline)"),
+    "data": Command("lit_embed.commands.data_check:main",
+                    "data check --config FILE: whether every hub name a config uses loads, before a long job"),
+    "export": Command("lit_embed.commands.export:main", "a checkpoint as a folder transformers loads alone "
+                                                        "(trust_remote_code=True), to share on the hub"),
+    "sweep": Command("lit_embed.commands.sweep:main", "a sweep file's grids, seeds and stages as runs of their own, "
+                                                      "resumable, locally, on GPUs or SLURM"),
+    "convert": Command("lit_embed.commands.convert:main", "convert --trust IN OUT: rewrite a checkpoint you trust as "
+                                                          "tensors and plain data (unpickling it runs its code)"),
+    "plugins": Command("lit_embed.commands.plugins:main", "the installed plugins and the names each adds"),
 }
-#: One line of help for each of :data:`COMMANDS` (``lit-embed --help``; a test keeps them in step).
-SUMMARIES = {
-    "params": "count a config's parameters against the dense baseline (PCR, PoEP), building the model only",
-    "report": "the papers' tables (scores, memory, speed) from run folders' results.json",
-    "analyze": "the k-sub-embedding paper's figures (PCA of the embedding, layer-wise similarity) of a checkpoint",
-    "compress": "shrink a fine-tuned model's embedding by frequency-aware partial sparse coding (or a baseline)",
-    "data": "data check --config FILE: whether every hub name a config uses loads, before a long job",
-    "export": "a checkpoint as a folder transformers loads alone (trust_remote_code=True), to share on the hub",
-    "sweep": "a sweep file's grids, seeds and stages as runs of their own, resumable, locally, on GPUs or SLURM",
-}
+#: Lightning's subcommands (:class:`~lit_embed.commands.lightning.LitEmbedCLI`).
+LIGHTNING_COMMANDS = tuple(name for name, command in COMMANDS.items() if command.target.startswith(f"{LIGHTNING}:"))
+#: One line of help for each command (``lit-embed --help``).
+SUMMARIES = {name: command.summary for name, command in COMMANDS.items()}
 
 
 def usage() -> str:
     """``lit-embed --help``: every command with one line."""
-    commands = {**LIGHTNING_COMMANDS, **{name: SUMMARIES.get(name, "") for name in COMMANDS}}
-    width = max(map(len, commands)) + 2
-    lines = [f"  {name:<{width}}{summary}".rstrip() for name, summary in commands.items()]
+    width = max(map(len, SUMMARIES)) + 2
+    lines = [f"  {name:<{width}}{summary}".rstrip() for name, summary in SUMMARIES.items()]
     return "\n".join([
         "usage: lit-embed COMMAND [options]",
         "",
@@ -149,16 +128,10 @@ def _quiet_full_disk(hook):
 def _run(argv: list[str]) -> int:
     quiet(argv[0])
     try:
-        load_plugins()  # before parsing: configs name the plugins' classes and tasks
+        if argv[0] != "plugins":  # it lists them, a broken one included
+            load_plugins()  # before parsing: configs name the plugins' classes and tasks
         check_yaml_files(argv)
-        if argv[0] in COMMANDS:
-            module, _, function = COMMANDS[argv[0]].partition(":")
-            status = getattr(importlib.import_module(module), function)(argv[1:])
-        else:
-            from lit_embed.lightning_cli import LitEmbedCLI
-
-            LitEmbedCLI(args=argv)
-            status = 0
+        status = command(argv[0])(argv[1:])
     except Exception as error:
         _discard_unstarted()
         found = user_error(error)
@@ -175,6 +148,14 @@ def _run(argv: list[str]) -> int:
     if received_signal() is not None:  # it came as the last step ended: nothing was left undone (see signals)
         print(f"lit-embed: {_name(received_signal())} arrived as the command finished; it finished", file=sys.stderr)
     return status
+
+
+def command(name: str):
+    """The function that runs command ``name`` (imported now: the command's own imports come with it)."""
+    if name not in COMMANDS:
+        raise ConfigError(f"unknown command {name!r}: one of {', '.join(COMMANDS)} (lit-embed --help lists them)")
+    module, _, function = COMMANDS[name].target.partition(":")
+    return getattr(importlib.import_module(module), function)
 
 
 def _name(signum: int) -> str:
@@ -261,16 +242,3 @@ def _explain(error: BaseException) -> str:
 def _fail(message: str, status: int = 2) -> int:
     print(f"lit-embed: error: {message}", file=sys.stderr)
     return status
-
-
-def __getattr__(name: str):
-    """``lit_embed.cli.LitEmbedCLI`` and ``ModelOnlyCLI``, imported when asked for (they import Lightning)."""
-    if name in ("LitEmbedCLI", "ModelOnlyCLI"):
-        from lit_embed import lightning_cli
-
-        return getattr(lightning_cli, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-if __name__ == "__main__":
-    sys.exit(main())

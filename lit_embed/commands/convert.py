@@ -1,0 +1,22 @@
+"""``lit-embed convert --trust IN OUT``: a checkpoint you trust rewritten as tensors and plain data, so that every
+other command reads it (:func:`~lit_embed.checkpoints.read_checkpoint` unpickles no Python object)."""
+
+from __future__ import annotations
+
+import argparse
+
+from lit_embed.checkpoints import convert
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="lit-embed convert", allow_abbrev=False,
+                                     description="Rewrite a checkpoint you trust as tensors and plain data: unpickle IN "
+                                                 "trusting it (this runs whatever code it holds) and write OUT.")
+    parser.add_argument("--trust", action="store_true", required=True,
+                        help="required: you trust IN, since unpickling it runs whatever code it holds")
+    parser.add_argument("source", metavar="IN")
+    parser.add_argument("target", metavar="OUT")
+    args = parser.parse_args(argv)
+    convert(args.source, args.target)
+    print(f"wrote {args.target}")
+    return 0
