@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ from lit_embed.analysis import (
     save_analysis,
 )
 from lit_embed.checkpoints import load_model, recorded_tokenizer
+from lit_embed.commands.parsing import ArgumentParser
 from lit_embed.errors import ConfigError
 from lit_embed.files import atomic_folder, check_output, writing
 from lit_embed.folders import start_checkpoint
@@ -27,7 +27,7 @@ from lit_embed.models.base import EmbeddingModule
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         allow_abbrev=False,
         prog="lit-embed analyze",
         description="PCA of the embedding vectors, layer-wise hidden-state similarity and per-layer PCA of hidden states "

@@ -21,6 +21,7 @@ from jsonargparse import ActionConfigFile, ActionYesNo, ArgumentParser
 from lit_embed._compat import instantiate
 from lit_embed.checkpoints import build_from_config
 from lit_embed.commands.lightning import ModelOnlyCLI
+from lit_embed.commands.parsing import ConciseErrors
 from lit_embed.compress.methods import AQOptions, Job, method_named
 from lit_embed.compress.model_io import (
     Source,
@@ -285,9 +286,13 @@ def _file_texts(files: list[str]) -> Iterator[str]:
             yield from (t for t in batch[column] if isinstance(t, str))
 
 
+class CompressParser(ConciseErrors, ArgumentParser):
+    """jsonargparse's parser with the commands' concise errors."""
+
+
 def parser():
     """The command's arguments (those of :func:`compress`), with ``--config FILE`` and ``--print_config``."""
-    parsing = ArgumentParser(prog="lit-embed compress", allow_abbrev=False, description=(compress.__doc__ or "").split("\n")[0])
+    parsing = CompressParser(prog="lit-embed compress", allow_abbrev=False, description=(compress.__doc__ or "").split("\n")[0])
     parsing.add_argument("--config", action=ActionConfigFile, help="a YAML file of these arguments")
     parsing.add_function_arguments(compress, as_group=False, skip={"untie", "overwrite", "trust_remote_code"})
     for flag in ("untie", "overwrite", "trust_remote_code"):  # flags: --untie, --untie true (a sweep's set), --no_untie

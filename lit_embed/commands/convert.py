@@ -3,13 +3,12 @@ other command reads it (:func:`~lit_embed.checkpoints.read_checkpoint` unpickles
 
 from __future__ import annotations
 
-import argparse
-
 from lit_embed.checkpoints import convert
+from lit_embed.commands.parsing import ArgumentParser
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="lit-embed convert", allow_abbrev=False,
+    parser = ArgumentParser(prog="lit-embed convert", allow_abbrev=False,
                                      description="Rewrite a checkpoint you trust as tensors and plain data: unpickle IN "
                                                  "trusting it (this runs whatever code it holds) and write OUT.")
     parser.add_argument("--trust", action="store_true", required=True,

@@ -82,7 +82,7 @@ def parse_config(argv: list[str]) -> dict:
         def instantiate_classes(self) -> None:
             """Nothing: the check builds only what it asks for."""
 
-    return ParseOnly(args=argv, run=False).config.as_dict()
+    return ParseOnly(args=argv, run=False, prog="lit-embed data check").config.as_dict()
 
 
 def _data_piece(argv: list[str]) -> dict | None:

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 
+from lit_embed.commands.parsing import ArgumentParser
 from lit_embed.export.folder import export
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="lit-embed export", allow_abbrev=False, description=(
+    parser = ArgumentParser(prog="lit-embed export", allow_abbrev=False, description=(
         "Write a checkpoint as a folder that transformers loads without lit-embed: "
         "AutoModel (or AutoModelForSequenceClassification).from_pretrained(OUT, trust_remote_code=True)."))
     parser.add_argument("--ckpt", required=True, help="a lit-embed checkpoint (.ckpt), a run folder or an experiment folder")

@@ -39,6 +39,7 @@ from lit_embed.checkpoints import (
     recorded_run,
     resolve_class,
 )
+from lit_embed.commands.parsing import ConciseErrors
 
 # Configs may name lit-embed's classes short (class_path: TaskDataModule): jsonargparse finds imported subclasses.
 from lit_embed.data import CorpusDataModule, TaskDataModule, XNLIDataModule  # noqa: F401
@@ -66,9 +67,10 @@ CKPT_MODEL_HELP = (
 )
 
 
-class RecordedConfigParser(LightningArgumentParser):
+class RecordedConfigParser(ConciseErrors, LightningArgumentParser):
     """Lightning's parser, reading a config file that lit-embed wrote as a recorded config: no trust-granting key,
-    no class from outside lit-embed, Lightning and the installed plugins (:mod:`lit_embed.recorded`)."""
+    no class from outside lit-embed, Lightning and the installed plugins (:mod:`lit_embed.recorded`); its errors
+    are one line and a close match, not the usage (:mod:`lit_embed.commands.parsing`)."""
 
     def parse_path(self, path, ext_vars=None, env=None, defaults=True, **kwargs):
         if not written_by_lit_embed(path):
@@ -106,7 +108,8 @@ class LitEmbedCLI(LightningCLI):
     def __init__(self, *args, **kwargs) -> None:
         kwargs.setdefault("save_config_callback", AtomicSaveConfig)
         kwargs.setdefault("save_config_kwargs", {"overwrite": True})
-        kwargs.setdefault("parser_kwargs", {**PARSER_KWARGS, **{name: dict(PARSER_KWARGS) for name in SUBCOMMANDS}})
+        kwargs.setdefault("parser_kwargs", {**PARSER_KWARGS, "prog": "lit-embed",  # also when run in-process
+                                            **{name: dict(PARSER_KWARGS) for name in SUBCOMMANDS}})
         kwargs.setdefault("trainer_defaults", {"logger": {"class_path": "lit_embed.runs.RunLogger"},
                                                "callbacks": [RunGuard()]})
         kwargs.setdefault("parser_class", RecordedConfigParser)
@@ -368,7 +371,12 @@ def _logger_configs(trainer_config) -> list:
 
 
 class ModelOnlyCLI(LitEmbedCLI):
-    """Parses a full config but builds only the model: no data, no trainer, no download."""
+    """Parses a full config but builds only the model: no data, no trainer, no download. ``prog`` names the command
+    in its errors."""
+
+    def __init__(self, *args, prog: str = "lit-embed", **kwargs) -> None:
+        kwargs.setdefault("parser_kwargs", {**PARSER_KWARGS, "prog": prog})
+        super().__init__(*args, **kwargs)
 
     def start_checkpoint(self) -> None:
         """Nothing: no run is made."""

@@ -28,7 +28,7 @@ def main(argv: list[str]) -> int:
     as_json = "--json" in argv
     rest = [a for a in argv if a != "--json"]
     with shapes_only():
-        cli = ModelOnlyCLI(args=rest, run=False)
+        cli = ModelOnlyCLI(args=rest, run=False, prog="lit-embed params")
     if cli.model.embedding.shaped_by_prepare:
         cli.model.embedding.prepare()  # e.g. naive k-means: computes (or reads the cached) codes from the matrix
     report = parameter_report(cli.model)

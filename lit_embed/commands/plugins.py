@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import argparse
 import os
 
+from lit_embed.commands.parsing import ArgumentParser
 from lit_embed.plugins import GROUP, SWITCH, enabled, installed, list_plugins, provided, unloaded
 
 
 def main(argv: list[str]) -> int:
-    argparse.ArgumentParser(prog="lit-embed plugins", allow_abbrev=False, description=(
+    ArgumentParser(prog="lit-embed plugins", allow_abbrev=False, description=(
         f"The installed plugins (entry points of the group {GROUP!r}) and the names each adds.")).parse_args(argv)
     points = installed()
     if not points:

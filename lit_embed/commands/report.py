@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
+from lit_embed.commands.parsing import ArgumentParser
 from lit_embed.errors import ConfigError
 from lit_embed.files import check_output, write_atomic
 from lit_embed.reporting import (
@@ -23,7 +23,7 @@ from lit_embed.tables import FORMATS, render
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         allow_abbrev=False,
         prog="lit-embed report",
         description="The papers' tables from run folders: scores per benchmark (mean ± std over seeds), "

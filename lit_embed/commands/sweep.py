@@ -9,9 +9,8 @@
 
 from __future__ import annotations
 
-import argparse
-
 from lit_embed.commands import check_yaml_files, command, user_error
+from lit_embed.commands.parsing import ArgumentParser
 from lit_embed.errors import ConfigError
 from lit_embed.sweeps.launch import LAUNCHERS, Launch, launch_here, plan_text, run_here, summary
 from lit_embed.sweeps.outcomes import counts
@@ -19,8 +18,8 @@ from lit_embed.sweeps.plan import load_sweep
 from lit_embed.sweeps.slurm import submit
 
 
-def parser() -> argparse.ArgumentParser:
-    parsing = argparse.ArgumentParser(
+def parser() -> ArgumentParser:
+    parsing = ArgumentParser(
         allow_abbrev=False,
         prog="lit-embed sweep",
         description="Run a sweep file's stages: every combination of its axes, grid and seeds, each run in a folder "
