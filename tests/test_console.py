@@ -79,3 +79,36 @@ def test_the_model_summary_leaves_out_flops_nobody_counted(caplog):
         LayerSummary.summarize(columns, 79_600, 79_600, 0.3, {"train": 1, "eval": 0}, 0)
     text = caplog.text
     assert "encoder" in text and "FLOPs" not in text and "Total Flops" not in text.title()
+
+
+def test_a_run_whose_output_goes_to_a_file_says_its_progress_in_lines(tmp_path, monkeypatch, capsys):
+    """stderr no terminal (pytest's capture, as ``> log 2>&1``): the CLI's progress is LogProgress's lines, here
+    every step (interval 0): step counts of the run's total, a rate, an ETA while running, the last loss, and a
+    closing line per stage."""
+    import json
+    import re
+
+    from lit_embed.commands import main
+    from tests.helpers import CONFIGS
+
+    monkeypatch.chdir(tmp_path)
+    every_step = {"class_path": "lit_embed.callbacks.console.LogProgress", "init_args": {"interval": 0}}
+    assert main(["fit", "--config", str(CONFIGS / "demo.yaml"), "--trainer.max_steps", "4", "--trainer.val_check_interval",
+                 "4", "--trainer.limit_val_batches", "2", "--trainer.callbacks+", json.dumps(every_step)]) == 0
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith(("train ", "validate ", "sanity"))]
+    train = [line for line in lines if line.startswith("train step")]
+    assert [re.match(r"train step (\d+)/4 \(", line).group(1) for line in train] == ["1", "2", "3", "4", "4"]
+    assert all(", ETA " in line and "train/loss " in line for line in train[:3]) and "done in" in train[-1]
+    assert any(re.match(r"validate batch 2/2 \(100\.0%\), [\d.]+ batches/s, done in", line) for line in lines)
+    assert lines[0].startswith("sanity check batch 1/2")
+
+
+def test_progress_is_a_bar_on_a_terminal_and_lines_in_a_log(monkeypatch):
+    import sys
+
+    from lit_embed.callbacks.console import LogProgress, progress_bar
+
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: False)
+    assert isinstance(progress_bar(), LogProgress)
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    assert not isinstance(progress_bar(), LogProgress)

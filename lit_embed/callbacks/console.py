@@ -8,15 +8,20 @@ model summary of its own, and does not turn them off):
   this one reads ``Epoch 4`` and ``v_num: 0``.
 * :class:`LayerSummary`: Lightning's model summary without its FLOPs column where nothing was counted
   (Lightning counts FLOPs only by running a module's ``example_input_array``, and prints zeros otherwise).
+* :class:`LogProgress` in place of the bar where stderr is no terminal (``> log 2>&1``, a batch job): a bar
+  redrawn in a file shows nothing until the end, so progress comes as a plain line every ``interval`` seconds.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import logging
+import math
+import sys
+import time
 from typing import Any
 
-from pytorch_lightning.callbacks import ModelSummary, RichProgressBar, TQDMProgressBar
+from pytorch_lightning.callbacks import ModelSummary, ProgressBar, RichProgressBar, TQDMProgressBar
 
 from lit_embed._compat import format_summary_table
 
@@ -55,9 +60,108 @@ class LayerSummary(ModelSummary):
         return None
 
 
+PLURAL = {"step": "steps", "batch": "batches"}
+
+
+class LogProgress(ProgressBar):
+    """Progress for a log: ``train step 1200/250000 (0.5%), 3.1 steps/s, ETA 22h17m, train/loss 6.412`` on stderr
+    every ``interval`` seconds of each stage (train, validate, test, predict) and once when the stage ends; rank 0
+    only. A Lightning progress bar, so the trainer adds no bar of its own beside it."""
+
+    def __init__(self, interval: float = 30.0) -> None:
+        super().__init__()
+        self.interval = interval
+        self._enabled = True
+        self._train = self._eval = ("", 0.0, 0.0, 0.0)  # stage, total, started, last said
+        self._first_step = self._batches = 0
+
+    def disable(self) -> None:
+        self._enabled = False
+
+    def enable(self) -> None:
+        self._enabled = True
+
+    def _say(self, trainer, pl_module, state: tuple, done: int, unit: str, final: bool = False) -> tuple:
+        """Print the line of ``state`` where ``interval`` has passed (or ``final``); the state with its time said."""
+        stage, total, started, said = state
+        now = time.monotonic()
+        if not self._enabled or not trainer.is_global_zero or not (final or now - said >= self.interval):
+            return state
+        elapsed, bounded = now - started, 0 < total < math.inf
+        rate = done / elapsed if elapsed > 0 else 0.0
+        line = f"{stage} {unit} {done}" + (f"/{int(total)} ({100 * done / total:.1f}%)" if bounded else "")
+        line += f", {rate:.3g} {PLURAL[unit]}/s" if rate else ""
+        line += f", done in {_duration(elapsed)}" if final else f", ETA {_duration((total - done) / rate)}" if bounded and rate else ""
+        metrics = {k: v for k, v in self.get_metrics(trainer, pl_module).items() if k != "v_num"}
+        line += "".join(f", {k} {v:.4g}" if isinstance(v, float) else f", {k} {v}" for k, v in metrics.items())
+        print(line, file=sys.stderr, flush=True)
+        return stage, total, started, now
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        self._first_step = trainer.global_step  # a resumed run: the rate and ETA count the steps this process takes
+        now = time.monotonic()
+        self._train = ("train", trainer.estimated_stepping_batches - self._first_step, now, now)
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        self._train = self._say(trainer, pl_module, self._train, trainer.global_step - self._first_step, "step")
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        self._say(trainer, pl_module, self._train, trainer.global_step - self._first_step, "step", final=True)
+
+    def _eval_start(self, stage: str, total: float) -> None:
+        now = time.monotonic()
+        self._eval, self._batches = (stage, total, now, now), 0
+
+    def _eval_batch(self, trainer, pl_module) -> None:
+        self._batches += 1
+        self._eval = self._say(trainer, pl_module, self._eval, self._batches, "batch")
+
+    def _eval_end(self, trainer, pl_module) -> None:
+        self._say(trainer, pl_module, self._eval, self._batches, "batch", final=True)
+
+    def on_validation_start(self, trainer, pl_module) -> None:
+        if trainer.sanity_checking:
+            self._eval_start("sanity check", sum(trainer.num_sanity_val_batches))
+        else:
+            self._eval_start("validate", self.total_val_batches)
+
+    def on_validation_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0) -> None:
+        self._eval_batch(trainer, pl_module)
+
+    def on_validation_end(self, trainer, pl_module) -> None:
+        self._eval_end(trainer, pl_module)
+
+    def on_test_start(self, trainer, pl_module) -> None:
+        self._eval_start("test", self.total_test_batches)
+
+    def on_test_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0) -> None:
+        self._eval_batch(trainer, pl_module)
+
+    def on_test_end(self, trainer, pl_module) -> None:
+        self._eval_end(trainer, pl_module)
+
+    def on_predict_start(self, trainer, pl_module) -> None:
+        self._eval_start("predict", self.total_predict_batches)
+
+    def on_predict_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0) -> None:
+        self._eval_batch(trainer, pl_module)
+
+    def on_predict_end(self, trainer, pl_module) -> None:
+        self._eval_end(trainer, pl_module)
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(round(seconds))
+    hours, rest = divmod(seconds, 3600)
+    return f"{hours}h{rest // 60:02d}m" if hours else f"{rest // 60}m{rest % 60:02d}s" if rest >= 60 else f"{rest}s"
+
+
 def progress_bar():
-    """The progress bar Lightning would add (rich where it is installed, else tqdm), as the CLI gives it."""
+    """The progress the CLI gives a run: as plain lines where stderr is no terminal (a log file), else the bar
+    Lightning would add (rich where it is installed, else tqdm)."""
+    if not sys.stderr.isatty():
+        return LogProgress()
     return EpochProgressBar() if importlib.util.find_spec("rich") is not None else TQDMProgressBar()
 
 
-__all__ = ["EpochProgressBar", "LayerSummary", "progress_bar"]
+__all__ = ["EpochProgressBar", "LayerSummary", "LogProgress", "progress_bar"]
