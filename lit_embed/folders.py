@@ -24,8 +24,10 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import socket
+import sys
 from pathlib import Path
 
 from lit_embed.errors import CheckpointError, MissingFileError, RunBusyError
@@ -199,7 +201,7 @@ def start_checkpoint(name: str | os.PathLike, what: str = "checkpoint", newest: 
     if not path.is_dir():
         raise MissingFileError(f"{what} {str(name)!r} does not exist: give a .ckpt file, a run folder or an experiment folder")
     if (path / CHECKPOINTS).is_dir() or (path / RESULTS_FILE).is_file():
-        return _checkpoint_of_run(path, what, newest)
+        return _said(what, name, *_checkpoint_of_run(path, what, newest))
     usable = [run for run in version_folders(path) if _checkpoints(run) and _status(run) in (None, COMPLETE)]
     if not usable:
         seen = ", ".join(f"{p.name} ({_status(p) or 'no results'})" for p in version_folders(path)) or "none"
@@ -207,10 +209,26 @@ def start_checkpoint(name: str | os.PathLike, what: str = "checkpoint", newest: 
             f"{what} {str(name)!r} holds no finished run with a checkpoint (runs: {seen}): train one first, or "
             f"give a .ckpt file"
         )
-    return _checkpoint_of_run(usable[-1], what, newest)
+    checkpoint, why = _checkpoint_of_run(usable[-1], what, newest)
+    return _said(what, name, checkpoint, f"{why}; {usable[-1].name} is the newest finished run of {str(name)!r}")
 
 
-def _checkpoint_of_run(run: Path, what: str, newest: bool) -> Path:
+#: (what, folder, checkpoint) already said in this process: a command asks more than once.
+_SAID: set[tuple[str, str, str]] = set()
+
+
+def _said(what: str, name, checkpoint: Path, why: str) -> Path:
+    """Say on stderr which file a folder gave, and why (the user named a folder, not this file)."""
+    key = (what, str(name), str(checkpoint))
+    if key not in _SAID:
+        _SAID.add(key)
+        step = re.search(r"step=(\d+)", checkpoint.name)
+        at = f" (step {step.group(1)})" if step else ""
+        print(f"lit-embed: {what} {str(name)!r} is {checkpoint}{at}: {why}", file=sys.stderr, flush=True)
+    return checkpoint
+
+
+def _checkpoint_of_run(run: Path, what: str, newest: bool) -> tuple[Path, str]:
     if _status(run) == DIVERGED:
         raise CheckpointError(
             f"{what} {str(run)!r} is a run that diverged ({_detail(run)}): it has no trained model to take. Rerun it "
@@ -222,13 +240,16 @@ def _checkpoint_of_run(run: Path, what: str, newest: bool) -> Path:
         if not best.is_file():
             raise MissingFileError(f"{what} {str(run)!r} reports {reported['best']} as its best checkpoint (by "
                                    f"{reported['monitor']}), which is gone: give a .ckpt file")
-        return best
+        return best, f"the best checkpoint by {reported['monitor']} its run reported"
     files = _checkpoints(run)
     last = _newest(p for p in files if p.name.startswith("last"))  # last-v1.ckpt: Lightning's beside a stale last.ckpt
+    step = _results(run).get("global_step")
+    chose = "its newest state" + (f", step {step}" if isinstance(step, int) else "")
+    chose += " (asked for)" if newest else " (the run reported no best)"
     if last is not None:
-        return last
+        return last, chose
     if len(files) == 1:
-        return files[0]
+        return files[0], "the run's only checkpoint"
     if not files:
         raise MissingFileError(f"{what} {str(run)!r} is a run folder without checkpoints: give a .ckpt file")
     raise CheckpointError(f"{what} {str(run)!r} holds several checkpoints ({', '.join(p.name for p in files)}): name one")

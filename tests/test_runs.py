@@ -141,6 +141,23 @@ def test_a_run_folder_gives_the_model_its_run_reported_or_its_newest(files, best
     assert start_checkpoint(run, newest=True) == run / "checkpoints" / newest  # what fit --ckpt_path RUN resumes
 
 
+def test_a_command_given_a_folder_says_which_checkpoint_it_took_and_why_once(tmp_path, capsys):
+    run = tmp_path / "exp/version_0"
+    touch(run / "checkpoints/last.ckpt")
+    touch(run / "checkpoints/epoch=0-step=2.ckpt", age=10)
+    reported(run, "checkpoints/epoch=0-step=2.ckpt", "val/score")
+    start_checkpoint(run, "--ckpt_path checkpoint")
+    start_checkpoint(run, "--ckpt_path checkpoint")  # asked again in the same command: said once
+    start_checkpoint(tmp_path / "exp", newest=True)
+    start_checkpoint(run / "checkpoints/last.ckpt")  # a file: the user named it, nothing to say
+    assert capsys.readouterr().err.splitlines() == [
+        f"lit-embed: --ckpt_path checkpoint {str(run)!r} is {run}/checkpoints/epoch=0-step=2.ckpt (step 2): the best "
+        "checkpoint by val/score its run reported",
+        f"lit-embed: checkpoint {str(tmp_path / 'exp')!r} is {run}/checkpoints/last.ckpt: its newest state, step 8 "
+        f"(asked for); version_0 is the newest finished run of {str(tmp_path / 'exp')!r}",
+    ]
+
+
 def test_a_run_folder_whose_reported_model_is_gone_or_which_diverged_is_refused_by_name(tmp_path):
     run = tmp_path / "version_0"
     touch(run / "checkpoints/last.ckpt")
