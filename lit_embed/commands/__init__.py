@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lit_embed import __version__
+from lit_embed.commands.helptext import shipped
 from lit_embed.errors import ConfigError, UserError
 from lit_embed.notices import quiet
 from lit_embed.plugins import load_plugins
@@ -126,6 +127,10 @@ def _quiet_full_disk(hook):
 
 
 def _run(argv: list[str]) -> int:
+    shipped_help = shipped(argv)
+    if shipped_help is not None:  # before anything heavy is imported (helptext)
+        print(shipped_help, end="")
+        return 0
     quiet(argv[0])
     try:
         if argv[0] != "plugins":  # it lists them, a broken one included

@@ -1,0 +1,87 @@
+"""Each command's ``--help``, answered from a copy shipped with lit-embed, so that it comes before torch and
+Lightning are imported (6-7 s on an idle machine, a minute on a busy one, for text that never changes).
+
+A copy is the command's own help, written by ``python -c "from lit_embed.commands import helptext; helptext.write()"``
+at a fixed width
+(:data:`COLUMNS`) and headed by the versions it was written with: it is used only where lit-embed, Lightning and
+jsonargparse are those versions, and the live help answers otherwise. ``tests/test_help.py`` holds every copy to
+the live help, so a change of options that forgets to write them again fails there.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from contextlib import redirect_stdout
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+
+FOLDER = Path(__file__).with_name("help")
+#: The width the copies are written at (argparse wraps help to the terminal's width).
+COLUMNS = 100
+#: What a command's help is made of, besides lit-embed itself.
+LIBRARIES = ("pytorch-lightning", "jsonargparse")
+
+
+def versions() -> str:
+    found = []
+    for name in ("lit-embed", *LIBRARIES):
+        try:
+            found.append(f"{name} {version(name)}")
+        except PackageNotFoundError:
+            found.append(f"{name} missing")
+    return ", ".join(found)
+
+
+def key(argv: list[str]) -> str | None:
+    """The copy that answers ``lit-embed ARGV`` (``fit --help``, ``data check -h``), ``None`` for anything else."""
+    if len(argv) < 2 or argv[-1] not in ("-h", "--help"):
+        return None
+    words = argv[:-1]
+    return "_".join(words) if len(words) == 1 or words == ["data", "check"] else None
+
+
+def shipped(argv: list[str]) -> str | None:
+    """The shipped help that answers ``argv``, where one exists for these versions."""
+    name = key(argv)
+    path = FOLDER / f"{name}.txt" if name else None
+    if path is None or not path.is_file():
+        return None
+    header, _, text = path.read_text().partition("\n")
+    return text if header == f"# {versions()}" else None
+
+
+def live(argv: list[str]) -> str:
+    """What the command itself prints for ``argv`` (imports it, and all it imports), at :data:`COLUMNS`."""
+    from lit_embed.commands import command
+
+    previous = os.environ.get("COLUMNS")
+    os.environ["COLUMNS"] = str(COLUMNS)
+    out = io.StringIO()
+    try:
+        with redirect_stdout(out):
+            try:
+                command(argv[0])(argv[1:])
+            except SystemExit:
+                pass
+    finally:
+        if previous is None:
+            del os.environ["COLUMNS"]
+        else:
+            os.environ["COLUMNS"] = previous
+    return out.getvalue()
+
+
+def helped() -> list[list[str]]:
+    """Every ``--help`` a copy is shipped for: each command's (and ``data check``'s)."""
+    from lit_embed.commands import COMMANDS
+
+    return [[name, "--help"] for name in COMMANDS if name != "data"] + [["data", "check", "--help"]]
+
+
+def write() -> None:
+    """Write every copy again (run after changing a command's options)."""
+    FOLDER.mkdir(exist_ok=True)
+    for argv in helped():
+        (FOLDER / f"{key(argv)}.txt").write_text(f"# {versions()}\n{live(argv)}")
+

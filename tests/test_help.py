@@ -1,0 +1,37 @@
+"""Every command's --help answers from its shipped copy, before torch or Lightning is imported, and says what the
+command itself says."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from lit_embed.commands import helptext, main
+
+
+@pytest.mark.parametrize("argv", helptext.helped(), ids=lambda argv: " ".join(argv[:-1]))
+def test_each_shipped_help_is_what_the_command_says(argv):
+    """Fails when a command's options change and the copies were not written again: run
+    ``python -c "from lit_embed.commands import helptext; helptext.write()"``."""
+    assert helptext.shipped(argv) == helptext.live(argv)
+
+
+@pytest.mark.parametrize("argv", [["fit", "--help"], ["compress", "-h"], ["data", "check", "--help"]])
+def test_help_answers_without_importing_torch_or_lightning(argv):
+    code = (f"import sys; from lit_embed.commands import main; status = main({argv!r}); "
+            "heavy = sorted(m for m in ('torch', 'pytorch_lightning', 'transformers') if m in sys.modules); "
+            "print(status, heavy)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.stdout.strip().splitlines()[-1] == "0 []", done.stderr[-2000:]
+    assert "usage: lit-embed" in done.stdout
+
+
+def test_help_of_other_versions_is_not_taken_from_the_copy(monkeypatch, capsys):
+    monkeypatch.setattr(helptext, "versions", lambda: "lit-embed 0.0.0, pytorch-lightning 0.0, jsonargparse 0.0")
+    assert helptext.shipped(["export", "--help"]) is None
+    assert helptext.key(["fit", "--config", "x.yaml", "--help"]) is None  # a config's help: the live one
+    with pytest.raises(SystemExit):
+        main(["export", "--help"])  # the command's own, live
+    assert "usage: lit-embed export" in capsys.readouterr().out
