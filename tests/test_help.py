@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from lit_embed.commands import helptext, main
+from lit_embed.commands import help_copies, helptext, main
 
 WRITTEN_FOR = (helptext.FOLDER / "fit.txt").read_text().partition("\n")[0].removeprefix("# ")
 same_versions = pytest.mark.skipif(WRITTEN_FOR != helptext.versions(), reason=(
@@ -16,11 +16,11 @@ same_versions = pytest.mark.skipif(WRITTEN_FOR != helptext.versions(), reason=(
 
 
 @same_versions
-@pytest.mark.parametrize("argv", helptext.helped(), ids=lambda argv: " ".join(argv[:-1]))
+@pytest.mark.parametrize("argv", help_copies.helped(), ids=lambda argv: " ".join(argv[:-1]))
 def test_each_shipped_help_is_what_the_command_says(argv):
     """Fails when a command's options change and the copies were not written again: run
-    ``python -c "from lit_embed.commands import helptext; helptext.write()"``."""
-    assert helptext.shipped(argv) == helptext.live(argv)
+    ``python -m lit_embed.commands.help_copies``."""
+    assert helptext.shipped(argv) == help_copies.live(argv)
 
 
 @same_versions

@@ -1,8 +1,7 @@
 """Each command's ``--help``, answered from a copy shipped with lit-embed, so that it comes before torch and
 Lightning are imported (6-7 s on an idle machine, a minute on a busy one, for text that never changes).
 
-A copy is the command's own help, written by ``python -c "from lit_embed.commands import helptext; helptext.write()"``
-at a fixed width
+A copy is the command's own help, written by ``python -m lit_embed.commands.help_copies`` at a fixed width
 (:data:`COLUMNS`) and headed by the versions it was written with: it is used only where lit-embed, Lightning and
 jsonargparse are those versions, and the live help answers otherwise. ``tests/test_help.py`` holds every copy to
 the live help, so a change of options that forgets to write them again fails there.
@@ -10,9 +9,6 @@ the live help, so a change of options that forgets to write them again fails the
 
 from __future__ import annotations
 
-import io
-import os
-from contextlib import redirect_stdout
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
@@ -49,39 +45,3 @@ def shipped(argv: list[str]) -> str | None:
         return None
     header, _, text = path.read_text().partition("\n")
     return text if header == f"# {versions()}" else None
-
-
-def live(argv: list[str]) -> str:
-    """What the command itself prints for ``argv`` (imports it, and all it imports), at :data:`COLUMNS`."""
-    from lit_embed.commands import command
-
-    previous = os.environ.get("COLUMNS")
-    os.environ["COLUMNS"] = str(COLUMNS)
-    out = io.StringIO()
-    try:
-        with redirect_stdout(out):
-            try:
-                command(argv[0])(argv[1:])
-            except SystemExit:
-                pass
-    finally:
-        if previous is None:
-            del os.environ["COLUMNS"]
-        else:
-            os.environ["COLUMNS"] = previous
-    return out.getvalue()
-
-
-def helped() -> list[list[str]]:
-    """Every ``--help`` a copy is shipped for: each command's (and ``data check``'s)."""
-    from lit_embed.commands import COMMANDS
-
-    return [[name, "--help"] for name in COMMANDS if name != "data"] + [["data", "check", "--help"]]
-
-
-def write() -> None:
-    """Write every copy again (run after changing a command's options)."""
-    FOLDER.mkdir(exist_ok=True)
-    for argv in helped():
-        (FOLDER / f"{key(argv)}.txt").write_text(f"# {versions()}\n{live(argv)}")
-
