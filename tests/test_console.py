@@ -112,3 +112,21 @@ def test_progress_is_a_bar_on_a_terminal_and_lines_in_a_log(monkeypatch):
     assert isinstance(progress_bar(), LogProgress)
     monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
     assert not isinstance(progress_bar(), LogProgress)
+
+
+def test_log_progress_counts_test_and_predict_batches(capsys):
+    import pytorch_lightning as pl
+    from pytorch_lightning.demos.boring_classes import BoringModel
+
+    from lit_embed.callbacks.console import LogProgress
+
+    trainer = pl.Trainer(accelerator="cpu", logger=False, enable_checkpointing=False, enable_model_summary=False,
+                         callbacks=[LogProgress(interval=0)], limit_test_batches=3, limit_predict_batches=2)
+    trainer.test(BoringModel(), verbose=False)
+    trainer.predict(BoringModel(), return_predictions=False)
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith(("test ", "predict "))]
+    assert [line.split(",")[0] for line in lines] == ["test batch 1/3 (33.3%)", "test batch 2/3 (66.7%)",
+                                                     "test batch 3/3 (100.0%)", "test batch 3/3 (100.0%)",
+                                                     "predict batch 1/2 (50.0%)", "predict batch 2/2 (100.0%)",
+                                                     "predict batch 2/2 (100.0%)"]
+    assert "done in" in lines[3] and "done in" in lines[-1]

@@ -132,7 +132,7 @@ class LogProgress(ProgressBar):
         self._eval_end(trainer, pl_module)
 
     def on_test_start(self, trainer, pl_module) -> None:
-        self._eval_start("test", self.total_test_batches)
+        self._eval_start("test", sum(trainer.num_test_batches))
 
     def on_test_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0) -> None:
         self._eval_batch(trainer, pl_module)
@@ -141,7 +141,7 @@ class LogProgress(ProgressBar):
         self._eval_end(trainer, pl_module)
 
     def on_predict_start(self, trainer, pl_module) -> None:
-        self._eval_start("predict", self.total_predict_batches)
+        self._eval_start("predict", sum(trainer.num_predict_batches))
 
     def on_predict_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0) -> None:
         self._eval_batch(trainer, pl_module)

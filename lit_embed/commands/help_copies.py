@@ -7,6 +7,7 @@ import io
 import os
 import sys
 from contextlib import redirect_stdout
+from pathlib import Path
 
 from lit_embed.commands import COMMANDS, command
 from lit_embed.commands.helptext import COLUMNS, FOLDER, key, versions
@@ -36,14 +37,15 @@ def helped() -> list[list[str]]:
     return [[name, "--help"] for name in COMMANDS if name != "data"] + [["data", "check", "--help"]]
 
 
-def write() -> None:
-    """Write every copy again (run after changing a command's options)."""
-    FOLDER.mkdir(exist_ok=True)
+def write(folder: Path = FOLDER) -> None:
+    """Write every copy again (run after changing a command's options), in a process that imported nothing else:
+    the live help lists every imported subclass of what an option takes (a test's callbacks, say)."""
+    folder.mkdir(exist_ok=True)
     for argv in helped():
-        (FOLDER / f"{key(argv)}.txt").write_text(f"# {versions()}\n{live(argv)}")
+        (folder / f"{key(argv)}.txt").write_text(f"# {versions()}\n{live(argv)}")
 
 
 
 if __name__ == "__main__":
-    write()
-    print(f"wrote {len(helped())} help texts to {FOLDER}", file=sys.stderr)
+    write(Path(sys.argv[1]) if len(sys.argv) > 1 else FOLDER)
+    print(f"wrote {len(helped())} help texts to {sys.argv[1] if len(sys.argv) > 1 else FOLDER}", file=sys.stderr)

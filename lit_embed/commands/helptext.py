@@ -3,14 +3,18 @@ Lightning are imported (6-7 s on an idle machine, a minute on a busy one, for te
 
 A copy is the command's own help, written by ``python -m lit_embed.commands.help_copies`` at a fixed width
 (:data:`COLUMNS`) and headed by the versions it was written with: it is used only where lit-embed, Lightning and
-jsonargparse are those versions, and the live help answers otherwise. ``tests/test_help.py`` holds every copy to
+jsonargparse are those versions and no plugin is installed (the live help lists the classes a plugin adds), and
+the live help answers otherwise. ``tests/test_help.py`` holds every copy to
 the live help, so a change of options that forgets to write them again fails there.
 """
 
 from __future__ import annotations
 
-from importlib.metadata import PackageNotFoundError, version
+import os
+from importlib.metadata import PackageNotFoundError, entry_points, version
 from pathlib import Path
+
+from lit_embed.plugins import GROUP
 
 FOLDER = Path(__file__).with_name("help")
 #: The width the copies are written at (argparse wraps help to the terminal's width).
@@ -40,7 +44,8 @@ def key(argv: list[str]) -> str | None:
 def shipped(argv: list[str]) -> str | None:
     """The shipped help that answers ``argv``, where one exists for these versions."""
     name = key(argv)
-    path = FOLDER / f"{name}.txt" if name else None
+    plugins = os.environ.get("LIT_EMBED_PLUGINS") != "0" and bool(entry_points(group=GROUP))
+    path = FOLDER / f"{name}.txt" if name and not plugins else None
     if path is None or not path.is_file():
         return None
     header, _, text = path.read_text().partition("\n")
