@@ -22,6 +22,7 @@ logger that claims a run's folder is :class:`lit_embed.runs.RunLogger`.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import json
 import os
 import re
@@ -213,15 +214,16 @@ def start_checkpoint(name: str | os.PathLike, what: str = "checkpoint", newest: 
     return _said(what, name, checkpoint, f"{why}; {usable[-1].name} is the newest finished run of {str(name)!r}")
 
 
-#: (what, folder, checkpoint) already said in this process: a command asks more than once.
-_SAID: set[tuple[str, str, str]] = set()
+#: (what, folder, checkpoint) already said by the command running: it may ask more than once. Each command runs in a
+#: context of its own (lit_embed.commands.main), so the next command in the same process says it again.
+_SAID: contextvars.ContextVar[frozenset] = contextvars.ContextVar("checkpoints_said", default=frozenset())
 
 
 def _said(what: str, name, checkpoint: Path, why: str) -> Path:
     """Say on stderr which file a folder gave, and why (the user named a folder, not this file)."""
     key = (what, str(name), str(checkpoint))
-    if key not in _SAID:
-        _SAID.add(key)
+    if key not in _SAID.get():
+        _SAID.set(_SAID.get() | {key})  # a new set: a copied context keeps the one it had
         step = re.search(r"step=(\d+)", checkpoint.name)
         at = f" (step {step.group(1)})" if step else ""
         print(f"lit-embed: {what} {str(name)!r} is {checkpoint}{at}: {why}", file=sys.stderr, flush=True)

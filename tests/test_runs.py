@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextvars
 import json
 import os
 import subprocess
@@ -146,11 +147,18 @@ def test_a_command_given_a_folder_says_which_checkpoint_it_took_and_why_once(tmp
     touch(run / "checkpoints/last.ckpt")
     touch(run / "checkpoints/epoch=0-step=2.ckpt", age=10)
     reported(run, "checkpoints/epoch=0-step=2.ckpt", "val/score")
-    start_checkpoint(run, "--ckpt_path checkpoint")
-    start_checkpoint(run, "--ckpt_path checkpoint")  # asked again in the same command: said once
-    start_checkpoint(tmp_path / "exp", newest=True)
-    start_checkpoint(run / "checkpoints/last.ckpt")  # a file: the user named it, nothing to say
-    assert capsys.readouterr().err.splitlines() == [
+
+    def command() -> None:  # as lit_embed.commands.main runs one: in a context of its own
+        start_checkpoint(run, "--ckpt_path checkpoint")
+        start_checkpoint(run, "--ckpt_path checkpoint")  # asked again in the same command: said once
+        start_checkpoint(tmp_path / "exp", newest=True)
+        start_checkpoint(run / "checkpoints/last.ckpt")  # a file: the user named it, nothing to say
+
+    contextvars.copy_context().run(command)
+    said = capsys.readouterr().err.splitlines()
+    contextvars.copy_context().run(command)  # the next command in the same process says it again
+    assert capsys.readouterr().err.splitlines() == said
+    assert said == [
         f"lit-embed: --ckpt_path checkpoint {str(run)!r} is {run}/checkpoints/epoch=0-step=2.ckpt (step 2): the best "
         "checkpoint by val/score its run reported",
         f"lit-embed: checkpoint {str(tmp_path / 'exp')!r} is {run}/checkpoints/last.ckpt: its newest state, step 8 "

@@ -43,10 +43,10 @@ def key(argv: list[str]) -> str | None:
 
 def shipped(argv: list[str]) -> str | None:
     """The shipped help that answers ``argv``, where one exists for these versions."""
-    name = key(argv)
-    plugins = os.environ.get("LIT_EMBED_PLUGINS") != "0" and bool(entry_points(group=GROUP))
-    path = FOLDER / f"{name}.txt" if name and not plugins else None
-    if path is None or not path.is_file():
+    name = key(argv)  # first: every command asks, and only a --help reads the installed packages' metadata
+    if name is None or not (path := FOLDER / f"{name}.txt").is_file():
+        return None
+    if os.environ.get("LIT_EMBED_PLUGINS") != "0" and entry_points(group=GROUP):
         return None
     header, _, text = path.read_text().partition("\n")
     return text if header == f"# {versions()}" else None
