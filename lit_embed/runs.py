@@ -18,10 +18,11 @@ class RunLogger(TensorBoardLogger):
     """TensorBoard logging into a run folder of its own: ``<save_dir>/version_N``, claimed atomically and
     locked while the run lives.
 
+    The other arguments are ``TensorBoardLogger``'s (``name`` adds a level between ``save_dir`` and the versions).
+
     Args:
         save_dir: the experiment folder; default the trainer's ``default_root_dir`` (the CLI fills it in).
         version: continue in ``version_N`` (resuming); default the next free number.
-        The rest: see ``TensorBoardLogger`` (``name`` adds a level between ``save_dir`` and the versions).
     """
 
     def __init__(self, save_dir: str | None = None, name: str = "", version: int | str | None = None, **kwargs) -> None:

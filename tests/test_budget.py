@@ -168,8 +168,8 @@ def test_params_shows_what_the_budget_chose_and_refuses_what_cannot_be_met(capsy
     assert main(["params", "--config", DEMO, "--model.init_args.embedding.init_args.budget", "0.01"]) == 0
     printed = capsys.readouterr().out
     assert f"table_size={sizing['value']} gives {sizing['count']:,}" in printed
-    shown = next(line for line in section("Parameter accounting").splitlines() if line.startswith("budget  "))
-    assert shown in printed.splitlines()  # the README shows what params prints
+    shown = next(line for line in section("strategies", "Parameter accounting").splitlines() if line.startswith("budget  "))
+    assert shown in printed.splitlines()  # the strategies page shows what params prints
     assert params_json(["params", "--config", DEMO, "--json"])["sizing"] is None
     assert main(["params", "--config", DEMO, "--model.init_args.embedding.init_args.budget", "0.0001"]) == 2
     error = capsys.readouterr().err

@@ -318,15 +318,15 @@ def test_gpu_ddp_trainer_configs_build_with_nccl_settings(name, tmp_path, monkey
     assert trainer.num_nodes == (2 if name == "ddp_multinode" else 1)
 
 
-# -- the README's scaling-out section stays true ---------------------------------------------------------
+# -- the docs' scaling-out section stays true -----------------------------------------------------------
 
 SCALING = "Scaling out: many GPUs, many nodes, resuming"
 
 
-def test_readme_lists_every_trainer_config():
+def test_docs_list_every_trainer_config():
     from tests.helpers.cli import section
 
-    listed = re.findall(r"^\| `configs/trainer/(\w+)\.yaml` \|", section(SCALING), flags=re.M)
+    listed = re.findall(r"^\| `configs/trainer/(\w+)\.yaml` \|", section("sweeps-clusters", SCALING), flags=re.M)
     assert sorted(listed) == sorted(p.stem for p in (CONFIGS / "trainer").glob("*.yaml"))
 
 
@@ -334,7 +334,7 @@ def launch_commands() -> list[list[str]]:
     """The ``fit`` arguments of every launch command in the section (SLURM's, torchrun's, lit-embed's)."""
     from tests.helpers.cli import section
 
-    blocks = re.findall(r"```bash\n(.*?)```", section(SCALING), flags=re.S)
+    blocks = re.findall(r"```bash\n(.*?)```", section("sweeps-clusters", SCALING), flags=re.S)
     commands = []
     for block in blocks:
         for command in block.replace("\\\n", " ").splitlines():
@@ -345,7 +345,7 @@ def launch_commands() -> list[list[str]]:
 
 
 @pytest.mark.parametrize("args", launch_commands(), ids=lambda a: " ".join(a)[-60:])
-def test_readme_launch_commands_parse_and_build(args, tmp_path, monkeypatch):
+def test_docs_launch_commands_parse_and_build(args, tmp_path, monkeypatch):
     from lit_embed.commands.lightning import LitEmbedCLI
 
     monkeypatch.chdir(REPO)

@@ -654,10 +654,10 @@ def test_full_demo_finetune_is_well_above_chance(tmp_path, monkeypatch):
     assert events.Scalars("test/accuracy")[-1].value > 0.6
 
 
-def test_readme_task_table_is_the_task_table():
-    from tests.helpers import REPO
+def test_docs_task_table_is_the_task_table():
+    from tests.helpers.cli import section as docs_section
 
-    section = (REPO / "README.md").read_text().split("## Fine-tuning\n", 1)[1].split("\n## ", 1)[0]
+    section = docs_section("own-data", "Fine-tuning: checkpoints, tasks and protocols")
     rows = [[c.strip() for c in line.strip("|").split("|")] for line in section.splitlines() if line.startswith("| ") and "---" not in line][1:]
     by_metric = {row[0]: row[4].split(",")[0].split(" ")[0] for row in rows}
     assert len(rows) == len(TASKS)

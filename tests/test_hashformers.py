@@ -31,7 +31,7 @@ from lit_embed.embeddings.hash_text import unpack_bits
 from lit_embed.errors import ConfigError
 from lit_embed.models import ShuffleRandom
 from tests.helpers import CONFIGS, REPO, TINY_CANINE, TINY_CANINE_TABLES, tiny_encoder
-from tests.helpers.cli import fit_demo, run_params
+from tests.helpers.cli import fit_demo, page, run_params
 from tests.helpers.papers import CANINE_C_COUNTED, CANINE_C_MODULES, EMB_1K_COUNTED, TABLE_2, TABLE_6_SUBWORD
 
 DEMO = CONFIGS / "demo_hashformer.yaml"
@@ -174,8 +174,8 @@ def test_params_count_canine_c_as_its_authors_and_hashformers_do_offline(capsys)
     assert "only the first 2,048 of 16,384 position rows are trained: 14,336 x 768 are not counted" in out
     assert "HashFormers eq. 10: 16,000 hash buckets x 768 (the tables hold 8 x 16,384 x 96)" in out
     command = f"$ lit-embed params --config {config.relative_to(REPO)}\n"
-    shown = (REPO / "README.md").read_text().split(command, 1)[1].split("```", 1)[0]
-    assert shown.splitlines() == out.splitlines()  # the README's output is what params prints
+    shown = page("experiments").split(command, 1)[1].split("```", 1)[0]
+    assert shown.splitlines() == out.splitlines()  # the experiments page's output is what params prints
 
 
 @pytest.mark.parametrize(

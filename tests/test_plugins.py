@@ -255,7 +255,9 @@ def test_a_task_name_is_never_a_path(fresh, name):
     assert name not in tasks.TASKS and tasks._key(name) not in tasks.TASKS
 
 
-def test_readme_stanza_declares_the_group_that_is_loaded():
+def test_docs_stanza_declares_the_group_that_is_loaded():
+    from tests.helpers.cli import code_blocks, page
+
     tomllib = pytest.importorskip("tomllib")
-    stanza = re.findall(r"```toml\n(.*?)```", (REPO / "README.md").read_text(), flags=re.S)
+    stanza = code_blocks("toml", page("extending"))
     assert tomllib.loads(stanza[0])["project"]["entry-points"][plugins.GROUP] == {"my_plugin": "my_plugin"}

@@ -228,12 +228,14 @@ def test_formats_markdown_csv_and_latex(tmp_path, capsys):
     assert text.startswith("### GLUE") and "| roberta_s |" in text and "| 3se |" in text
 
 
-def test_report_of_real_runs_against_the_dense_baseline_is_the_readmes(demo_runs, capsys):
+def test_report_of_real_runs_against_the_dense_baseline_is_the_docs(demo_runs, capsys):
+    from tests.helpers.cli import README, page
+
     assert main(["report", str(demo_runs["subspace"]), "--baseline", str(demo_runs["dense"])]) == 0
     out = capsys.readouterr().out
-    readme = (REPO / "README.md").read_text()
-    example = readme.split("gives this memory table:\n\n```\n", 1)[1].split("```", 1)[0]
-    assert example.strip() and example in out  # 32 x 64 embedding parameters of 81,664 for the demo
+    for text in (README, page("results")):  # the front door shows the results page's example
+        example = text.split("gives this memory table:\n\n```\n", 1)[1].split("```", 1)[0]
+        assert example.strip() and example in out  # 32 x 64 embedding parameters of 81,664 for the demo
     assert "| dense (pre-training) | 1 |" in out and "| subspace (pre-training) | 1 |" in out
 
 

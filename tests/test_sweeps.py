@@ -695,11 +695,11 @@ def test_a_sweep_file_names_configs_from_its_folder_keeps_absolute_ones_and_name
         capsys.readouterr().err
 
 
-def test_readme_sweeps_section_names_every_shipped_sweep_and_launcher():
+def test_docs_sweeps_section_names_every_shipped_sweep_and_launcher():
     from lit_embed.sweeps.launch import LAUNCHERS
     from tests.helpers.cli import section
 
-    text = section("Sweeps: grids, seeds and stages as one command")
+    text = section("sweeps-clusters", "Sweeps: grids, seeds and stages as one command")
     for path in SHIPPED:
         assert path.name in text
     for launcher in LAUNCHERS:

@@ -36,7 +36,7 @@ from lit_embed.errors import ConfigError
 from lit_embed.export.folder import export
 from lit_embed.models import MaskedLM, SequenceClassifier, ShuffleRandom
 from tests.helpers import CONFIGS, REPO, tiny_encoder
-from tests.helpers.cli import section
+from tests.helpers.cli import page
 
 V, D = 30522, 384
 
@@ -260,13 +260,13 @@ ZOO_YAMLS = ["hashing_trick", "hash_embeddings", "robe", "dhe", "albert_factoriz
 def test_each_methods_yaml_counts_at_a_budget_of_the_demo_as_the_readme_says(name):
     """`lit-embed params --config configs/demo.yaml --model.init_args.embedding configs/embedding/<method>.yaml
     --model.init_args.embedding.init_args.budget 0.01`: the count it reports is the one the budget chose, or the
-    method refuses (exit 2) naming the nearest sizes; the README's table shows either."""
+    method refuses (exit 2) naming the nearest sizes; the strategies page's table shows either."""
     import contextlib
     import io
 
     from lit_embed.commands import main
 
-    row = next(line.split(" | ")[1:] for line in section("Strategies").splitlines() if line.startswith(f"| {name} |"))
+    row = next(line.split(" | ")[1:] for line in page("strategies").splitlines() if line.startswith(f"| {name} |"))
     out, err = io.StringIO(), io.StringIO()
     argv = ["params", "--config", str(CONFIGS / "demo.yaml"), "--model.init_args.embedding",
             str(CONFIGS / "embedding" / f"{name}.yaml"), "--model.init_args.embedding.init_args.budget", "0.01", "--json"]

@@ -69,7 +69,8 @@ class TaskDataModule(TextDataModule):
             HuggingFace ``pretrained`` encoder, or the tokenizer its pre-training checkpoint recorded).
         data_dir: a folder in the hub's layout; default the hub (the demo task: the shipped files).
         protocol: ``standard`` or ``split_train``.
-        val_fraction, split_seed: the ``split_train`` protocol's held-out share and seed.
+        val_fraction: the ``split_train`` protocol's held-out share.
+        split_seed: the ``split_train`` protocol's seed.
         max_length: codes per example, specials included (pairs are truncated longest-first).
         batch_size: training examples per batch on each device (with ``global_batch_size``, the most
             per device); ``eval_batch_size`` (default the same) for validation and test.
@@ -412,13 +413,14 @@ class XNLIDataModule(TaskDataModule):
 
     Metrics are logged per language (``test/de/accuracy``) and averaged (``test/average/accuracy``).
 
+    The other arguments are :class:`TaskDataModule`'s.
+
     Args:
         mode: ``cross_lingual`` or ``translate_train_all``.
         train_languages: override the mode's training languages.
         val_languages: languages that validate (select checkpoints); default English for
             cross-lingual transfer (no target-language data is used) and all for translate-train-all.
         test_languages: languages tested (default all 15).
-        The rest: see :class:`TaskDataModule`.
     """
 
     average_eval_sets = True

@@ -34,7 +34,7 @@ BOOKCORPUS_ROUTE = (
     "use rojagtap/bookcorpus (the same books_large_p1.txt and books_large_p2.txt its script reads, as text files), "
     "or pass those files with `files:`"
 )
-#: Hub datasets that are loading scripts only (README, "Hub datasets and models"): ``datasets`` 4+ refuses them,
+#: Hub datasets that are loading scripts only (docs/experiments.md, "Hub datasets and models"): ``datasets`` 4+ refuses them,
 #: so a corpus naming one is refused when it is built, with the way to the same data.
 SCRIPT_DATASETS = {
     "statmt/cc100": CC100_ROUTE,

@@ -24,7 +24,7 @@ from lit_embed.errors import ConfigError
 #: The 15 XNLI languages, in the order of the papers' tables.
 XNLI_LANGUAGES = ("en", "fr", "es", "de", "el", "bg", "ru", "tr", "ar", "vi", "th", "zh", "hi", "sw", "ur")
 NLI_LABELS = ("entailment", "neutral", "contradiction")  # MNLI's and XNLI's ids 0, 1, 2
-#: The commits read (README, "Hub datasets and models", gives the evidence for each): GLUE and XNLI as parquet
+#: The commits read (docs/experiments.md, "Hub datasets and models", gives the evidence for each): GLUE and XNLI as parquet
 #: files after their loading scripts were deleted (datasets 4+ refuses a repository with one).
 GLUE_REVISION = "0de23925db68e9cf6287d3776a0f67f5267a42eb"
 XNLI_REVISION = "83ecd0da7773326e49a494fca44b9467b27103c8"
@@ -74,7 +74,7 @@ class Task:
             ``test`` scores the validation sets (what the papers report as dev results).
         heldout_test: the test sets of the train-split protocol (original validation as test);
             default ``validation``.
-        source: where the task comes from, for the README and errors.
+        source: where the task comes from, for the docs and errors.
         header: its column in the papers' tables (default the name, upper case).
         shown: the metric a paper's tables show where it is not the first of ``metrics``
             (HashFormers: MRPC accuracy).

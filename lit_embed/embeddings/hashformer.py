@@ -108,11 +108,12 @@ class HashEmbedding(HashStrategy):
     With MD5, ``H(t)`` is the digest as a 128-bit integer (``hello`` -> 46797 for N = 50265); with
     LSH, the index of the nearest of N - 5 hyperplanes.
 
+    ``hasher`` and ``tokenization``: see :class:`HashStrategy`.
+
     Args:
         num_buckets: N, the table's rows (specials included).
         init_std: standard deviation of the truncated normal initialisation (cut at +-2 ``init_std``, as the
             authors' ``_init_weights``).
-        hasher, tokenization: see :class:`HashStrategy`.
         budget: size N to this many parameters (``N * d``; a count: the vocabulary is unlimited).
     """
 
@@ -224,12 +225,13 @@ class HashPool(BitHashStrategy):
     dimension: ``e = sum_j softmax(A)_j * B[c_j]`` with A learnable ``(ceil(T/k), d)``. In training the
     looked-up vectors ``B[c_j]`` pass through dropout first (the authors' ``emb_dropout``, model.py:318, 347).
 
+    ``hasher`` and ``tokenization``: see :class:`HashStrategy`.
+
     Args:
         num_bits: T (128 for MD5).
         chunk_bits: k (the paper: 10, so 13 chunks and 1024 codebook rows).
         dropout: probability of dropping each value of the looked-up codebook vectors in training (the
             authors' 0.1; off in evaluation).
-        hasher, tokenization: see :class:`HashStrategy`.
         budget: size k to this many parameters (``(ceil(T/k) + 2^k + 1) * d``; a count).
     """
 
@@ -306,10 +308,11 @@ class HashAdd(BitHashStrategy):
     the two maps, and scales the kept weights by ``1 / (1 - drop_connect)`` (``nn.Dropout`` applied to the
     weight matrix), before the division by sqrt(T) (line 272). Evaluation uses the weights as they are.
 
+    ``hasher`` and ``tokenization``: see :class:`HashStrategy`.
+
     Args:
         num_bits: T (128 for MD5).
         drop_connect: probability of dropping each weight in training (the authors' 0.1).
-        hasher, tokenization: see :class:`HashStrategy`.
         budget: size T to this many parameters (``(2T + 1) * d``; a count).
     """
 
@@ -351,9 +354,10 @@ class HashProj(BitHashStrategy):
     ``e_j = <b - mean(b), w_j - mean(w_j)> / (|b - mean(b)| |w_j - mean(w_j)|)`` with W ``(T, d)``;
     a constant bit vector has no correlation and gives 0.
 
+    ``hasher`` and ``tokenization``: see :class:`HashStrategy`.
+
     Args:
         num_bits: T (128 for MD5).
-        hasher, tokenization: see :class:`HashStrategy`.
         budget: size T to this many parameters (``(T + 1) * d``; a count).
     """
 

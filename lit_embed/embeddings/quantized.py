@@ -23,7 +23,8 @@ class AdditiveQuantizedEmbedding(EmbeddingStrategy):
     index, counted as one parameter as sparse coding counts its ids).
 
     Args:
-        vocab_size, hidden_size: the table's shape.
+        vocab_size: V, the table's rows.
+        hidden_size: d, its width.
         codebooks: M.
         codewords: K, vectors per codebook (at most 256).
         budget: size M to this many parameters (``M (K d + V)``).

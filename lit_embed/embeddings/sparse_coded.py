@@ -25,7 +25,8 @@ class PartialEmbedding(EmbeddingStrategy):
     ``row_of`` map itself is the tokenizer's split, which the paper does not count as parameters.
 
     Args:
-        vocab_size, hidden_size: the dense table's shape.
+        vocab_size: V, the dense table's rows.
+        hidden_size: d, its width.
         num_common: |V_C|; the other ``vocab_size - num_common`` ids are rare.
 
     Each strategy here is sized by ``num_common`` (a ``budget`` in the concrete classes chooses it).
@@ -112,8 +113,9 @@ class SparseCodedEmbedding(PartialEmbedding):
     original length: ``y_i = ||y_i|| * n(sum_j w_ij n(x_j))`` with ``n(v) = v / ||v||`` (eqs. 1-3).
     The paper's accounting: ``|V_C| d + (2k + 1) |V_R|`` parameters.
 
+    ``vocab_size``, ``hidden_size`` and ``num_common``: see :class:`PartialEmbedding`.
+
     Args:
-        vocab_size, hidden_size, num_common: see :class:`PartialEmbedding`.
         k: common tokens per rare token.
         budget: choose ``num_common`` to meet this many parameters (or this fraction of the dense table).
     """
@@ -144,8 +146,9 @@ class SparseCodedEmbedding(PartialEmbedding):
 class UnkEmbedding(PartialEmbedding):
     """The ``<unk>`` baseline: every rare token takes the (fine-tuned) ``<unk>`` row. ``|V_C| d`` parameters.
 
+    ``vocab_size``, ``hidden_size`` and ``num_common``: see :class:`PartialEmbedding`.
+
     Args:
-        vocab_size, hidden_size, num_common: see :class:`PartialEmbedding`.
         budget: choose ``num_common`` to meet this many parameters (or this fraction of the dense table).
     """
 
@@ -162,8 +165,9 @@ class PCAEmbedding(PartialEmbedding):
     them, weighted by its coordinates. ``|V_C| d + (k + 1) d + k |V_R|`` parameters (components and
     mean beside the common rows; k coordinates per rare token).
 
+    ``vocab_size``, ``hidden_size`` and ``num_common``: see :class:`PartialEmbedding`.
+
     Args:
-        vocab_size, hidden_size, num_common: see :class:`PartialEmbedding`.
         k: principal components.
         budget: choose ``num_common`` to meet this many parameters (or this fraction of the dense table).
     """

@@ -61,11 +61,13 @@ class SequenceClassifier(EmbeddingModule):
     MNLI accuracy on matched and mismatched pooled), averaged over the sets where the data averages them. The task and
     the run's seed are recorded in the hyper-parameters.
 
+    ``encoder``, ``embedding``, ``vocab_size``, ``baseline_vocab_size``, ``baseline_encoder`` and ``init``: see
+    :class:`EmbeddingModule`.
+
     Args:
         task: a task of :data:`lit_embed.data.tasks.TASKS`, or a config's own
             (:class:`~lit_embed.data.tasks.TaskDefinition`); must be the data's. A config leaves it unset: the
             CLI gives the model the data's (``data.init_args.task``).
-        encoder, embedding, vocab_size, baseline_vocab_size, baseline_encoder, init: see :class:`EmbeddingModule`.
         checkpoint: a lit-embed pre-training checkpoint to start from.
         classifier_dropout: dropout before the output layer (default the backbone's hidden dropout).
         optim: default the k-sub-embedding paper's fine-tuning (Table 6).

@@ -28,10 +28,14 @@ class Encoder(nn.Module):
 
     Args:
         arch: ``roberta``, ``xlm-roberta``, ``bert`` or ``canine``.
-        hidden_size, num_layers, num_heads, intermediate_size: the transformer's shape.
+        hidden_size: the transformer's width.
+        num_layers: its layers.
+        num_heads: attention heads per layer.
+        intermediate_size: the feed-forward layers' width.
         max_position_embeddings: learned positions (RoBERTa/XLM-R use ``max_length + 2``).
         type_vocab_size: token-type embeddings (1 for RoBERTa, 2 for BERT).
-        dropout, attention_dropout: dropout probabilities.
+        dropout: the hidden states' dropout probability.
+        attention_dropout: the attention weights'.
         pooler: keep the ``[CLS]`` pooler (its parameters count toward the papers' totals).
         pretrained: a HuggingFace model name or folder (any encoder ``AutoModel`` loads: BERT,
             RoBERTa, XLM-R, DistilBERT, ...); its weights are loaded and its shape overrides the

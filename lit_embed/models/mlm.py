@@ -31,8 +31,9 @@ class MaskedLM(EmbeddingModule):
     ``N x d`` matrix) with its own ``N``-sized bias, or untied with ``tie_decoder: false``. Logits are
     computed only at the predicted positions.
 
+    ``encoder``, ``embedding``, ``vocab_size``, ``optim`` and ``init``: see :class:`EmbeddingModule`.
+
     Args:
-        encoder, embedding, vocab_size, optim, init: see :class:`EmbeddingModule`.
         tie_decoder: tie the output layer to the input embedding (the papers do).
         mask_prob: share of tokens predicted.
     """

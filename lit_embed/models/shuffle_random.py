@@ -28,8 +28,9 @@ class ShuffleRandom(EmbeddingModule):
     logs ``original_rate``, the accuracy of always answering "original" (about 0.81 at p = 0.10), which
     the accuracy has to beat.
 
+    ``encoder``, ``embedding``, ``optim`` and ``init``: see :class:`EmbeddingModule`.
+
     Args:
-        encoder, embedding, optim, init: see :class:`EmbeddingModule`.
         vocab_size: vocabulary size for vocabulary strategies; unset for hash strategies.
         baseline_vocab_size: the dense baseline's vocabulary for the compression figures (the
             HashFormers paper: RoBERTa's 50265).

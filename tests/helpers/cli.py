@@ -1,4 +1,4 @@
-"""The CLI's answers as data, and the README's text, for tests that compare them."""
+"""The CLI's answers as data, and the text of the README and the docs pages, for tests that compare them."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from pathlib import Path
 from tests.helpers import REPO
 
 README = (REPO / "README.md").read_text()
+DOCS = REPO / "docs"
 
 
 @functools.cache
@@ -29,13 +30,18 @@ def params_json(argv: list[str]) -> dict:
     return json.loads(out.getvalue())
 
 
-def section(title: str) -> str:
-    """The README's ``## title`` section."""
-    return README.split(f"## {title}\n", 1)[1].split("\n## ", 1)[0]
+def page(name: str) -> str:
+    """The text of the docs page ``docs/<name>.md`` (the front door, README.md, is ``README``)."""
+    return (DOCS / f"{name}.md").read_text()
 
 
-def code_blocks(language: str) -> list[str]:
-    return re.findall(rf"```{language}\n(.*?)```", README, flags=re.S)
+def section(name: str, title: str) -> str:
+    """The ``## title`` section of the docs page ``name``."""
+    return page(name).split(f"\n## {title}\n", 1)[1].split("\n## ", 1)[0]
+
+
+def code_blocks(language: str, text: str) -> list[str]:
+    return re.findall(rf"```{language}\n(.*?)```", text, flags=re.S)
 
 
 def fit_demo(root: Path, *extra: str, config: Path | None = None) -> Path:
