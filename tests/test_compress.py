@@ -6,6 +6,7 @@ from __future__ import annotations
 import errno
 import json
 import math
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -18,13 +19,14 @@ from torch.nn import functional as F
 from lit_embed.accounting import human
 from lit_embed.checkpoints import build_from_config
 from lit_embed.commands import main
-from lit_embed.commands.compress import parser
+from lit_embed.commands.compress import named_method, parser
 from lit_embed.compress import AQOptions, load_compact
 from lit_embed.compress.methods import additive_quantize, pca_code, sparse_code, unk_backoff
 from lit_embed.compress.model_io import load_source
 from lit_embed.compress.summary import tensor_bytes
 from lit_embed.compress.vocabulary import coverage, split_vocabulary
 from lit_embed.embeddings import AdditiveQuantizedEmbedding, PCAEmbedding, SparseCodedEmbedding, UnkEmbedding
+from lit_embed.errors import ConfigError
 from lit_embed.files import device_of
 from lit_embed.reporting import compress_reports, cosine_tables, coverage_tables
 from tests.helpers import CONFIGS, REPO
@@ -165,7 +167,11 @@ def finetuned(tmp_path_factory) -> Path:
 
 
 def compress(*args: str) -> int:
-    return main(["compress", *args])
+    """The exit status of ``lit-embed compress ARGS`` run in this process (an argument error exits 2 from the parser)."""
+    try:
+        return main(["compress", *args])
+    except SystemExit as stopped:
+        return stopped.code
 
 
 @pytest.fixture(scope="module")
@@ -176,8 +182,8 @@ def compressed(finetuned, tmp_path_factory):
     def get(method: str) -> Path:
         if method not in folders:
             out = tmp_path_factory.mktemp("compressed") / method
-            assert compress("--ckpt", str(finetuned), "--method", method, "--retention", "0.5", "--k", "2",
-                            "--aq.max_steps", "3", "--out", str(out)) == 0
+            own = {"sparse_coding": ["--k", "2"], "pca": ["--k", "2"], "aq": ["--max_steps", "3"]}.get(method, [])
+            assert compress("--ckpt", str(finetuned), "--method", method, "--retention", "0.5", *own, "--out", str(out)) == 0
             folders[method] = out
         return folders[method]
 
@@ -360,10 +366,11 @@ def test_a_checkpoint_without_its_config_takes_model_config(tmp_path, capsys):
 
 @pytest.mark.parametrize("preset", sorted((CONFIGS / "compress").glob("*.yaml")), ids=lambda p: p.stem)
 def test_compress_presets_parse(preset):
-    config = parser().parse_args(["--config", str(preset), "--ckpt", "x.ckpt", "--out", "y"])
+    argv = ["--config", str(preset), "--ckpt", "x.ckpt", "--out", "y"]
+    config = parser(named_method(argv)).parse_args(argv)
     assert config.method == preset.stem and 0 < config.retention <= 1
     if preset.stem == "aq":
-        assert (config.aq.codebooks, config.aq.codewords) == (32, 16)
+        assert (config.codebooks, config.codewords) == (32, 16)
 
 
 # -- tied decoders ----------------------------------------------------------------------------------------
@@ -494,10 +501,9 @@ def test_overwrite_replaces_only_an_earlier_compress_output(holds, finetuned, tm
 @pytest.mark.parametrize("path", sorted((CONFIGS / "compress").glob("*.yaml")), ids=lambda p: p.stem)
 def test_every_compress_config_parses_into_its_method(path):
     from lit_embed._compat import instantiate
-    from lit_embed.commands.compress import parser
-
-    parsing = parser()
-    arguments = instantiate(parsing, parsing.parse_args(["--config", str(path), "--ckpt", "CKPT", "--out", "OUT"]))
+    argv = ["--config", str(path), "--ckpt", "CKPT", "--out", "OUT"]
+    parsing = parser(named_method(argv))
+    arguments = instantiate(parsing, parsing.parse_args(argv))
     assert arguments.method == path.stem and 0.0 < arguments.retention <= 1.0
 
 
@@ -506,21 +512,39 @@ def test_a_new_method_is_one_class_found_by_name(tmp_path, capsys):
     from lit_embed.compress.methods import CompressionMethod, method_named, with_common_rows
     from lit_embed.embeddings import UnkEmbedding
 
+    @dataclass
+    class RowOptions:
+        """Args:
+            row: the common row every rare token takes.
+        """
+
+        row: int = 0
+
     class FirstCommon(CompressionMethod):
-        """Rare tokens take row 0 of the common table (a toy: a special token's row)."""
+        """Rare tokens take one row of the common table (a toy: row 0 is a special token's)."""
 
         name = "first_common"
+        Options = RowOptions
 
         def fit(self, job):
             strategy = with_common_rows(UnkEmbedding, job.weight, job.common_ids)
+            strategy.unk_row.fill_(self.options.row)
+            self.details["row"] = self.options.row
             return {None: strategy}
 
     try:
         assert isinstance(method_named("first_common"), FirstCommon)
         out = tmp_path / "out"
         assert compress("--ckpt", "all-MiniLM-L6-v2", "--data", SAMPLE_CORPUS, "--method", "first_common",
-                        "--retention", "0.5", "--out", str(out)) == 0
-        assert read_report(out)["method"] == "first_common"
+                        "--retention", "0.5", "--row", "3", "--out", str(out)) == 0
+        report = read_report(out)
+        assert (report["method"], report["options"], report["details"]) == ("first_common", {"row": 3}, {"row": 3})
+        strategy = load_compact(out / "hf")
+        assert torch.equal(strategy(strategy.rare_ids()[:2]), strategy.common[3].expand(2, -1))
+        capsys.readouterr()
+        assert compress("--ckpt", "all-MiniLM-L6-v2", "--method", "first_common", "--rows", "3", "--out", "x") == 2
+        err = capsys.readouterr().err
+        assert "unrecognized arguments: --rows 3 (method 'first_common' takes --row)" in err and "did you mean --row?" in err
         assert compress("--ckpt", "all-MiniLM-L6-v2", "--data", SAMPLE_CORPUS, "--method", "sparse_codng",
                         "--out", str(tmp_path / "x")) == 2
         assert "did you mean 'sparse_coding'?" in capsys.readouterr().err
@@ -549,3 +573,28 @@ def test_a_killed_compress_leaves_nothing_the_next_one_trips_on(finetuned, tmp_p
     finally:
         alive.kill()
         alive.wait()
+
+
+@pytest.mark.parametrize("given", ["flag", "config", "python"])
+def test_an_option_the_method_does_not_take_is_refused_naming_its_options(given, tmp_path, capsys):
+    """Options belong to their method: another method's (or a misspelt) option is one clear line, exit 2, no output,
+    whether given on the command line, in a compress config or to compress() from Python."""
+    from lit_embed.commands.compress import compress as compress_function
+
+    out = tmp_path / "out"
+    base = ["--ckpt", "all-MiniLM-L6-v2", "--data", SAMPLE_CORPUS, "--out", str(out)]
+    if given == "python":
+        with pytest.raises(ConfigError, match=r"'max_step' is not an option of compression method 'aq': did you mean "
+                                              r"'max_steps'\? its options: codebooks, codewords, epochs, max_steps"):
+            compress_function("all-MiniLM-L6-v2", str(out), method="aq", data=SAMPLE_CORPUS, options={"max_step": 2})
+    else:
+        if given == "flag":
+            args = ["--method", "unk", "--k", "3"]
+        else:
+            (tmp_path / "unk.yaml").write_text("method: unk\nk: 3\n")
+            args = ["--config", str(tmp_path / "unk.yaml")]
+        assert compress(*base, *args) == 2
+        err = capsys.readouterr().err
+        assert "(method 'unk' takes no options; --k is an option of --method pca, sparse_coding)" in err
+        assert len(err.strip().splitlines()) == 2  # the error, and where help is (nothing is close to --k)
+    assert not out.exists()

@@ -2,7 +2,9 @@
 
 Each method is one :class:`CompressionMethod` subclass, found by its ``name`` (``--method NAME``, or
 ``method: NAME`` in a compress config): defining the class registers it, so a plugin's method is one class
-and one YAML file, like a strategy. The paper's and its baselines: ``sparse_coding``, ``unk``, ``pca``, ``aq``.
+and one YAML file, like a strategy. It declares its own options (a dataclass, ``Options``), which the generic
+command offers once the method is named; nothing of one method's is in :class:`Job` or the command.
+The paper's and its baselines: ``sparse_coding``, ``unk``, ``pca``, ``aq``.
 
 Everything is batched in torch (matrix products in chunks of rare tokens, one batched k x k solve),
 so the 30522 x 768 table of DistilBERT is sparse-coded in seconds on a CPU.
@@ -12,7 +14,7 @@ from __future__ import annotations
 
 import difflib
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
+from dataclasses import dataclass, fields
 from typing import ClassVar
 
 import torch
@@ -219,27 +221,33 @@ def additive_quantize(weight: Tensor, options: AQOptions, seed: int = 0, device:
 
 @dataclass
 class Job:
-    """What a method compresses: the dense table, its common ids (increasing; specials included), the k to
-    try, the tokenizer's ``<unk>`` id, and where and how reproducibly to work."""
+    """What a method compresses: the dense table, its common ids (increasing; specials included), the tokenizer's
+    ``<unk>`` id, each id's count in the data (``None`` where none were counted), and where and how reproducibly to
+    work. Nothing here belongs to one method: a method's own settings are its :attr:`CompressionMethod.Options`."""
 
     weight: Tensor
     common_ids: Tensor
-    ks: list[int]
     unk_id: int | None = None
+    counts: Tensor | None = None
     seed: int = 0
     device: str = "cpu"
-    aq: AQOptions = field(default_factory=AQOptions)
+
+
+@dataclass
+class NoOptions:
+    """A method that takes no options."""
 
 
 class CompressionMethod(ABC):
     """A post-hoc compression of a dense ``V x d`` table into a strategy.
 
-    Subclasses set ``name`` (registering the class under it) and implement :meth:`fit`; ``uses_k`` says
-    whether ``k`` means something to them (then several k are tried and the best on validation kept).
+    Subclasses set ``name`` (registering the class under it), declare their options as a dataclass (``Options``:
+    the command offers its fields as ``--FIELD`` and as keys of a compress config, and checks them) and implement
+    :meth:`fit`. What they want said in the report (what was chosen, which backend ran) goes into :attr:`details`.
     """
 
     name: ClassVar[str]
-    uses_k: ClassVar[bool] = False
+    Options: ClassVar[type] = NoOptions
     registry: ClassVar[dict[str, type[CompressionMethod]]] = {}
 
     def __init_subclass__(cls, **kwargs) -> None:
@@ -251,6 +259,19 @@ class CompressionMethod(ABC):
                 raise ConfigError(f"compression method {name!r} is defined twice ({known.__module__} and {cls.__module__})")
             CompressionMethod.registry[name] = cls
 
+    def __init__(self, options: object | None = None) -> None:
+        self.options = self.Options() if options is None else options
+        self.details: dict[str, object] = {}
+
+    @classmethod
+    def option_names(cls) -> list[str]:
+        return [f.name for f in fields(cls.Options)]
+
+    @property
+    def tries(self) -> int:
+        """How many candidates :meth:`fit` gives (more than one: the best on the validation split is kept)."""
+        return 1
+
     def check(self, job: Job) -> None:  # noqa: B027 (an optional hook: most methods can do any job)
         """Refuse what cannot be done (before any work), naming the value and the fix."""
 
@@ -259,45 +280,88 @@ class CompressionMethod(ABC):
         """The compressed strategies to choose from, by k (``None`` where k plays no part)."""
 
 
-def method_named(name: str) -> CompressionMethod:
+def method_class(name: str) -> type[CompressionMethod]:
     """The method registered as ``name``; a clear error naming the known ones otherwise."""
     if name not in CompressionMethod.registry:
         near = difflib.get_close_matches(name, CompressionMethod.registry, n=1)
         hint = f"did you mean {near[0]!r}? " if near else ""
         raise ConfigError(f"method={name!r} is not known: {hint}use one of {sorted(CompressionMethod.registry)}")
-    return CompressionMethod.registry[name]()
+    return CompressionMethod.registry[name]
 
 
-class SparseCoding(CompressionMethod):
+def method_named(name: str, options: dict | None = None) -> CompressionMethod:
+    """The method ``name`` with ``options`` (its own, by field name); an unknown option is refused, naming the
+    method's options and the closest one."""
+    cls = method_class(name)
+    known = cls.option_names()
+    for key in options or {}:
+        if key not in known:
+            near = difflib.get_close_matches(key, known, n=1)
+            hint = f"did you mean {near[0]!r}? " if near else ""
+            listed = ", ".join(known) if known else "none"
+            raise ConfigError(f"{key!r} is not an option of compression method {name!r}: {hint}its options: {listed}")
+    return cls(cls.Options(**(options or {})))
+
+
+@dataclass
+class KChoice:
+    """The k a method is fitted with.
+
+    Args:
+        k: common tokens per rare token (sparse_coding) or principal components (pca); several values
+            (``[1, 2, 3, 4, 5]``) are each tried and the best on the validation split is kept (the paper's
+            protocol; needs a fine-tuned lit-embed checkpoint and task data).
+    """
+
+    k: int | list[int] = 5
+
+    def __post_init__(self) -> None:
+        if not self.ks or min(self.ks) < 1:
+            raise ConfigError(f"k={self.k} must be at least 1 (the paper: 1 to 5 for sparse coding, 1 to 10 for PCA)")
+
+    @property
+    def ks(self) -> list[int]:
+        return sorted(set(self.k)) if isinstance(self.k, list) else [self.k]
+
+
+class ChoosesK(CompressionMethod):
+    """A method fitted for each k of its options, the best kept on validation."""
+
+    Options = KChoice
+
+    @property
+    def tries(self) -> int:
+        return len(self.options.ks)
+
+
+class SparseCoding(ChoosesK):
     """The paper's frequency-aware partial sparse coding (k nearest common rows, LLE weights, the length)."""
 
     name = "sparse_coding"
-    uses_k = True
 
     def check(self, job: Job) -> None:
-        common = len(job.common_ids)
-        if max(job.ks) > common:
-            raise ConfigError(f"k={max(job.ks)} exceeds |V_C|={common}, the common tokens to choose neighbours from: "
+        common, k = len(job.common_ids), max(self.options.ks)
+        if k > common:
+            raise ConfigError(f"k={k} exceeds |V_C|={common}, the common tokens to choose neighbours from: "
                               f"lower k or raise --retention")
 
     def fit(self, job: Job) -> dict[int | None, EmbeddingStrategy]:
-        return sparse_code(job.weight, job.common_ids, job.ks)
+        return sparse_code(job.weight, job.common_ids, self.options.ks)
 
 
-class PCACoding(CompressionMethod):
+class PCACoding(ChoosesK):
     """The PCA baseline: rare rows from the top k principal components of the common rows."""
 
     name = "pca"
-    uses_k = True
 
     def check(self, job: Job) -> None:
-        common, hidden = len(job.common_ids), job.weight.shape[1]
-        if max(job.ks) > min(common, hidden):
-            raise ConfigError(f"k={max(job.ks)} exceeds min(|V_C|={common}, hidden={hidden}), the principal components "
+        common, hidden, k = len(job.common_ids), job.weight.shape[1], max(self.options.ks)
+        if k > min(common, hidden):
+            raise ConfigError(f"k={k} exceeds min(|V_C|={common}, hidden={hidden}), the principal components "
                               f"there are: lower k or raise --retention")
 
     def fit(self, job: Job) -> dict[int | None, EmbeddingStrategy]:
-        return pca_code(job.weight, job.common_ids, job.ks)
+        return pca_code(job.weight, job.common_ids, self.options.ks)
 
 
 class UnkBackoff(CompressionMethod):
@@ -317,6 +381,8 @@ class AdditiveQuantization(CompressionMethod):
     """Additive quantization of the whole table (Shu & Nakayama; M codebooks of K vectors)."""
 
     name = "aq"
+    Options = AQOptions
 
     def fit(self, job: Job) -> dict[int | None, EmbeddingStrategy]:
-        return {None: additive_quantize(job.weight, job.aq, seed=job.seed, device=job.device)}
+        return {None: additive_quantize(job.weight, self.options, seed=job.seed, device=job.device)}
+
