@@ -261,6 +261,44 @@ def test_report_gives_table_9_from_the_compress_outputs_of_each_method(compresse
     ]
 
 
+POST_HOC = {  # method -> (its options, small; its embedding parameters for a V x d table)
+    "svd": (["--rank", "8"], lambda v, d: v * 8 + 8 * d + d),
+    "int8": ([], lambda v, d: (v * d + 8 * v) // 4),
+    "int4": ([], lambda v, d: (v * d // 2 + 8 * v) // 4),
+    "pq": (["--groups", "48", "--codewords", "16", "--iterations", "2", "--backend", "torch"], lambda v, d: 16 * d + 48 * v),
+}
+
+
+@pytest.mark.parametrize("method", sorted(POST_HOC))
+def test_post_hoc_methods_compress_the_packaged_minilm(method, minilm_matrix, tmp_path):
+    """svd, int8, int4 and pq on a HuggingFace model: the count by the method's formula (int8/int4: the bytes stored,
+    in float32 equivalents), the bytes as stored, cosine and squared error per row (rare and common), what it chose,
+    and a HuggingFace folder whose table is the compressed one's."""
+    from transformers import AutoModel
+
+    options, formula = POST_HOC[method]
+    out = tmp_path / method
+    assert compress("--ckpt", "all-MiniLM-L6-v2", "--data", SAMPLE_CORPUS, "--method", method, *options,
+                    "--out", str(out)) == 0
+    report = read_report(out)
+    vocab, d = minilm_matrix.shape
+    assert report["parameters"]["embedding"] == {"before": vocab * d, "after": formula(vocab, d)}
+    strategy = load_compact(out / "hf")
+    assert report["bytes"]["embedding"]["after"] == tensor_bytes(strategy.state_dict())
+    if method.startswith("int"):
+        assert report["bytes"]["embedding"]["after"] == 4 * report["parameters"]["embedding"]["after"]
+    rebuilt = strategy.full_weight().detach()
+    assert torch.equal(AutoModel.from_pretrained(out / "hf").get_input_embeddings().weight.detach(), rebuilt)
+    error = (rebuilt.double() - minilm_matrix.double()).pow(2).mean(-1)
+    assert report["mse"]["all"] == pytest.approx(float(error.mean()), rel=1e-6)
+    assert 0 < report["mse"]["common"] and 0 < report["mse"]["rare"]
+    floor = {"int8": 0.999, "int4": 0.95}.get(method, 0.0)  # within half a step of 255 or of 15 in each row's range
+    assert floor < report["cosine"]["rare"] <= 1.0 and report["cosine"]["common_rows_identical"] is False
+    assert report["details"] == {"svd": {"rank": 8}, "pq": {"k-means": "torch (lit-embed's k-means++ and Lloyd)"}}.get(method, {})
+    summary = (out / "report.md").read_text()
+    assert "Mean squared error of rebuilt rows: rare" in summary
+
+
 def test_outputs_equal_the_original_on_sentences_of_common_tokens(finetuned, compressed):
     original = load_source(str(finetuned)).module.eval()
     model = load_compressed(compressed("sparse_coding"))

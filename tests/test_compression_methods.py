@@ -7,9 +7,17 @@ import itertools
 from dataclasses import dataclass
 
 import pytest
+import torch
 
-from lit_embed.compress.methods import CompressionMethod, with_common_rows
-from lit_embed.embeddings import UnkEmbedding
+from lit_embed.compress.methods import CompressionMethod, Job, method_named, with_common_rows
+from lit_embed.compress.summary import tensor_bytes
+from lit_embed.embeddings import (
+    FactorizedEmbedding,
+    ProductQuantizedEmbedding,
+    ScalarQuantizedEmbedding,
+    UnkEmbedding,
+)
+from lit_embed.errors import ConfigError
 from lit_embed.testing import check_compression_method
 
 #: Each built-in method's options for the check: small, so that it runs in seconds.
@@ -18,6 +26,10 @@ CONTRACT_OPTIONS = {
     "pca": {"k": 4},
     "unk": {},
     "aq": {"codebooks": 4, "codewords": 8, "max_steps": 3},
+    "svd": {"rank": 5},
+    "int8": {},
+    "int4": {},
+    "pq": {"groups": 4, "codewords": 16, "iterations": 3},
 }
 
 
@@ -96,3 +108,69 @@ def test_a_broken_method_fails_the_contract_naming_the_property(broken, message)
     with pytest.raises(AssertionError) as failed:
         check_compression_method(broken)
     assert message in str(failed.value)
+
+
+# -- the post-hoc methods: formulas and what they rebuild ---------------------------------------------------
+
+
+def table(vocab: int = 300, hidden: int = 12, seed: int = 0) -> torch.Tensor:
+    return torch.randn(vocab, hidden, generator=torch.Generator().manual_seed(seed))
+
+
+def job_of(weight: torch.Tensor, **fields) -> Job:
+    return Job(weight, torch.arange(0, len(weight), 3), **fields)
+
+
+@pytest.mark.parametrize(("bits", "hidden", "code_bytes"), [(8, 10, 10), (8, 9, 9), (4, 10, 5), (4, 9, 5)])
+def test_scalar_quantisation_counts_bytes_and_rebuilds_each_value_within_half_a_step(bits, hidden, code_bytes):
+    weight = table(100, hidden)
+    weight[7] = 0.25  # a constant row: rebuilt exactly
+    (strategy,) = method_named(f"int{bits}").fit(job_of(weight)).values()
+    assert isinstance(strategy, ScalarQuantizedEmbedding) and strategy.codes.dtype == torch.uint8
+    stored = 100 * code_bytes + 100 * 8  # codes, and a float32 scale and offset per row
+    assert tensor_bytes(strategy.state_dict()) == stored
+    assert strategy.num_embedding_parameters() == ScalarQuantizedEmbedding.count_parameters(100, hidden, bits) == -(-stored // 4)
+    rebuilt = strategy(torch.arange(100)).detach()
+    step = (weight.max(1).values - weight.min(1).values) / (2**bits - 1)
+    assert ((rebuilt - weight).abs() <= step[:, None] / 2 + 1e-6).all()
+    assert torch.equal(rebuilt[7], weight[7])
+    assert torch.allclose(rebuilt.min(1).values, weight.min(1).values) and torch.allclose(rebuilt.max(1).values, weight.max(1).values)
+
+
+def test_svd_is_the_best_rank_r_approximation_and_sizes_to_a_budget():
+    weight = table(300, 12)
+    centred = weight.double() - weight.double().mean(0)
+    singular = torch.linalg.svdvals(centred)
+    for rank in (3, 12):
+        method = method_named("svd", {"rank": rank})
+        (strategy,) = method.fit(job_of(weight)).values()
+        assert isinstance(strategy, FactorizedEmbedding) and method.details == {"rank": rank}
+        assert strategy.num_embedding_parameters() == 300 * rank + rank * 12 + 12  # V r + r d + the mean
+        error = (strategy(torch.arange(300)).detach().double() - weight.double()).pow(2).sum()
+        assert float(error) == pytest.approx(float(singular[rank:].pow(2).sum()), rel=1e-4, abs=1e-6)  # Eckart-Young
+    method = method_named("svd", {"budget": 300 * 4 + 4 * 12 + 12})
+    (strategy,) = method.fit(job_of(weight)).values()
+    assert strategy.rank == method.details["rank"] == 4 and "budget=" in method.details["budget"]
+    with pytest.raises(ConfigError, match=r"rank=13 must lie in \[1, min\(vocabulary=300, hidden=12\)\]: change --rank"):
+        method_named("svd", {"rank": 13}).check(job_of(weight))
+
+
+@pytest.mark.parametrize("backend", ["torch", "faiss"])
+def test_product_quantisation_finds_clusters_and_says_which_k_means_ran(backend):
+    if backend == "faiss":
+        faiss = pytest.importorskip("faiss")
+    centres = table(4, 6, seed=1)  # 4 distinct rows per group of 6 dimensions: 4 codewords rebuild the table exactly
+    pick = torch.randint(0, 4, (200, 2), generator=torch.Generator().manual_seed(2))
+    weight = torch.cat([centres[pick[:, 0]], centres[pick[:, 1]]], dim=1)
+    method = method_named("pq", {"groups": 2, "codewords": 4, "iterations": 10, "backend": backend})
+    (strategy,) = method.fit(job_of(weight)).values()
+    assert isinstance(strategy, ProductQuantizedEmbedding)
+    assert strategy.num_embedding_parameters() == 4 * 12 + 200 * 2  # K d codebook values and V G codes
+    assert tensor_bytes(strategy.state_dict()) == 4 * 12 * 4 + 200 * 2
+    assert torch.allclose(strategy(torch.arange(200)).detach(), weight, atol=1e-5)
+    ran = method.details["k-means"]
+    assert ran == (f"faiss {faiss.__version__}" if backend == "faiss" else "torch (lit-embed's k-means++ and Lloyd)")
+    with pytest.raises(ConfigError, match="groups=5 must divide the hidden size 12: change --groups"):
+        method_named("pq", {"groups": 5}).check(job_of(weight))
+    with pytest.raises(ConfigError, match=r"codewords=256 exceeds the vocabulary \(200 rows\)"):
+        method_named("pq", {"groups": 2}).fit(job_of(weight))

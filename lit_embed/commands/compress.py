@@ -38,7 +38,7 @@ from lit_embed.compress.model_io import (
     write_huggingface,
     write_model,
 )
-from lit_embed.compress.summary import counts, format_summary, rebuilt_cosines
+from lit_embed.compress.summary import counts, format_summary, rebuilt_cosines, rebuilt_errors
 from lit_embed.compress.vocabulary import check_retention, count_tokens, coverage, split_vocabulary
 from lit_embed.data.sources import load_files, resolve_file
 from lit_embed.embeddings.state import public_class_path
@@ -95,7 +95,8 @@ def compress(
         out: the output folder (written atomically: complete, or absent on error).
         method: ``sparse_coding`` (the paper's), or a baseline: ``unk`` (rare tokens take ``<unk>``'s row),
             ``pca`` (rare tokens from k principal components of the common rows), ``aq`` (additive
-            quantization of the whole table, M=32 codebooks of K=16), or the name of any
+            quantization of the whole table, M=32 codebooks of K=16); post hoc, the whole table: ``svd`` (low rank),
+            ``int8`` / ``int4`` (per-row scalar quantisation), ``pq`` (product quantisation); or the name of any
             :class:`~lit_embed.compress.methods.CompressionMethod` (a plugin's). Its options:
             ``lit-embed compress --method NAME --help``.
         data: the fine-tuning data whose token frequencies split the vocabulary: a task data config (a
@@ -161,6 +162,7 @@ def compress(
                        "special_ids": list(split.special_ids)},
         **counts(source.weight, strategy, source.module if source.module is not None else source.hf_model),
         "cosine": cosines[best],
+        "mse": rebuilt_errors(source.weight, strategy, split.common_ids),
         "cosine_by_k": {str(k): c for k, c in cosines.items() if k is not None},  # one output gives Table 9's k=1 to 5
         "coverage": None if chosen.module is None else coverage(chosen.module.test_examples(), encoder, split.common_ids),
         "validation": validation,

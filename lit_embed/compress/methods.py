@@ -4,7 +4,8 @@ Each method is one :class:`CompressionMethod` subclass, found by its ``name`` (`
 ``method: NAME`` in a compress config): defining the class registers it, so a plugin's method is one class
 and one YAML file, like a strategy. It declares its own options (a dataclass, ``Options``), which the generic
 command offers once the method is named; nothing of one method's is in :class:`Job` or the command.
-The paper's and its baselines: ``sparse_coding``, ``unk``, ``pca``, ``aq``.
+The paper's and its baselines: ``sparse_coding``, ``unk``, ``pca``, ``aq``; the zoo's post-hoc methods, each of the
+whole table: ``svd`` (low rank), ``int8`` and ``int4`` (per-row scalar quantisation), ``pq`` (product quantisation).
 
 Everything is batched in torch (matrix products in chunks of rare tokens, one batched k x k solve),
 so the 30522 x 768 table of DistilBERT is sparse-coded in seconds on a CPU.
@@ -13,16 +14,23 @@ so the 30522 x 768 table of DistilBERT is sparse-coded in seconds on a CPU.
 from __future__ import annotations
 
 import difflib
+import importlib.util
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, fields
-from typing import ClassVar
+from typing import ClassVar, Literal
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
 from lit_embed.embeddings.base import EmbeddingStrategy
-from lit_embed.embeddings.quantized import AdditiveQuantizedEmbedding
+from lit_embed.embeddings.factorised import FactorizedEmbedding
+from lit_embed.embeddings.quantized import (
+    AdditiveQuantizedEmbedding,
+    ProductQuantizedEmbedding,
+    ScalarQuantizedEmbedding,
+)
 from lit_embed.embeddings.sparse_coded import (
     PartialEmbedding,
     PCAEmbedding,
@@ -216,6 +224,132 @@ def additive_quantize(weight: Tensor, options: AQOptions, seed: int = 0, device:
     return strategy
 
 
+# -- low rank, scalar and product quantisation ------------------------------------------------------------
+
+
+@dataclass
+class SVDOptions:
+    """Low-rank SVD's size.
+
+    Args:
+        rank: r, the singular vectors kept (at most the hidden size).
+        budget: size r to this many embedding parameters, or this fraction of the dense table (then rank is ignored).
+    """
+
+    rank: int = 64
+    budget: int | float | None = None
+
+
+def low_rank(weight: Tensor, rank: int = 64, budget: int | float | None = None) -> FactorizedEmbedding:
+    """The best rank-r approximation of the centred table (Eckart-Young), as ALBERT's factorised embedding with a bias:
+    the ``V x r`` table ``U_r S_r``, the projection ``V_r^T`` and the bias the mean row; ``V r + r d + d`` parameters."""
+    vocab, hidden = weight.shape
+    strategy = FactorizedEmbedding(vocab, hidden, rank=rank, bias=True, budget=budget)
+    r = strategy.rank
+    if r > min(vocab, hidden):
+        raise ConfigError(f"rank={r} exceeds min(vocabulary={vocab}, hidden={hidden}), the singular vectors there are: "
+                          f"lower --rank")
+    rows = weight.detach().double()
+    mean = rows.mean(0)
+    u, s, vh = torch.linalg.svd(rows - mean, full_matrices=False)
+    with torch.no_grad():
+        strategy.table.copy_(u[:, :r] * s[:r])
+        strategy.projection.weight.copy_(vh[:r].T)
+        strategy.projection.bias.copy_(mean)
+    return strategy
+
+
+@dataclass
+class PQOptions:
+    """Product quantisation's shape and its k-means.
+
+    Args:
+        groups: G, the groups the hidden dimensions split into (it must divide the hidden size).
+        codewords: K, k-means centroids per group (at most 256, and the vocabulary size).
+        iterations: k-means iterations in each group.
+        backend: ``faiss`` (its k-means; it must be installed), ``torch`` (lit-embed's own, batched in torch), or
+            ``auto``: faiss where installed, else torch.
+    """
+
+    groups: int = 8
+    codewords: int = 256
+    iterations: int = 20
+    backend: Literal["auto", "faiss", "torch"] = "auto"
+
+
+def nearest_centroid(points: Tensor, centroids: Tensor) -> Tensor:
+    """The nearest centroid of each point by Euclidean distance (ties: the smaller index), in blocks."""
+    chunk = max(1, BLOCK_BYTES // (4 * len(centroids)))
+    squared = centroids.pow(2).sum(-1)
+    return torch.cat([(squared - 2 * part @ centroids.T).argmin(-1) for part in points.split(chunk)])
+
+
+def kmeans_plus_plus(points: Tensor, k: int, generator: torch.Generator) -> Tensor:
+    """k-means++ seeding (Arthur & Vassilvitskii 2007): each next centroid drawn with probability proportional to its
+    squared distance from the nearest chosen one (uniformly once every point is a centroid's)."""
+    chosen = [int(torch.randint(len(points), (1,), generator=generator))]
+    distance = (points - points[chosen[0]]).pow(2).sum(-1)
+    for _ in range(k - 1):
+        total = distance.sum()
+        weights = distance if total > 0 else torch.ones_like(distance)
+        chosen.append(int(torch.multinomial(weights.double(), 1, generator=generator)))
+        distance = torch.minimum(distance, (points - points[chosen[-1]]).pow(2).sum(-1))
+    return points[chosen].clone()
+
+
+def kmeans(points: Tensor, k: int, iterations: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
+    """Lloyd's k-means from k-means++ seeds drawn by ``generator``: ``(centroids, assignment)``; a cluster left
+    empty keeps its centroid."""
+    centroids = kmeans_plus_plus(points, k, generator)
+    for _ in range(iterations):
+        assignment = nearest_centroid(points, centroids)
+        sums = torch.zeros_like(centroids).index_add_(0, assignment, points)
+        sizes = torch.bincount(assignment, minlength=k)
+        filled = sizes > 0
+        centroids[filled] = sums[filled] / sizes[filled, None]
+    return centroids, nearest_centroid(points, centroids)
+
+
+def faiss_kmeans(points: Tensor, k: int, iterations: int, seed: int) -> tuple[Tensor, Tensor]:
+    """faiss's k-means (``faiss.Kmeans``), its centroids and each point's nearest."""
+    import faiss
+
+    data = np.ascontiguousarray(points.numpy(), dtype=np.float32)
+    clustering = faiss.Kmeans(data.shape[1], k, niter=iterations, seed=seed, verbose=False)
+    clustering.train(data)
+    _, nearest = clustering.index.search(data, 1)
+    return torch.from_numpy(clustering.centroids).float(), torch.from_numpy(nearest[:, 0]).long()
+
+
+def product_quantize(weight: Tensor, options: PQOptions, seed: int = 0) -> tuple[ProductQuantizedEmbedding, str]:
+    """k-means in each group of dimensions; returns the strategy and which k-means ran."""
+    vocab, hidden = weight.shape
+    strategy = ProductQuantizedEmbedding(vocab, hidden, groups=options.groups, codewords=options.codewords)
+    if options.codewords > vocab:
+        raise ConfigError(f"codewords={options.codewords} exceeds the vocabulary ({vocab} rows): lower --codewords")
+    backend = options.backend
+    if backend == "auto":
+        backend = "faiss" if importlib.util.find_spec("faiss") is not None else "torch"
+    elif backend == "faiss" and importlib.util.find_spec("faiss") is None:
+        raise ConfigError("backend='faiss' but faiss is not installed: pip install faiss-cpu, or pass --backend torch")
+    generator = torch.Generator().manual_seed(seed)
+    width = hidden // options.groups
+    for group, part in enumerate(weight.detach().float().split(width, dim=1)):
+        part = part.contiguous()
+        if backend == "faiss":
+            centroids, codes = faiss_kmeans(part, options.codewords, options.iterations, seed + group)
+        else:
+            centroids, codes = kmeans(part, options.codewords, options.iterations, generator)
+        with torch.no_grad():
+            strategy.codebooks[group].copy_(centroids)
+        strategy.codes[:, group] = codes.to(torch.uint8)
+    if backend == "faiss":
+        import faiss
+
+        return strategy, f"faiss {faiss.__version__}"
+    return strategy, "torch (lit-embed's k-means++ and Lloyd" + (", faiss is not installed)" if options.backend == "auto" else ")")
+
+
 # -- the methods, by name -----------------------------------------------------------------------------
 
 
@@ -385,4 +519,65 @@ class AdditiveQuantization(CompressionMethod):
 
     def fit(self, job: Job) -> dict[int | None, EmbeddingStrategy]:
         return {None: additive_quantize(job.weight, self.options, seed=job.seed, device=job.device)}
+
+
+class LowRank(CompressionMethod):
+    """Low-rank SVD of the whole (centred) table, kept as a factorised embedding (rank from --rank or --budget)."""
+
+    name = "svd"
+    Options = SVDOptions
+
+    def check(self, job: Job) -> None:
+        vocab, hidden = job.weight.shape
+        if self.options.budget is None and not 1 <= self.options.rank <= min(vocab, hidden):
+            raise ConfigError(f"rank={self.options.rank} must lie in [1, min(vocabulary={vocab}, hidden={hidden})]: "
+                              f"change --rank")
+
+    def fit(self, job: Job) -> dict[int | None, EmbeddingStrategy]:
+        strategy = low_rank(job.weight, self.options.rank, self.options.budget)
+        self.details["rank"] = strategy.rank
+        if strategy.sizing is not None:
+            self.details["budget"] = strategy.sizing.describe()
+        return {None: strategy}
+
+
+class ScalarQuantization(CompressionMethod):
+    """Per-row scalar quantisation of the whole table to ``bits`` bits (each row's min to max in equal steps)."""
+
+    bits: ClassVar[int]
+
+    def fit(self, job: Job) -> dict[int | None, EmbeddingStrategy]:
+        strategy = ScalarQuantizedEmbedding(*job.weight.shape, bits=self.bits)
+        strategy.quantize(job.weight)
+        return {None: strategy}
+
+
+class Int8(ScalarQuantization):
+    """8-bit codes, one per byte."""
+
+    name = "int8"
+    bits = 8
+
+
+class Int4(ScalarQuantization):
+    """4-bit codes, two per byte."""
+
+    name = "int4"
+    bits = 4
+
+
+class ProductQuantization(CompressionMethod):
+    """Product quantisation of the whole table: k-means in each of G groups of dimensions (faiss where installed)."""
+
+    name = "pq"
+    Options = PQOptions
+
+    def check(self, job: Job) -> None:
+        hidden = job.weight.shape[1]
+        if self.options.groups < 1 or hidden % self.options.groups:
+            raise ConfigError(f"groups={self.options.groups} must divide the hidden size {hidden}: change --groups")
+
+    def fit(self, job: Job) -> dict[int | None, EmbeddingStrategy]:
+        strategy, self.details["k-means"] = product_quantize(job.weight, self.options, job.seed)
+        return {None: strategy}
 
