@@ -636,3 +636,65 @@ def test_an_option_the_method_does_not_take_is_refused_naming_its_options(given,
         assert "(method 'unk' takes no options; --k is an option of --method pca, sparse_coding)" in err
         assert len(err.strip().splitlines()) == 2  # the error, and where help is (nothing is close to --k)
     assert not out.exists()
+
+
+# -- fit: any zoo strategy fitted to a pretrained table ------------------------------------------------------------
+
+
+def test_fit_sizes_a_zoo_strategy_to_a_budget_on_the_packaged_minilm(minilm_matrix, tmp_path):
+    """`--method fit --strategy YAML` with the budget knob in the YAML: the hashing trick at 10% of MiniLM's table,
+    a few steps; the report states the loss, the stopping rule, what the budget chose, and the fit's figures."""
+    strategy_file = tmp_path / "hashing_trick_10.yaml"
+    config = yaml.safe_load((CONFIGS / "embedding" / "hashing_trick.yaml").read_text())
+    config["init_args"] = {**config["init_args"], "budget": 0.1}
+    strategy_file.write_text(yaml.safe_dump(config))
+    out = tmp_path / "out"
+    assert compress("--ckpt", "all-MiniLM-L6-v2", "--data", SAMPLE_CORPUS, "--method", "fit", "--strategy",
+                    str(strategy_file), "--max_steps", "6", "--eval_every", "3", "--tolerance", "0", "--out", str(out)) == 0
+    report = read_report(out)
+    dense = minilm_matrix.numel()
+    after = report["parameters"]["embedding"]["after"]
+    assert abs(after - 0.1 * dense) <= 0.01 * 0.1 * dense
+    strategy = load_compact(out / "hf")
+    assert type(strategy).__name__ == "HashingTrickEmbedding" and strategy.num_embedding_parameters() == after
+    details = report["details"]
+    assert details["strategy"] == "HashingTrickEmbedding" and "num_buckets=" in details["budget"]
+    assert details["loss"].startswith("mean squared error of each rebuilt row, weighted by log(2 + the token's count")
+    assert details["stopping rule"].startswith("6 steps, or a whole-table loss (every 3 steps) improving by less than 0")
+    assert details["steps"] == 6 and details["loss after"] < details["loss before"]
+    error = (strategy.full_weight().detach().double() - minilm_matrix.double()).pow(2).mean(-1)
+    assert report["mse"]["all"] == pytest.approx(float(error.mean()), rel=1e-6)
+    assert report["options"]["strategy"] == str(strategy_file)
+    assert "What fit did:" in (out / "report.md").read_text()
+
+
+def test_a_strategy_fitted_to_a_tiny_model_fine_tunes_tests_and_exports(tmp_path, monkeypatch):
+    """A tiny fine-tuned classifier's dense table, fitted into the QR strategy: the output fine-tunes from it (the
+    run starts from the fitted table), tests, and exports like any compress output."""
+    from lit_embed.checkpoints import FACTS, describe
+    from lit_embed.embeddings import DenseEmbedding
+    from lit_embed.models import SequenceClassifier
+    from tests.helpers import tiny_encoder
+
+    monkeypatch.chdir(tmp_path)
+    torch.manual_seed(0)
+    model = SequenceClassifier("topics", encoder=tiny_encoder(16), embedding=DenseEmbedding, vocab_size=30522)
+    torch.save({"state_dict": model.state_dict(), FACTS: describe(model, "all-MiniLM-L6-v2", None)}, tmp_path / "tiny.ckpt")
+    data = {"class_path": "lit_embed.data.TaskDataModule", "init_args": {
+        "task": "topics", "tokenizer": "all-MiniLM-L6-v2", "protocol": "split_train", "max_length": 64, "batch_size": 8}}
+    (tmp_path / "data.yaml").write_text(yaml.safe_dump({"data": data}))
+    out = tmp_path / "qr"
+    assert compress("--ckpt", str(tmp_path / "tiny.ckpt"), "--data", str(tmp_path / "data.yaml"), "--method", "fit",
+                    "--strategy", str(CONFIGS / "embedding" / "qr.yaml"), "--max_steps", "5", "--out", str(out)) == 0
+    fitted = load_compressed(out).embedding
+    assert type(fitted).__name__ == "QREmbedding"
+    assert main(["fit", "--config", str(out / "config.yaml"), "--model.init_args.checkpoint", str(out / "model.ckpt"),
+                 "--model.init_args.optim.lr", "1e-12", "--trainer.max_steps", "1", "--trainer.limit_val_batches", "1",
+                 "--trainer.limit_test_batches", "1", "--trainer.logger", "false", *QUIET]) == 0
+    (tuned,) = (p for p in out.rglob("*.ckpt") if p.name != "model.ckpt")
+    state = torch.load(tuned, map_location="cpu", weights_only=True)["state_dict"]
+    for name, value in fitted.state_dict().items():  # one step at learning rate 1e-12: the fitted table, all but still
+        assert torch.allclose(state[f"embedding.{name}"], value, rtol=0, atol=1e-9), name
+    assert "test/score" in json.loads((out / "results.json").read_text())["metrics"]
+    assert main(["export", "--ckpt", str(out / "model.ckpt"), "--out", str(tmp_path / "exported")]) == 0
+    assert (tmp_path / "exported" / "config.json").is_file()

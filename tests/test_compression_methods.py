@@ -4,11 +4,14 @@ and a broken one fails it, naming the property."""
 from __future__ import annotations
 
 import itertools
+import re
 from dataclasses import dataclass
 
 import pytest
 import torch
+from torch.nn import functional as F
 
+from lit_embed.compress.fitting import strategy_from
 from lit_embed.compress.methods import CompressionMethod, Job, method_named, with_common_rows
 from lit_embed.compress.summary import tensor_bytes
 from lit_embed.embeddings import (
@@ -17,8 +20,9 @@ from lit_embed.embeddings import (
     ScalarQuantizedEmbedding,
     UnkEmbedding,
 )
-from lit_embed.errors import ConfigError
+from lit_embed.errors import ConfigError, UserError
 from lit_embed.testing import check_compression_method
+from tests.helpers import CONFIGS
 
 #: Each built-in method's options for the check: small, so that it runs in seconds.
 CONTRACT_OPTIONS = {
@@ -30,6 +34,8 @@ CONTRACT_OPTIONS = {
     "int8": {},
     "int4": {},
     "pq": {"groups": 4, "codewords": 16, "iterations": 3},
+    "fit": {"strategy": {"class_path": "lit_embed.embeddings.QREmbedding", "init_args": {"remainder_rows": 300}},
+            "max_steps": 3, "eval_every": 2},
 }
 
 
@@ -174,3 +180,66 @@ def test_product_quantisation_finds_clusters_and_says_which_k_means_ran(backend)
         method_named("pq", {"groups": 5}).check(job_of(weight))
     with pytest.raises(ConfigError, match=r"codewords=256 exceeds the vocabulary \(200 rows\)"):
         method_named("pq", {"groups": 2}).fit(job_of(weight))
+
+
+# -- fit: any strategy fitted to the table, its loss and stopping rule as stated ------------------------------------
+
+FACTORISED = {"class_path": "lit_embed.embeddings.FactorizedEmbedding", "init_args": {"rank": 8}}
+
+
+def fit_job(counts: torch.Tensor | None = None) -> Job:
+    weight = table(200, 8)
+    return Job(weight, torch.arange(0, 200, 3), counts=counts)
+
+
+@pytest.mark.parametrize(("loss", "weighting"), [("mse", "frequency"), ("cosine", "frequency"), ("mse", "uniform")])
+def test_fit_minimises_the_stated_weighted_loss(loss, weighting):
+    counts = torch.arange(200) ** 2  # skewed: the weights log(2 + count) differ
+    job = fit_job(counts)
+    method = method_named("fit", {"strategy": FACTORISED, "loss": loss, "weighting": weighting, "max_steps": 150,
+                                  "tolerance": 0.0, "eval_every": 50, "lr": 0.05, "batch_size": 64})
+    with torch.random.fork_rng():
+        torch.manual_seed(job.seed)  # the strategy starts where the method's own seeded build starts
+        start = strategy_from(FACTORISED, 200, 8)
+    (strategy,) = method.fit(job).values()
+    weights = torch.log(2.0 + counts.double()) if weighting == "frequency" else torch.ones(200, dtype=torch.float64)
+
+    def stated(rows: torch.Tensor) -> float:
+        target = job.weight.double()
+        per_row = (1 - F.cosine_similarity(rows.double(), target, dim=-1) if loss == "cosine"
+                   else (rows.double() - target).pow(2).mean(-1))
+        return float((per_row * weights).sum() / weights.sum())
+
+    details = method.details
+    assert details["loss before"] == pytest.approx(stated(start(torch.arange(200)).detach()), rel=1e-4, abs=1e-6)
+    assert details["loss after"] == pytest.approx(stated(strategy(torch.arange(200)).detach()), rel=1e-4, abs=1e-6)
+    assert details["loss after"] < 0.1 * details["loss before"]  # rank 8 of an 8-wide table: it can fit it
+    assert (details["steps"], details["stopped by"]) == (150, "max_steps (150)")
+    assert details["strategy"] == "FactorizedEmbedding"
+    assert ("log(2 + the token's count in the data)" in details["loss"]) is (weighting == "frequency")
+
+
+@pytest.mark.parametrize(("options", "steps", "stopped"), [
+    ({"max_steps": 7}, 7, "max_steps (7)"),
+    ({"tolerance": 1.0, "eval_every": 4}, 4, "tolerance (whole-table loss"),  # any gain short of 100% stops at once
+    ({"max_seconds": 1e-9}, 1, "max_seconds (1e-09)"),
+])
+def test_fit_stops_by_each_rule_and_says_which(options, steps, stopped):
+    method = method_named("fit", {"strategy": FACTORISED, "max_steps": 50, **options})
+    method.fit(fit_job())
+    assert method.details["steps"] == steps and method.details["stopped by"].startswith(stopped)
+
+
+def test_fit_refuses_what_it_cannot_fit_before_any_work(tmp_path):
+    (tmp_path / "not_a_strategy.yaml").write_text("rank: 3\n")
+    cases = {
+        None: "method 'fit' needs --strategy: a strategy YAML (configs/embedding/*.yaml) to fit",
+        str(tmp_path / "missing.yaml"): "does not exist: give a strategy YAML",
+        str(tmp_path / "not_a_strategy.yaml"): "is not a strategy config: it needs a class_path",
+        str(CONFIGS / "embedding" / "md5_emb1k.yaml"): "HashEmbedding does not index vocabulary ids",
+    }
+    for strategy, message in cases.items():
+        with pytest.raises(UserError, match=re.escape(message)):
+            method_named("fit", {"strategy": strategy}).check(fit_job())
+    with pytest.raises(ConfigError, match="max_steps=0 must be at least 1"):
+        method_named("fit", {"strategy": FACTORISED, "max_steps": 0}).check(fit_job())

@@ -96,7 +96,8 @@ def compress(
         method: ``sparse_coding`` (the paper's), or a baseline: ``unk`` (rare tokens take ``<unk>``'s row),
             ``pca`` (rare tokens from k principal components of the common rows), ``aq`` (additive
             quantization of the whole table, M=32 codebooks of K=16); post hoc, the whole table: ``svd`` (low rank),
-            ``int8`` / ``int4`` (per-row scalar quantisation), ``pq`` (product quantisation); or the name of any
+            ``int8`` / ``int4`` (per-row scalar quantisation), ``pq`` (product quantisation), ``fit`` (any
+            vocabulary strategy, ``--strategy YAML``, fitted to the table by gradient descent); or the name of any
             :class:`~lit_embed.compress.methods.CompressionMethod` (a plugin's). Its options:
             ``lit-embed compress --method NAME --help``.
         data: the fine-tuning data whose token frequencies split the vocabulary: a task data config (a

@@ -5,7 +5,8 @@ Each method is one :class:`CompressionMethod` subclass, found by its ``name`` (`
 and one YAML file, like a strategy. It declares its own options (a dataclass, ``Options``), which the generic
 command offers once the method is named; nothing of one method's is in :class:`Job` or the command.
 The paper's and its baselines: ``sparse_coding``, ``unk``, ``pca``, ``aq``; the zoo's post-hoc methods, each of the
-whole table: ``svd`` (low rank), ``int8`` and ``int4`` (per-row scalar quantisation), ``pq`` (product quantisation).
+whole table: ``svd`` (low rank), ``int8`` and ``int4`` (per-row scalar quantisation), ``pq`` (product quantisation),
+and ``fit``, any vocabulary strategy fitted to the table (:mod:`lit_embed.compress.fitting`).
 
 Everything is batched in torch (matrix products in chunks of rare tokens, one batched k x k solve),
 so the 30522 x 768 table of DistilBERT is sparse-coded in seconds on a CPU.
@@ -24,6 +25,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
+from lit_embed.compress.fitting import FitOptions, fit_strategy, strategy_from
 from lit_embed.embeddings.base import EmbeddingStrategy
 from lit_embed.embeddings.factorised import FactorizedEmbedding
 from lit_embed.embeddings.quantized import (
@@ -581,3 +583,24 @@ class ProductQuantization(CompressionMethod):
         strategy, self.details["k-means"] = product_quantize(job.weight, self.options, job.seed)
         return {None: strategy}
 
+
+class StrategyFit(CompressionMethod):
+    """Any vocabulary strategy (``--strategy YAML``) fitted to the table by gradient descent
+    (:mod:`lit_embed.compress.fitting`: the loss and the stopping rule)."""
+
+    name = "fit"
+    Options = FitOptions
+
+    def check(self, job: Job) -> None:
+        self.options.check()
+        strategy_from(self.options.strategy, *job.weight.shape)  # a bad strategy file or class fails before any work
+
+    def fit(self, job: Job) -> dict[int | None, EmbeddingStrategy]:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(job.seed)
+            strategy = strategy_from(self.options.strategy, *job.weight.shape)
+        self.details.update({"strategy": type(strategy).__name__, **self.options.describe()})
+        if strategy.sizing is not None:
+            self.details["budget"] = strategy.sizing.describe()
+        self.details.update(fit_strategy(strategy, job.weight, job.counts, self.options, job.seed, job.device))
+        return {None: strategy}

@@ -105,7 +105,7 @@ def format_summary(report: dict) -> str:
         lines += ["", f"Mean squared error of rebuilt rows: rare {rare}, common {error['common']:.3g}, all {error['all']:.3g}."]
     details = report.get("details")
     if details:
-        lines += ["", "Method: " + "; ".join(f"{key} {value}" for key, value in details.items()) + "."]
+        lines += ["", f"What {report['method']} did:", *(f"- {key}: {value}" for key, value in details.items())]
     by_k = report.get("cosine_by_k") or {}
     if len(by_k) > 1:
         lines += ["", "Rare rows' cosine with each k: " + ", ".join(
