@@ -76,9 +76,10 @@ class ScalarQuantizedEmbedding(EmbeddingStrategy):
     Args:
         vocab_size, hidden_size: the table's shape.
         bits: bits per code, 8 or 4.
+        budget: the table has one size for its bits: a budget is accepted only within 1% of it, and refused otherwise.
     """
 
-    def __init__(self, vocab_size: int, hidden_size: int, bits: int = 8) -> None:
+    def __init__(self, vocab_size: int, hidden_size: int, bits: int = 8, budget: int | float | None = None) -> None:
         super().__init__(vocab_size, hidden_size)
         if bits not in (4, 8):
             raise ConfigError(f"bits={bits} must be 8 or 4 (codes are packed into bytes)")
@@ -145,9 +146,14 @@ class ProductQuantizedEmbedding(EmbeddingStrategy):
         vocab_size, hidden_size: the table's shape.
         groups: G, dividing ``hidden_size``.
         codewords: K, codewords per group (at most 256).
+        budget: size K to this many parameters, or this fraction of the dense table (the ``V G`` codes are fixed by
+            ``groups``, so a budget below them, or above ``256 d`` more, is refused naming what can be met).
     """
 
-    def __init__(self, vocab_size: int, hidden_size: int, groups: int = 8, codewords: int = 256) -> None:
+    size_parameter = "codewords"
+
+    def __init__(self, vocab_size: int, hidden_size: int, groups: int = 8, codewords: int = 256,
+                 budget: int | float | None = None) -> None:
         super().__init__(vocab_size, hidden_size)
         if groups < 1 or hidden_size % groups:
             raise ConfigError(f"groups={groups} must divide hidden_size={hidden_size}")
@@ -161,6 +167,10 @@ class ProductQuantizedEmbedding(EmbeddingStrategy):
     @classmethod
     def count_parameters(cls, vocab_size: int, hidden_size: int, groups: int = 8, codewords: int = 256, **_) -> int:
         return codewords * hidden_size + vocab_size * groups
+
+    @classmethod
+    def size_range(cls, vocab_size: int, hidden_size: int, **_) -> tuple[int, int]:
+        return 2, 256
 
     def num_embedding_parameters(self) -> int:
         return self.count_parameters(self.vocab_size, self.hidden_size, self.groups, self.codewords)
