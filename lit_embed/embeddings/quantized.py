@@ -24,7 +24,8 @@ class AdditiveQuantizedEmbedding(EmbeddingStrategy):
     index, counted as one parameter as sparse coding counts its ids).
 
     Args:
-        vocab_size, hidden_size: the table's shape.
+        vocab_size: V, the table's rows.
+        hidden_size: d, its width.
         codebooks: M.
         codewords: K, vectors per codebook (at most 256).
         budget: size M to this many parameters (``M (K d + V)``).
@@ -74,7 +75,8 @@ class ScalarQuantizedEmbedding(EmbeddingStrategy):
     (a code is a quarter or an eighth of a float, not one). ``lit-embed compress --method int8`` / ``int4`` fits it.
 
     Args:
-        vocab_size, hidden_size: the table's shape.
+        vocab_size: V, the table's rows.
+        hidden_size: d, its width.
         bits: bits per code, 8 or 4.
         budget: the table has one size for its bits: a budget is accepted only within 1% of it, and refused otherwise.
     """
@@ -143,7 +145,8 @@ class ProductQuantizedEmbedding(EmbeddingStrategy):
     ``lit-embed compress --method pq`` fits it by k-means in each group.
 
     Args:
-        vocab_size, hidden_size: the table's shape.
+        vocab_size: V, the table's rows.
+        hidden_size: d, its width.
         groups: G, dividing ``hidden_size``.
         codewords: K, codewords per group (at most 256).
         budget: size K to this many parameters, or this fraction of the dense table (the ``V G`` codes are fixed by
