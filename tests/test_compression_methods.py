@@ -11,8 +11,7 @@ import pytest
 import torch
 from torch.nn import functional as F
 
-from lit_embed.compress.fitting import strategy_from
-from lit_embed.compress.methods import CompressionMethod, Job, method_named, with_common_rows
+from lit_embed.compress.methods import CompressionMethod, Job, method_named, strategy_from, with_common_rows
 from lit_embed.compress.summary import tensor_bytes
 from lit_embed.embeddings import (
     FactorizedEmbedding,

@@ -6,7 +6,7 @@ and one YAML file, like a strategy. It declares its own options (a dataclass, ``
 command offers once the method is named; nothing of one method's is in :class:`Job` or the command.
 The paper's and its baselines: ``sparse_coding``, ``unk``, ``pca``, ``aq``; the zoo's post-hoc methods, each of the
 whole table: ``svd`` (low rank), ``int8`` and ``int4`` (per-row scalar quantisation), ``pq`` (product quantisation),
-and ``fit``, any vocabulary strategy fitted to the table (:mod:`lit_embed.compress.fitting`).
+and ``fit``, any vocabulary strategy fitted to the table (:class:`FitOptions`: its loss and stopping rule).
 
 Everything is batched in torch (matrix products in chunks of rare tokens, one batched k x k solve),
 so the 30522 x 768 table of DistilBERT is sparse-coded in seconds on a CPU.
@@ -16,16 +16,20 @@ from __future__ import annotations
 
 import difflib
 import importlib.util
+import math
+import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, fields
+from pathlib import Path
 from typing import ClassVar, Literal
 
 import numpy as np
 import torch
+import yaml
 from torch import Tensor, nn
 from torch.nn import functional as F
 
-from lit_embed.compress.fitting import FitOptions, fit_strategy, strategy_from
+from lit_embed.checkpoints import build_from_config, resolve_class
 from lit_embed.embeddings.base import EmbeddingStrategy
 from lit_embed.embeddings.factorised import FactorizedEmbedding
 from lit_embed.embeddings.quantized import (
@@ -40,7 +44,7 @@ from lit_embed.embeddings.sparse_coded import (
     UnkEmbedding,
     rare_ids_of,
 )
-from lit_embed.errors import ConfigError
+from lit_embed.errors import ConfigError, MissingFileError
 
 #: Ridge added to each k x k local Gram matrix, relative to its mean eigenvalue: it only matters when the
 #: matrix is singular (a rare vector in the affine span of its neighbours, or duplicate neighbours).
@@ -352,6 +356,157 @@ def product_quantize(weight: Tensor, options: PQOptions, seed: int = 0) -> tuple
     return strategy, "torch (lit-embed's k-means++ and Lloyd" + (", faiss is not installed)" if options.backend == "auto" else ")")
 
 
+# -- fit: any vocabulary strategy fitted to the table --------------------------------------------------------
+#
+# ``lit-embed compress --method fit --strategy YAML``: every zoo method then starts from a pretrained encoder without
+# pre-training. The loss and the stopping rule are :class:`FitOptions`'s.
+
+
+#: Rows whose loss is computed at once in an evaluation over the whole table.
+EVAL_ROWS = 8192
+
+
+@dataclass
+class FitOptions:
+    """Which strategy to fit, the loss and the stopping rule.
+
+    The loss, per batch of rows ``B`` drawn uniformly at random (a seeded permutation, epoch after epoch)::
+
+        L = sum_{i in B} w_i l_i / sum_{i in B} w_i,   l_i = mean_j (e_ij - x_ij)^2  (mse)   or   1 - cos(e_i, x_i)  (cosine)
+
+    with ``e_i`` the strategy's row of token ``i`` and ``x_i`` the table's; ``w_i = log(2 + c_i)`` for ``c_i`` the
+    token's count in the data (``weighting: frequency``: frequent rows weigh more, rare ones still count) or 1
+    (``uniform``). Adam minimises it. The stopping rule, whichever comes first: ``max_steps`` steps; an evaluation of
+    ``L`` over the whole table (every ``eval_every`` steps) improving on the best before it by less than ``tolerance``
+    (relative); ``max_seconds`` of fitting.
+
+    Args:
+        strategy: the strategy to fit: a YAML file of one (``configs/embedding/*.yaml``, ``budget:`` included) or its
+            ``class_path``/``init_args`` inline; the vocabulary and hidden sizes are the table's.
+        loss: ``mse`` (mean squared error of each row) or ``cosine`` (1 - cosine similarity of each row).
+        weighting: ``frequency``: each row weighs log(2 + its count in the data); ``uniform``: all rows alike.
+        max_steps: stop after this many steps.
+        tolerance: stop when an evaluation of the loss over the whole table improves on the best before it by less
+            than this fraction.
+        eval_every: steps between evaluations over the whole table.
+        max_seconds: stop after this many seconds of fitting (``null``: no limit).
+        batch_size: rows per step.
+        lr: Adam's learning rate.
+    """
+
+    strategy: str | dict | None = None
+    loss: Literal["mse", "cosine"] = "mse"
+    weighting: Literal["frequency", "uniform"] = "frequency"
+    max_steps: int = 2000
+    tolerance: float = 1e-3
+    eval_every: int = 100
+    max_seconds: float | None = None
+    batch_size: int = 1024
+    lr: float = 1e-2
+
+    def check(self) -> None:
+        if self.strategy is None:
+            raise ConfigError("method 'fit' needs --strategy: a strategy YAML (configs/embedding/*.yaml) to fit")
+        if self.loss not in ("mse", "cosine") or self.weighting not in ("frequency", "uniform"):
+            raise ConfigError(f"loss={self.loss!r} must be 'mse' or 'cosine', weighting={self.weighting!r} 'frequency' "
+                              f"or 'uniform'")
+        for name in ("max_steps", "eval_every", "batch_size"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name}={getattr(self, name)} must be at least 1")
+        if self.lr <= 0 or self.tolerance < 0 or (self.max_seconds is not None and self.max_seconds <= 0):
+            raise ConfigError(f"lr={self.lr} and max_seconds={self.max_seconds} must be positive, tolerance="
+                              f"{self.tolerance} at least 0")
+
+    def describe(self) -> dict[str, str]:
+        """The loss and the stopping rule in words, for the report."""
+        weights = "log(2 + the token's count in the data)" if self.weighting == "frequency" else "1"
+        row = "mean squared error" if self.loss == "mse" else "1 - cosine similarity"
+        limit = "" if self.max_seconds is None else f", or {self.max_seconds:g} s"
+        return {
+            "loss": f"{row} of each rebuilt row, weighted by {weights}; Adam lr {self.lr:g}, {self.batch_size} rows a step",
+            "stopping rule": f"{self.max_steps} steps, or a whole-table loss (every {self.eval_every} steps) improving "
+                             f"by less than {self.tolerance:g} of the best before it{limit}",
+        }
+
+
+def strategy_from(given: str | dict, vocab_size: int, hidden_size: int) -> EmbeddingStrategy:
+    """The strategy a YAML file (or an inline config) describes, built for a ``vocab_size x hidden_size`` table."""
+    config = given
+    if isinstance(given, str):
+        path = Path(given).expanduser()
+        if not path.is_file():
+            raise MissingFileError(f"strategy {given!r} does not exist: give a strategy YAML (configs/embedding/*.yaml)")
+        config = yaml.safe_load(path.read_text())
+    if not isinstance(config, dict) or "class_path" not in config:
+        raise ConfigError(f"strategy {given!r} is not a strategy config: it needs a class_path (and init_args), as "
+                          f"configs/embedding/*.yaml have")
+    cls = resolve_class(str(config["class_path"]))
+    if isinstance(cls, type) and issubclass(cls, EmbeddingStrategy) and (cls.unlimited_vocabulary or tuple(cls.code_shape)):
+        raise ConfigError(f"{cls.__name__} does not index vocabulary ids, so it has no row per token to fit to the "
+                          f"table: choose a vocabulary strategy (configs/embedding/: hashing_trick, qr, tt, ...)")
+    init = {**(config.get("init_args") or {}), "vocab_size": vocab_size, "hidden_size": hidden_size}
+    return build_from_config(EmbeddingStrategy, {"class_path": config["class_path"], "init_args": init}, "embedding")
+
+
+def row_losses(rebuilt: Tensor, target: Tensor, loss: str) -> Tensor:
+    """Each row's loss ``l_i``."""
+    if loss == "cosine":
+        return 1.0 - F.cosine_similarity(rebuilt, target, dim=-1)
+    return (rebuilt - target).pow(2).mean(-1)
+
+
+def fit_strategy(strategy: EmbeddingStrategy, weight: Tensor, counts: Tensor | None, options: FitOptions, seed: int = 0,
+                 device: str = "cpu") -> dict:
+    """Fit ``strategy``'s parameters to ``weight`` (in place) under the module's loss and stopping rule; returns what
+    happened (steps, why it stopped, the first and last whole-table loss, seconds)."""
+    started = time.perf_counter()
+    strategy.prepare()
+    strategy.to(device).train()
+    target = weight.detach().float().to(device)
+    vocab = len(target)
+    frequent = counts is not None and options.weighting == "frequency"
+    weights = torch.log(2.0 + counts.double()).float().to(device) if frequent else torch.ones(vocab, device=device)
+    optimizer = torch.optim.Adam([p for p in strategy.parameters() if p.requires_grad], lr=options.lr)
+    order = torch.Generator().manual_seed(seed)
+
+    first = best = weighted_loss(strategy, target, weights, options.loss)
+    steps, stopped = 0, f"max_steps ({options.max_steps})"
+    batches: list[Tensor] = []
+    while steps < options.max_steps:
+        if not batches:
+            batches = list(torch.randperm(vocab, generator=order).split(options.batch_size))[::-1]
+        ids = batches.pop()
+        w = weights[ids]
+        loss = (row_losses(strategy(ids.to(device)), target[ids], options.loss) * w).sum() / w.sum()
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        steps += 1
+        if not math.isfinite(float(loss.detach())):
+            raise ConfigError(f"fitting {type(strategy).__name__} diverged at step {steps} (loss {float(loss.detach())}): lower --lr")
+        if options.max_seconds is not None and time.perf_counter() - started >= options.max_seconds:
+            stopped = f"max_seconds ({options.max_seconds:g})"
+            break
+        if steps % options.eval_every == 0 and steps < options.max_steps:
+            now = weighted_loss(strategy, target, weights, options.loss)
+            if best - now < options.tolerance * best:
+                stopped = f"tolerance (whole-table loss {now:.4g} against the best {best:.4g})"
+                break
+            best = now
+    last = weighted_loss(strategy, target, weights, options.loss)
+    strategy.eval().cpu()
+    return {"steps": steps, "stopped by": stopped, "loss before": round(first, 6), "loss after": round(last, 6),
+            "seconds": round(time.perf_counter() - started, 2)}
+
+
+def weighted_loss(strategy: EmbeddingStrategy, target: Tensor, weights: Tensor, loss: str) -> float:
+    """The loss ``L`` over the whole table."""
+    with torch.no_grad():
+        total = sum(float((row_losses(strategy(ids.to(target.device)), target[ids], loss) * weights[ids]).sum())
+                    for ids in torch.arange(len(target)).split(EVAL_ROWS))
+    return total / float(weights.sum())
+
+
 # -- the methods, by name -----------------------------------------------------------------------------
 
 
@@ -586,7 +741,7 @@ class ProductQuantization(CompressionMethod):
 
 class StrategyFit(CompressionMethod):
     """Any vocabulary strategy (``--strategy YAML``) fitted to the table by gradient descent
-    (:mod:`lit_embed.compress.fitting`: the loss and the stopping rule)."""
+    (:class:`FitOptions`: the loss and the stopping rule)."""
 
     name = "fit"
     Options = FitOptions
