@@ -1,4 +1,5 @@
-"""The strategy contract: what every embedding strategy must do, checked on a small instance.
+"""The strategy contract: what every embedding strategy must do, checked on a small instance; and the
+compression-method contract (:func:`check_compression_method`), which checks what a method fits by the first.
 
 A plugin author runs it on their strategy as the test suite runs it on every built-in one::
 
@@ -36,17 +37,21 @@ The properties, in the order checked:
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import pickle
+import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 
 import numpy as np
 import torch
 from torch import Tensor, nn
 
 from lit_embed.checkpoints import build_from_config
+from lit_embed.compress.methods import CompressionMethod, Job, method_class, method_named
 from lit_embed.embeddings.base import EmbeddingStrategy
 from lit_embed.embeddings.text import FittableTextEncoder, TextEncoder
 from lit_embed.errors import UserError
@@ -111,21 +116,21 @@ def _build(factory: Callable, vocab_size: int | None, hidden_size: int) -> Embed
 # -- reporting ---------------------------------------------------------------------------------------
 
 
-def require(condition: bool, name: str, prop: str, detail: str) -> None:
+def require(condition: bool, name: str, prop: str, detail: str, contract: str = "strategy") -> None:
     """Raise the contract's ``AssertionError`` (``assert`` statements vanish under ``python -O``)."""
     if not condition:
-        raise AssertionError(f"{name} breaks the strategy contract ({prop}): {detail}")
+        raise AssertionError(f"{name} breaks the {contract} contract ({prop}): {detail}")
 
 
 @contextmanager
-def checking(name: str, prop: str) -> Iterator[None]:
-    """Report any error the strategy raises while ``prop`` is checked as that property's failure."""
+def checking(name: str, prop: str, contract: str = "strategy") -> Iterator[None]:
+    """Report any error the strategy (or method) raises while ``prop`` is checked as that property's failure."""
     try:
         yield
     except AssertionError:
         raise
     except Exception as error:
-        raise AssertionError(f"{name} breaks the strategy contract ({prop}): {type(error).__name__}: {error}") from error
+        raise AssertionError(f"{name} breaks the {contract} contract ({prop}): {type(error).__name__}: {error}") from error
 
 
 class Contract:
@@ -298,6 +303,106 @@ class Contract:
             self.require(same, prop, "the rebuilt strategy's text encoder gives other codes for the same texts")
 
 
+# -- compression methods -----------------------------------------------------------------------------
+
+
+def contract_job(vocab_size: int = 30522, hidden_size: int = 16, seed: int = 0) -> Job:
+    """A small job as ``lit-embed compress`` hands one to a method: a seeded random table, every 30th id and the default
+    tokenizer's specials (0, 100-103) common, ``<unk>`` 100, Zipf-like counts (the common ids the frequent ones)."""
+    generator = torch.Generator().manual_seed(seed)
+    weight = torch.randn(vocab_size, hidden_size, generator=generator)
+    common = torch.tensor(sorted(set(range(0, vocab_size, 30)) | {i for i in (0, 100, 101, 102, 103) if i < vocab_size}))
+    counts = torch.zeros(vocab_size, dtype=torch.long)
+    counts[common] = 1000 // torch.arange(1, len(common) + 1)
+    return Job(weight, common, unk_id=100 if vocab_size > 100 else None, counts=counts, seed=seed)
+
+
+def fitted(method: str | type[CompressionMethod], options: dict | None = None, job: Job | None = None) -> dict:
+    """What ``method`` (a registered name or class) with ``options`` fits to ``job`` (default :func:`contract_job`)."""
+    name = method if isinstance(method, str) else method.name
+    compression = method_named(name, options)
+    job = job or contract_job()
+    compression.check(job)
+    return compression.fit(job)
+
+
+def check_compression_method(
+    method: str | type[CompressionMethod],
+    *,
+    options: dict | None = None,
+    vocab_size: int = 30522,
+    hidden_size: int = 16,
+    tokenizer: str = "all-MiniLM-L6-v2",
+    seed: int = 0,
+) -> dict:
+    """Check a compression method against its contract; returns what it fitted (by k).
+
+    The method (registered under its ``name``; ``options`` its own, small ones keep the check fast) fits
+    :func:`contract_job`'s table; then:
+
+    1. **options**: ``Options`` is a dataclass whose every field has a default (the command offers each as ``--FIELD``).
+    2. **fits**: ``fit`` gives at least one candidate, each an :class:`EmbeddingStrategy` of the table's sizes.
+    3. **strategy contract**: each candidate passes :func:`check_strategy` (forward, text encoder, gradients for
+       fine-tuning, its own checkpoint round trip).
+    4. **parameter count**: ``num_embedding_parameters()`` (what compress reports) is what ``count_parameters`` gives
+       from the candidate's ``init_args()`` alone, and the same after a checkpoint round trip.
+    5. **deterministic**: fitting again with the same seed gives the same state, bit for bit.
+    6. **compact file round trip**: the candidate saved as compress saves it beside a HuggingFace export
+       (``compressed_embedding.safetensors``) and loaded back computes the same vectors.
+    """
+    from lit_embed.compress.model_io import load_compact, save_compact  # the command's own writer and reader
+
+    cls = method_class(method) if isinstance(method, str) else method
+    name = cls.__name__
+
+    def need(condition: bool, prop: str, detail: str) -> None:
+        require(condition, name, prop, detail, contract="compression method")
+
+    with checking(name, "options", "compression method"):
+        need(dataclasses.is_dataclass(cls.Options), "options", f"Options ({cls.Options!r}) is not a dataclass")
+        missing = [f.name for f in dataclasses.fields(cls.Options)
+                   if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+        need(not missing, "options", f"options {missing} have no default")
+    job = contract_job(vocab_size, hidden_size, seed)
+    with checking(name, "fits", "compression method"):
+        candidates = fitted(cls, options, job)
+        need(isinstance(candidates, dict) and bool(candidates), "fits", f"fit() gave {candidates!r}, not a dict of strategies")
+    for key, strategy in candidates.items():
+        need(isinstance(strategy, EmbeddingStrategy), "fits", f"fit()[{key!r}] is a {type(strategy).__name__}")
+        need((strategy.vocab_size, strategy.hidden_size) == (vocab_size, hidden_size), "fits",
+             f"fit()[{key!r}] is {strategy.vocab_size} x {strategy.hidden_size}, the table {vocab_size} x {hidden_size}")
+        def built(vocab: int | None, hidden: int, strategy: EmbeddingStrategy = strategy) -> EmbeddingStrategy:
+            return strategy
+
+        built.__name__ = f"{name}.fit()[{key!r}] ({type(strategy).__name__})"
+        check_strategy(built, vocab_size=vocab_size, hidden_size=hidden_size, tokenizer=tokenizer, seed=seed)
+        with checking(name, "parameter count", "compression method"):
+            count = strategy.num_embedding_parameters()
+            formula = type(strategy).count_parameters(vocab_size, hidden_size, **strategy.init_args())
+            need(count == formula, "parameter count", f"fit()[{key!r}] reports {count} parameters, its count_parameters "
+                 f"{formula} from init_args() {strategy.init_args()}")
+            fresh = build_from_config(EmbeddingStrategy, strategy.config(with_sizes=True), "embedding")
+            fresh.load_state_dict(strategy.state_dict())
+            need(fresh.num_embedding_parameters() == count, "parameter count",
+                 f"the strategy rebuilt from its checkpoint reports {fresh.num_embedding_parameters()}, not {count}")
+    with checking(name, "deterministic", "compression method"):
+        again = fitted(cls, options, contract_job(vocab_size, hidden_size, seed))
+        need(list(again) == list(candidates), "deterministic", f"a second fit gave candidates {list(again)}, not {list(candidates)}")
+        for key, strategy in candidates.items():
+            first, second = strategy.state_dict(), again[key].state_dict()
+            differ = [k for k in first if not torch.equal(first[k], second[k])]
+            need(not differ, "deterministic", f"fitted twice with seed {seed}, fit()[{key!r}]'s {differ} differ")
+    with checking(name, "compact file round trip", "compression method"), tempfile.TemporaryDirectory() as folder:
+        codes = torch.randint(0, vocab_size, (3, 5), generator=torch.Generator().manual_seed(seed))
+        for key, strategy in candidates.items():
+            path = Path(folder) / f"{key}.safetensors"
+            save_compact(strategy, path)
+            loaded = load_compact(path).eval()
+            need(torch.equal(loaded(codes), strategy.eval()(codes)), "compact file round trip",
+                 f"fit()[{key!r}] read back from {path.name} computes other vectors")
+    return candidates
+
+
 def persistent_buffers(module: nn.Module) -> dict[str, Tensor]:
     names = {name for name, _ in module.named_buffers()}
     return {name: value for name, value in module.state_dict().items() if name in names}
@@ -316,4 +421,4 @@ def modules_inside(obj: object) -> list[str]:
     return found
 
 
-__all__ = ["TEXTS", "check_strategy"]
+__all__ = ["TEXTS", "check_compression_method", "check_strategy"]

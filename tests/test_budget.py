@@ -22,7 +22,9 @@ from lit_embed.embeddings import (
     HashPool,
     HashProj,
     PCAEmbedding,
+    ProductQuantizedEmbedding,
     ProFormerEmbedding,
+    ScalarQuantizedEmbedding,
     SparseCodedEmbedding,
     SubspaceEmbedding,
     UnkEmbedding,
@@ -47,6 +49,8 @@ BUILT = {
     UnkEmbedding: [{"num_common": 200}],
     PCAEmbedding: [{"num_common": 200, "k": 4}],
     AdditiveQuantizedEmbedding: [{"codebooks": 4, "codewords": 8}],
+    ScalarQuantizedEmbedding: [{"bits": 8}, {"bits": 4}],
+    ProductQuantizedEmbedding: [{"groups": 4, "codewords": 16}],
 }
 
 
@@ -76,6 +80,7 @@ BUDGETED = {
     UnkEmbedding: {},
     PCAEmbedding: {"k": 5},
     AdditiveQuantizedEmbedding: {"codewords": 16},
+    ProductQuantizedEmbedding: {"groups": 2},
 }
 
 
@@ -112,6 +117,13 @@ def test_the_known_choices_of_the_existing_strategies():
         fit_budget(HashAdd, None, D, 1_172_045, {})
     with pytest.raises(ConfigError, match=r"104,832 \(chunk_bits=8\) and 202,752 \(chunk_bits=9\)"):
         fit_budget(HashPool, None, D, 117_204, {})
+
+
+def test_a_scalar_quantised_table_has_one_size_for_its_bits():
+    count = ScalarQuantizedEmbedding.count_parameters(V, D, bits=4)
+    assert ScalarQuantizedEmbedding(V, D, bits=4, budget=count).sizing.count == count
+    with pytest.raises(ConfigError, match=r"ScalarQuantizedEmbedding has one size, 1,526,100 parameters, 13% of dense, which is not budget=0.1"):
+        ScalarQuantizedEmbedding(V, D, bits=4, budget=0.1)
 
 
 def test_the_dense_table_has_one_size():

@@ -6,6 +6,7 @@ from __future__ import annotations
 import errno
 import json
 import math
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -18,13 +19,14 @@ from torch.nn import functional as F
 from lit_embed.accounting import human
 from lit_embed.checkpoints import build_from_config
 from lit_embed.commands import main
-from lit_embed.commands.compress import parser
+from lit_embed.commands.compress import named_method, parser
 from lit_embed.compress import AQOptions, load_compact
 from lit_embed.compress.methods import additive_quantize, pca_code, sparse_code, unk_backoff
 from lit_embed.compress.model_io import load_source
 from lit_embed.compress.summary import tensor_bytes
 from lit_embed.compress.vocabulary import coverage, split_vocabulary
 from lit_embed.embeddings import AdditiveQuantizedEmbedding, PCAEmbedding, SparseCodedEmbedding, UnkEmbedding
+from lit_embed.errors import ConfigError
 from lit_embed.files import device_of
 from lit_embed.reporting import compress_reports, cosine_tables, coverage_tables
 from tests.helpers import CONFIGS, REPO
@@ -165,7 +167,11 @@ def finetuned(tmp_path_factory) -> Path:
 
 
 def compress(*args: str) -> int:
-    return main(["compress", *args])
+    """The exit status of ``lit-embed compress ARGS`` run in this process (an argument error exits 2 from the parser)."""
+    try:
+        return main(["compress", *args])
+    except SystemExit as stopped:
+        return stopped.code
 
 
 @pytest.fixture(scope="module")
@@ -176,8 +182,8 @@ def compressed(finetuned, tmp_path_factory):
     def get(method: str) -> Path:
         if method not in folders:
             out = tmp_path_factory.mktemp("compressed") / method
-            assert compress("--ckpt", str(finetuned), "--method", method, "--retention", "0.5", "--k", "2",
-                            "--aq.max_steps", "3", "--out", str(out)) == 0
+            own = {"sparse_coding": ["--k", "2"], "pca": ["--k", "2"], "aq": ["--max_steps", "3"]}.get(method, [])
+            assert compress("--ckpt", str(finetuned), "--method", method, "--retention", "0.5", *own, "--out", str(out)) == 0
             folders[method] = out
         return folders[method]
 
@@ -253,6 +259,44 @@ def test_report_gives_table_9_from_the_compress_outputs_of_each_method(compresse
         f"| AQ (V_C) | {cell('aq', 'common')} |",
         f"| AQ (V_R) | {cell('aq', 'rare')} |",
     ]
+
+
+POST_HOC = {  # method -> (its options, small; its embedding parameters for a V x d table)
+    "svd": (["--rank", "8"], lambda v, d: v * 8 + 8 * d + d),
+    "int8": ([], lambda v, d: (v * d + 8 * v) // 4),
+    "int4": ([], lambda v, d: (v * d // 2 + 8 * v) // 4),
+    "pq": (["--groups", "48", "--codewords", "16", "--iterations", "2", "--backend", "torch"], lambda v, d: 16 * d + 48 * v),
+}
+
+
+@pytest.mark.parametrize("method", sorted(POST_HOC))
+def test_post_hoc_methods_compress_the_packaged_minilm(method, minilm_matrix, tmp_path):
+    """svd, int8, int4 and pq on a HuggingFace model: the count by the method's formula (int8/int4: the bytes stored,
+    in float32 equivalents), the bytes as stored, cosine and squared error per row (rare and common), what it chose,
+    and a HuggingFace folder whose table is the compressed one's."""
+    from transformers import AutoModel
+
+    options, formula = POST_HOC[method]
+    out = tmp_path / method
+    assert compress("--ckpt", "all-MiniLM-L6-v2", "--data", SAMPLE_CORPUS, "--method", method, *options,
+                    "--out", str(out)) == 0
+    report = read_report(out)
+    vocab, d = minilm_matrix.shape
+    assert report["parameters"]["embedding"] == {"before": vocab * d, "after": formula(vocab, d)}
+    strategy = load_compact(out / "hf")
+    assert report["bytes"]["embedding"]["after"] == tensor_bytes(strategy.state_dict())
+    if method.startswith("int"):
+        assert report["bytes"]["embedding"]["after"] == 4 * report["parameters"]["embedding"]["after"]
+    rebuilt = strategy.full_weight().detach()
+    assert torch.equal(AutoModel.from_pretrained(out / "hf").get_input_embeddings().weight.detach(), rebuilt)
+    error = (rebuilt.double() - minilm_matrix.double()).pow(2).mean(-1)
+    assert report["mse"]["all"] == pytest.approx(float(error.mean()), rel=1e-6)
+    assert 0 < report["mse"]["common"] and 0 < report["mse"]["rare"]
+    floor = {"int8": 0.999, "int4": 0.95}.get(method, 0.0)  # within half a step of 255 or of 15 in each row's range
+    assert floor < report["cosine"]["rare"] <= 1.0 and report["cosine"]["common_rows_identical"] is False
+    assert report["details"] == {"svd": {"rank": 8}, "pq": {"k-means": "torch (lit-embed's k-means++ and Lloyd)"}}.get(method, {})
+    summary = (out / "report.md").read_text()
+    assert "Mean squared error of rebuilt rows: rare" in summary
 
 
 def test_outputs_equal_the_original_on_sentences_of_common_tokens(finetuned, compressed):
@@ -360,10 +404,11 @@ def test_a_checkpoint_without_its_config_takes_model_config(tmp_path, capsys):
 
 @pytest.mark.parametrize("preset", sorted((CONFIGS / "compress").glob("*.yaml")), ids=lambda p: p.stem)
 def test_compress_presets_parse(preset):
-    config = parser().parse_args(["--config", str(preset), "--ckpt", "x.ckpt", "--out", "y"])
+    argv = ["--config", str(preset), "--ckpt", "x.ckpt", "--out", "y"]
+    config = parser(named_method(argv)).parse_args(argv)
     assert config.method == preset.stem and 0 < config.retention <= 1
     if preset.stem == "aq":
-        assert (config.aq.codebooks, config.aq.codewords) == (32, 16)
+        assert (config.codebooks, config.codewords) == (32, 16)
 
 
 # -- tied decoders ----------------------------------------------------------------------------------------
@@ -494,10 +539,9 @@ def test_overwrite_replaces_only_an_earlier_compress_output(holds, finetuned, tm
 @pytest.mark.parametrize("path", sorted((CONFIGS / "compress").glob("*.yaml")), ids=lambda p: p.stem)
 def test_every_compress_config_parses_into_its_method(path):
     from lit_embed._compat import instantiate
-    from lit_embed.commands.compress import parser
-
-    parsing = parser()
-    arguments = instantiate(parsing, parsing.parse_args(["--config", str(path), "--ckpt", "CKPT", "--out", "OUT"]))
+    argv = ["--config", str(path), "--ckpt", "CKPT", "--out", "OUT"]
+    parsing = parser(named_method(argv))
+    arguments = instantiate(parsing, parsing.parse_args(argv))
     assert arguments.method == path.stem and 0.0 < arguments.retention <= 1.0
 
 
@@ -506,21 +550,39 @@ def test_a_new_method_is_one_class_found_by_name(tmp_path, capsys):
     from lit_embed.compress.methods import CompressionMethod, method_named, with_common_rows
     from lit_embed.embeddings import UnkEmbedding
 
+    @dataclass
+    class RowOptions:
+        """Args:
+            row: the common row every rare token takes.
+        """
+
+        row: int = 0
+
     class FirstCommon(CompressionMethod):
-        """Rare tokens take row 0 of the common table (a toy: a special token's row)."""
+        """Rare tokens take one row of the common table (a toy: row 0 is a special token's)."""
 
         name = "first_common"
+        Options = RowOptions
 
         def fit(self, job):
             strategy = with_common_rows(UnkEmbedding, job.weight, job.common_ids)
+            strategy.unk_row.fill_(self.options.row)
+            self.details["row"] = self.options.row
             return {None: strategy}
 
     try:
         assert isinstance(method_named("first_common"), FirstCommon)
         out = tmp_path / "out"
         assert compress("--ckpt", "all-MiniLM-L6-v2", "--data", SAMPLE_CORPUS, "--method", "first_common",
-                        "--retention", "0.5", "--out", str(out)) == 0
-        assert read_report(out)["method"] == "first_common"
+                        "--retention", "0.5", "--row", "3", "--out", str(out)) == 0
+        report = read_report(out)
+        assert (report["method"], report["options"], report["details"]) == ("first_common", {"row": 3}, {"row": 3})
+        strategy = load_compact(out / "hf")
+        assert torch.equal(strategy(strategy.rare_ids()[:2]), strategy.common[3].expand(2, -1))
+        capsys.readouterr()
+        assert compress("--ckpt", "all-MiniLM-L6-v2", "--method", "first_common", "--rows", "3", "--out", "x") == 2
+        err = capsys.readouterr().err
+        assert "unrecognized arguments: --rows 3 (method 'first_common' takes --row)" in err and "did you mean --row?" in err
         assert compress("--ckpt", "all-MiniLM-L6-v2", "--data", SAMPLE_CORPUS, "--method", "sparse_codng",
                         "--out", str(tmp_path / "x")) == 2
         assert "did you mean 'sparse_coding'?" in capsys.readouterr().err
@@ -549,3 +611,90 @@ def test_a_killed_compress_leaves_nothing_the_next_one_trips_on(finetuned, tmp_p
     finally:
         alive.kill()
         alive.wait()
+
+
+@pytest.mark.parametrize("given", ["flag", "config", "python"])
+def test_an_option_the_method_does_not_take_is_refused_naming_its_options(given, tmp_path, capsys):
+    """Options belong to their method: another method's (or a misspelt) option is one clear line, exit 2, no output,
+    whether given on the command line, in a compress config or to compress() from Python."""
+    from lit_embed.commands.compress import compress as compress_function
+
+    out = tmp_path / "out"
+    base = ["--ckpt", "all-MiniLM-L6-v2", "--data", SAMPLE_CORPUS, "--out", str(out)]
+    if given == "python":
+        with pytest.raises(ConfigError, match=r"'max_step' is not an option of compression method 'aq': did you mean "
+                                              r"'max_steps'\? its options: codebooks, codewords, epochs, max_steps"):
+            compress_function("all-MiniLM-L6-v2", str(out), method="aq", data=SAMPLE_CORPUS, options={"max_step": 2})
+    else:
+        if given == "flag":
+            args = ["--method", "unk", "--k", "3"]
+        else:
+            (tmp_path / "unk.yaml").write_text("method: unk\nk: 3\n")
+            args = ["--config", str(tmp_path / "unk.yaml")]
+        assert compress(*base, *args) == 2
+        err = capsys.readouterr().err
+        assert "(method 'unk' takes no options; --k is an option of --method pca, sparse_coding)" in err
+        assert len(err.strip().splitlines()) == 2  # the error, and where help is (nothing is close to --k)
+    assert not out.exists()
+
+
+# -- fit: any zoo strategy fitted to a pretrained table ------------------------------------------------------------
+
+
+def test_fit_sizes_a_zoo_strategy_to_a_budget_on_the_packaged_minilm(minilm_matrix, tmp_path):
+    """`--method fit --strategy YAML` with the budget knob in the YAML: the hashing trick at 10% of MiniLM's table,
+    a few steps; the report states the loss, the stopping rule, what the budget chose, and the fit's figures."""
+    strategy_file = tmp_path / "hashing_trick_10.yaml"
+    config = yaml.safe_load((CONFIGS / "embedding" / "hashing_trick.yaml").read_text())
+    config["init_args"] = {**config["init_args"], "budget": 0.1}
+    strategy_file.write_text(yaml.safe_dump(config))
+    out = tmp_path / "out"
+    assert compress("--ckpt", "all-MiniLM-L6-v2", "--data", SAMPLE_CORPUS, "--method", "fit", "--strategy",
+                    str(strategy_file), "--max_steps", "6", "--eval_every", "3", "--tolerance", "0", "--out", str(out)) == 0
+    report = read_report(out)
+    dense = minilm_matrix.numel()
+    after = report["parameters"]["embedding"]["after"]
+    assert abs(after - 0.1 * dense) <= 0.01 * 0.1 * dense
+    strategy = load_compact(out / "hf")
+    assert type(strategy).__name__ == "HashingTrickEmbedding" and strategy.num_embedding_parameters() == after
+    details = report["details"]
+    assert details["strategy"] == "HashingTrickEmbedding" and "num_buckets=" in details["budget"]
+    assert details["loss"].startswith("mean squared error of each rebuilt row, weighted by log(2 + the token's count")
+    assert details["stopping rule"].startswith("6 steps, or a whole-table loss (every 3 steps) improving by less than 0")
+    assert details["steps"] == 6 and details["loss after"] < details["loss before"]
+    error = (strategy.full_weight().detach().double() - minilm_matrix.double()).pow(2).mean(-1)
+    assert report["mse"]["all"] == pytest.approx(float(error.mean()), rel=1e-6)
+    assert report["options"]["strategy"] == str(strategy_file)
+    assert "What fit did:" in (out / "report.md").read_text()
+
+
+def test_a_strategy_fitted_to_a_tiny_model_fine_tunes_tests_and_exports(tmp_path, monkeypatch):
+    """A tiny fine-tuned classifier's dense table, fitted into the QR strategy: the output fine-tunes from it (the
+    run starts from the fitted table), tests, and exports like any compress output."""
+    from lit_embed.checkpoints import FACTS, describe
+    from lit_embed.embeddings import DenseEmbedding
+    from lit_embed.models import SequenceClassifier
+    from tests.helpers import tiny_encoder
+
+    monkeypatch.chdir(tmp_path)
+    torch.manual_seed(0)
+    model = SequenceClassifier("topics", encoder=tiny_encoder(16), embedding=DenseEmbedding, vocab_size=30522)
+    torch.save({"state_dict": model.state_dict(), FACTS: describe(model, "all-MiniLM-L6-v2", None)}, tmp_path / "tiny.ckpt")
+    data = {"class_path": "lit_embed.data.TaskDataModule", "init_args": {
+        "task": "topics", "tokenizer": "all-MiniLM-L6-v2", "protocol": "split_train", "max_length": 64, "batch_size": 8}}
+    (tmp_path / "data.yaml").write_text(yaml.safe_dump({"data": data}))
+    out = tmp_path / "qr"
+    assert compress("--ckpt", str(tmp_path / "tiny.ckpt"), "--data", str(tmp_path / "data.yaml"), "--method", "fit",
+                    "--strategy", str(CONFIGS / "embedding" / "qr.yaml"), "--max_steps", "5", "--out", str(out)) == 0
+    fitted = load_compressed(out).embedding
+    assert type(fitted).__name__ == "QREmbedding"
+    assert main(["fit", "--config", str(out / "config.yaml"), "--model.init_args.checkpoint", str(out / "model.ckpt"),
+                 "--model.init_args.optim.lr", "1e-12", "--trainer.max_steps", "1", "--trainer.limit_val_batches", "1",
+                 "--trainer.limit_test_batches", "1", "--trainer.logger", "false", *QUIET]) == 0
+    (tuned,) = (p for p in out.rglob("*.ckpt") if p.name != "model.ckpt")
+    state = torch.load(tuned, map_location="cpu", weights_only=True)["state_dict"]
+    for name, value in fitted.state_dict().items():  # one step at learning rate 1e-12: the fitted table, all but still
+        assert torch.allclose(state[f"embedding.{name}"], value, rtol=0, atol=1e-9), name
+    assert "test/score" in json.loads((out / "results.json").read_text())["metrics"]
+    assert main(["export", "--ckpt", str(out / "model.ckpt"), "--out", str(tmp_path / "exported")]) == 0
+    assert (tmp_path / "exported" / "config.json").is_file()

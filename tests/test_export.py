@@ -68,6 +68,16 @@ def _sparse_coded_classifier():
     return module
 
 
+def _post_hoc_classifier(method: str, **options):
+    """A classifier whose embedding ``lit-embed compress --method METHOD`` fitted to a random table (codes in buffers)."""
+    from lit_embed.testing import contract_job, fitted
+
+    (strategy,) = fitted(method, options, contract_job(30522, 16, seed=5)).values()
+    module = SequenceClassifier("topics", encoder=tiny_encoder(16), embedding=DenseEmbedding, vocab_size=30522)
+    module.embedding = strategy  # its config is read from it, as compress's output records it
+    return _perturbed(module, 6)
+
+
 #: name -> (how to get the checkpoint, the transformers class that loads its export)
 CASES = {
     "dense": (lambda tmp: _save(_perturbed(MaskedLM(tiny_encoder(16), vocab_size=30522, embedding=DenseEmbedding), 1),
@@ -80,6 +90,9 @@ CASES = {
         HashPool, chunk_bits=6)), 4), tmp / "pool.ckpt"), "AutoModel"),
     "unk-compressed": (lambda tmp: OLD / "compressed" / "model.ckpt", "AutoModelForSequenceClassification"),
     "sparse-coded": (lambda tmp: _save(_sparse_coded_classifier(), tmp / "sparse.ckpt"), "AutoModelForSequenceClassification"),
+    "int4": (lambda tmp: _save(_post_hoc_classifier("int4"), tmp / "int4.ckpt"), "AutoModelForSequenceClassification"),
+    "pq": (lambda tmp: _save(_post_hoc_classifier("pq", groups=4, codewords=16, iterations=2), tmp / "pq.ckpt"),
+           "AutoModelForSequenceClassification"),
 }
 
 

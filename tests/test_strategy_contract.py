@@ -11,7 +11,6 @@ import torch
 from torch import Tensor, nn
 
 import lit_embed.embeddings as embeddings
-from lit_embed.compress.methods import AQOptions, additive_quantize, pca_code, sparse_code, unk_backoff
 from lit_embed.embeddings import (
     CanineHashEmbedding,
     ClusterAssignment,
@@ -27,30 +26,18 @@ from lit_embed.embeddings import (
     ProFormerEmbedding,
     SubspaceEmbedding,
 )
-from lit_embed.testing import check_strategy
+from lit_embed.testing import check_strategy, contract_job, fitted
 
 MINILM_VOCAB = 30522  # the default tokenizer's ids: vocabulary strategies are checked at this size
 SMALL_LSH = functools.partial(LSHHasher, num_ngrams=500)
 
 
-def common_ids(vocab_size: int) -> Tensor:
-    """Every 30th id, and the MiniLM tokenizer's specials (ids 0 and 100-103) among them."""
-    return torch.tensor(sorted(set(range(0, vocab_size, 30)) | {100, 101, 102, 103}))
-
-
-def compressed(method: str):
-    """A factory fitting the compressed strategy to a random dense table, as `lit-embed compress` does."""
+def compressed(method: str, **options):
+    """A factory fitting the method's strategy to a random dense table, as `lit-embed compress` does."""
 
     def build(vocab_size: int, hidden_size: int) -> EmbeddingStrategy:
-        table = torch.randn(vocab_size, hidden_size)
-        common = common_ids(vocab_size)
-        if method == "sparse_coded":
-            return sparse_code(table, common, [3])[3]
-        if method == "pca":
-            return pca_code(table, common, [4])[4]
-        if method == "unk":
-            return unk_backoff(table, common, unk_id=100)
-        return additive_quantize(table, AQOptions(codebooks=4, codewords=8, max_steps=3))
+        (strategy,) = fitted(method, options, contract_job(vocab_size, hidden_size)).values()
+        return strategy
 
     return build
 
@@ -59,10 +46,13 @@ CASES = {
     "dense": (DenseEmbedding, MINILM_VOCAB),
     "subspace_radix": (functools.partial(SubspaceEmbedding, num_tables=3), MINILM_VOCAB),
     "subspace_padded": (functools.partial(SubspaceEmbedding, num_tables=2, padding_idx=0), MINILM_VOCAB),
-    "sparse_coded": (compressed("sparse_coded"), MINILM_VOCAB),
+    "sparse_coded": (compressed("sparse_coding", k=3), MINILM_VOCAB),
     "unk": (compressed("unk"), MINILM_VOCAB),
-    "pca": (compressed("pca"), MINILM_VOCAB),
-    "additive_quantized": (compressed("aq"), MINILM_VOCAB),
+    "pca": (compressed("pca", k=4), MINILM_VOCAB),
+    "additive_quantized": (compressed("aq", codebooks=4, codewords=8, max_steps=3), MINILM_VOCAB),
+    "scalar_int8": (compressed("int8"), MINILM_VOCAB),
+    "scalar_int4": (compressed("int4"), MINILM_VOCAB),
+    "product_quantized": (compressed("pq", groups=4, codewords=16, iterations=2), MINILM_VOCAB),
     "proformer_lsh": (functools.partial(ProFormerEmbedding, num_bits=70, hasher=SMALL_LSH), None),
     "md5_add_subword": (functools.partial(HashAdd, num_bits=32, tokenization="subword"), None),
     "canine": (functools.partial(CanineHashEmbedding, num_hashes=4, num_buckets=97), None),

@@ -2,15 +2,22 @@
 
     lit-embed compress --ckpt RUN_FOLDER --method sparse_coding --retention 0.5 --k 3 --out DIR
     lit-embed compress --config configs/compress/sparse_coding.yaml --ckpt CKPT --out DIR
+    lit-embed compress --ckpt RUN_FOLDER --method svd --rank 64 --out DIR
+
+The command is generic: each method declares its own options (:attr:`CompressionMethod.Options
+<lit_embed.compress.methods.CompressionMethod.Options>`), offered as ``--OPTION`` (and keys of a compress config)
+once ``--method NAME`` (or a config's ``method:``) names it; ``lit-embed compress --method NAME --help`` lists them.
 """
 
 from __future__ import annotations
 
 import inspect
+import re
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import NoReturn
 
 import datasets
 import pytorch_lightning as pl
@@ -21,8 +28,8 @@ from jsonargparse import ActionConfigFile, ActionYesNo, ArgumentParser
 from lit_embed._compat import instantiate
 from lit_embed.checkpoints import build_from_config
 from lit_embed.commands.lightning import ModelOnlyCLI
-from lit_embed.commands.parsing import ConciseErrors
-from lit_embed.compress.methods import AQOptions, Job, method_named
+from lit_embed.commands.parsing import UNKNOWN_OPTION, ConciseErrors
+from lit_embed.compress.methods import CompressionMethod, Job, method_class, method_named
 from lit_embed.compress.model_io import (
     Source,
     check_replaceable,
@@ -31,7 +38,7 @@ from lit_embed.compress.model_io import (
     write_huggingface,
     write_model,
 )
-from lit_embed.compress.summary import counts, format_summary, rebuilt_cosines
+from lit_embed.compress.summary import counts, format_summary, rebuilt_cosines, rebuilt_errors
 from lit_embed.compress.vocabulary import check_retention, count_tokens, coverage, split_vocabulary
 from lit_embed.data.sources import load_files, resolve_file
 from lit_embed.embeddings.state import public_class_path
@@ -43,6 +50,8 @@ from lit_embed.interfaces import TaskData, TaskModel, provides, wire
 from lit_embed.recorded import name_user_classes
 
 CONFIG_SUFFIXES = (".yaml", ".yml")
+#: jsonargparse's error for a config file's key that is no argument.
+UNKNOWN_KEY = re.compile(r"Option '([\w.]+)' is not accepted")
 #: How compress lets a tokenizer run the code it ships.
 TRUST_FLAG = "--trust_remote_code"
 
@@ -69,10 +78,9 @@ def compress(
     method: str = "sparse_coding",
     data: str | list[str] | dict | None = None,
     retention: float = 1.0,
-    k: int | list[int] = 5,
+    options: dict | None = None,
     model_config: str | None = None,
     untie: bool = False,
-    aq: AQOptions | None = None,
     seed: int = 0,
     accelerator: str = "auto",
     limit_val_batches: int | None = None,
@@ -87,32 +95,29 @@ def compress(
         out: the output folder (written atomically: complete, or absent on error).
         method: ``sparse_coding`` (the paper's), or a baseline: ``unk`` (rare tokens take ``<unk>``'s row),
             ``pca`` (rare tokens from k principal components of the common rows), ``aq`` (additive
-            quantization of the whole table, M=32 codebooks of K=16), or the name of any
-            :class:`~lit_embed.compress.methods.CompressionMethod` (a plugin's).
+            quantization of the whole table, M=32 codebooks of K=16); post hoc, the whole table: ``svd`` (low rank),
+            ``int8`` / ``int4`` (per-row scalar quantisation), ``pq`` (product quantisation), ``fit`` (any
+            vocabulary strategy, ``--strategy YAML``, fitted to the table by gradient descent); or the name of any
+            :class:`~lit_embed.compress.methods.CompressionMethod` (a plugin's). Its options:
+            ``lit-embed compress --method NAME --help``.
         data: the fine-tuning data whose token frequencies split the vocabulary: a task data config (a
             YAML file holding a ``class_path``/``init_args`` data module, or a full lit-embed config with a
             ``data:`` section, or the same inline), or text files (one text per line; csv/tsv/jsonl/parquet:
             every string column). Default: the data the checkpoint was fine-tuned on.
         retention: r(V_C), the share of the tokens seen in the data that stay common (0 < r <= 1).
-        k: common tokens per rare token (sparse_coding) or principal components (pca); several values
-            (``[1, 2, 3, 4, 5]``) are each tried and the best on the validation split is kept (the paper's
-            protocol; needs a fine-tuned lit-embed checkpoint and task data).
+        options: the method's own options by name (``{"k": [1, 2, 3]}``; on the command line ``--k [1,2,3]``).
         model_config: the config the checkpoint was trained with, for checkpoints that do not record it.
         untie: give a tied output layer its own copy of the table so the input embedding can be compressed.
-        aq: additive quantization's settings (``--aq.epochs``, ``--aq.max_steps``, ...).
-        seed: seeds AQ's training and the task head given to a HuggingFace model.
-        accelerator: where validation (choosing k) and AQ's training run: ``auto``, ``cpu``, ``gpu``.
+        seed: seeds what a method learns (AQ's training) and the task head given to a HuggingFace model.
+        accelerator: where validation (choosing k) and a method's training run: ``auto``, ``cpu``, ``gpu``.
         limit_val_batches: validate on at most this many batches when choosing k (quick runs).
         overwrite: replace an existing output folder, if it is an earlier output of this command (nothing else).
         trust_remote_code: let the tokenizer run the code it ships (LINE's Japanese tokenizer); a checkpoint's
             recorded data never grants it, only this flag or a --data config of your own.
     """
     started = time.perf_counter()
-    compression = method_named(method)
+    compression = method_named(method, options)
     check_retention(retention)
-    ks = sorted(set(k)) if isinstance(k, list) else [k]
-    if not ks or min(ks) < 1:
-        raise ConfigError(f"k={k} must be at least 1 (the paper: 1 to 5 for sparse coding, 1 to 10 for PCA)")
     target = Path(out).expanduser()
     given = [ckpt, model_config, *_strings(data)]
     check_output(target, overwrite, check_replaceable, given)  # before the work: refuse what could not be replaced
@@ -123,18 +128,19 @@ def compress(
     # everything read: the checkpoint or model folder, its tokenizer, the data's files and folders
     inputs = [*given, source.name, source.tokenizer, source.hf_folder, *chosen.files,
               *_strings(chosen.config), *_strings(source.model_config)]
-    if len(ks) > 1 and compression.uses_k:
+    if compression.tries > 1:
         check_k_choosable(source, chosen)
     vocab, hidden = source.weight.shape
     with trusting_remote_code(chosen.trust_remote_code, TRUST_FLAG):
         encoder = VocabTextEncoder(source.tokenizer, max_vocab_size=vocab)
-    split = split_vocabulary(count_tokens(chosen.stream(), encoder, vocab), retention, encoder.tokenizer.all_special_ids)
+    frequencies = count_tokens(chosen.stream(), encoder, vocab)
+    split = split_vocabulary(frequencies, retention, encoder.tokenizer.all_special_ids)
     task = chosen.module.task if chosen.module is not None else None
     if source.module is None and task is not None:
         classifier_for(source, task.name, seed)
 
     device = "cuda" if accelerator in ("auto", "gpu", "cuda") and torch.cuda.is_available() else "cpu"
-    job = Job(source.weight, split.common_ids, ks, encoder.tokenizer.unk_token_id, seed, device, aq or AQOptions())
+    job = Job(source.weight, split.common_ids, encoder.tokenizer.unk_token_id, torch.as_tensor(frequencies), seed, device)
     compression.check(job)
     candidates = compression.fit(job)
     best, validation = next(iter(candidates)), None
@@ -146,6 +152,8 @@ def compress(
     report = {
         "source": source.name,
         "method": method,
+        "options": asdict(compression.options),
+        "details": compression.details,
         "data": chosen.label,
         "task": task.name if task is not None else None,
         "retention": retention,
@@ -155,6 +163,7 @@ def compress(
                        "special_ids": list(split.special_ids)},
         **counts(source.weight, strategy, source.module if source.module is not None else source.hf_model),
         "cosine": cosines[best],
+        "mse": rebuilt_errors(source.weight, strategy, split.common_ids),
         "cosine_by_k": {str(k): c for k, c in cosines.items() if k is not None},  # one output gives Table 9's k=1 to 5
         "coverage": None if chosen.module is None else coverage(chosen.module.test_examples(), encoder, split.common_ids),
         "validation": validation,
@@ -287,17 +296,70 @@ def _file_texts(files: list[str]) -> Iterator[str]:
 
 
 class CompressParser(ConciseErrors, ArgumentParser):
-    """jsonargparse's parser with the commands' concise errors."""
+    """jsonargparse's parser with the commands' concise errors; an unknown option is also said to be none of the chosen
+    method's (naming its options, and the method it belongs to where it is another's)."""
+
+    method: str = ""
+
+    def error(self, message: str, ex: Exception | None = None) -> NoReturn:
+        unknown = UNKNOWN_OPTION.search(message) or UNKNOWN_KEY.search(message)
+        if unknown and self.method and self.exit_on_error:
+            option = "--" + unknown.group(1).split("=")[0].lstrip("-")
+            own = method_class(self.method).option_names()
+            owners = [name for name, cls in sorted(CompressionMethod.registry.items()) if option[2:] in cls.option_names()]
+            where = f"; {option} is an option of --method {', '.join(owners)}" if owners else ""
+            message = (f"{message.strip()} (method {self.method!r} takes "
+                       f"{', '.join('--' + o for o in own) if own else 'no options'}{where})")
+        super().error(message, ex)
 
 
-def parser():
-    """The command's arguments (those of :func:`compress`), with ``--config FILE`` and ``--print_config``."""
+GENERIC_FLAGS = ("untie", "overwrite", "trust_remote_code")
+
+
+def parser(method: str | None = None):
+    """The command's arguments (those of :func:`compress`, and the options of ``method``, the default one unless
+    named), with ``--config FILE`` and ``--print_config``."""
+    method = method or inspect.signature(compress).parameters["method"].default
+    cls = method_class(method)
     parsing = CompressParser(prog="lit-embed compress", allow_abbrev=False, description=(compress.__doc__ or "").split("\n")[0])
+    parsing.method = method
     parsing.add_argument("--config", action=ActionConfigFile, help="a YAML file of these arguments")
-    parsing.add_function_arguments(compress, as_group=False, skip={"untie", "overwrite", "trust_remote_code"})
-    for flag in ("untie", "overwrite", "trust_remote_code"):  # flags: --untie, --untie true (a sweep's set), --no_untie
+    parsing.add_function_arguments(compress, as_group=False, skip={*GENERIC_FLAGS, "options"})
+    for flag in GENERIC_FLAGS:  # flags: --untie, --untie true (a sweep's set), --no_untie
         parsing.add_argument(f"--{flag}", action=ActionYesNo, nargs="?", default=False, help=_argument_help(flag))
+    clashes = set(cls.option_names()) & set(inspect.signature(compress).parameters)
+    if clashes:
+        raise ConfigError(f"compression method {method!r} ({cls.__module__}) names options {sorted(clashes)} as the "
+                          f"command's own arguments: rename them")
+    if cls.option_names():
+        group = parsing.add_argument_group(f"options of --method {method} ({cls.Options.__name__})")
+        group.add_class_arguments(cls.Options, nested_key=None, as_group=False)
     return parsing
+
+
+def named_method(argv: list[str]) -> str | None:
+    """The method ``argv`` names (``--method NAME``, or a ``--config`` file's ``method:``; the last one given wins),
+    read before parsing: the method's options are arguments only once it is known."""
+    found = None
+    for i, arg in enumerate(argv):
+        flag, _, value = arg.partition("=")
+        if flag not in ("--method", "--config"):
+            continue
+        value = value or (argv[i + 1] if i + 1 < len(argv) else "")
+        if flag == "--config":
+            value = _config_method(value)
+        found = value or found
+    return found
+
+
+def _config_method(path: str) -> str | None:
+    """The ``method:`` a compress config names (``None`` where it names none or cannot be read: the parser says why)."""
+    try:
+        document = yaml.safe_load(Path(path).expanduser().read_text())
+    except (OSError, yaml.YAMLError):
+        return None
+    method = document.get("method") if isinstance(document, dict) else None
+    return method if isinstance(method, str) else None
 
 
 def _argument_help(name: str) -> str:
@@ -313,10 +375,11 @@ def _argument_help(name: str) -> str:
 
 
 def main(argv: list[str]) -> int:
-    parsing = parser()
-    config = parsing.parse_args(argv)
-    arguments = instantiate(parsing, config)
-    compress(**{k: v for k, v in vars(arguments).items() if k in inspect.signature(compress).parameters})
+    parsing = parser(named_method(argv))
+    arguments = vars(instantiate(parsing, parsing.parse_args(argv)))
+    own = method_class(arguments["method"]).option_names()
+    options = {key: arguments[key] for key in own if key in arguments}
+    compress(**{k: v for k, v in arguments.items() if k in inspect.signature(compress).parameters}, options=options)
     return 0
 
 

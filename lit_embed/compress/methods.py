@@ -2,7 +2,11 @@
 
 Each method is one :class:`CompressionMethod` subclass, found by its ``name`` (``--method NAME``, or
 ``method: NAME`` in a compress config): defining the class registers it, so a plugin's method is one class
-and one YAML file, like a strategy. The paper's and its baselines: ``sparse_coding``, ``unk``, ``pca``, ``aq``.
+and one YAML file, like a strategy. It declares its own options (a dataclass, ``Options``), which the generic
+command offers once the method is named; nothing of one method's is in :class:`Job` or the command.
+The paper's and its baselines: ``sparse_coding``, ``unk``, ``pca``, ``aq``; the zoo's post-hoc methods, each of the
+whole table: ``svd`` (low rank), ``int8`` and ``int4`` (per-row scalar quantisation), ``pq`` (product quantisation),
+and ``fit``, any vocabulary strategy fitted to the table (:class:`FitOptions`: its loss and stopping rule).
 
 Everything is batched in torch (matrix products in chunks of rare tokens, one batched k x k solve),
 so the 30522 x 768 table of DistilBERT is sparse-coded in seconds on a CPU.
@@ -11,16 +15,28 @@ so the 30522 x 768 table of DistilBERT is sparse-coded in seconds on a CPU.
 from __future__ import annotations
 
 import difflib
+import importlib.util
+import math
+import time
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
-from typing import ClassVar
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import ClassVar, Literal
 
+import numpy as np
 import torch
+import yaml
 from torch import Tensor, nn
 from torch.nn import functional as F
 
+from lit_embed.checkpoints import build_from_config, resolve_class
 from lit_embed.embeddings.base import EmbeddingStrategy
-from lit_embed.embeddings.quantized import AdditiveQuantizedEmbedding
+from lit_embed.embeddings.factorised import FactorizedEmbedding
+from lit_embed.embeddings.quantized import (
+    AdditiveQuantizedEmbedding,
+    ProductQuantizedEmbedding,
+    ScalarQuantizedEmbedding,
+)
 from lit_embed.embeddings.sparse_coded import (
     PartialEmbedding,
     PCAEmbedding,
@@ -28,7 +44,7 @@ from lit_embed.embeddings.sparse_coded import (
     UnkEmbedding,
     rare_ids_of,
 )
-from lit_embed.errors import ConfigError
+from lit_embed.errors import ConfigError, MissingFileError
 
 #: Ridge added to each k x k local Gram matrix, relative to its mean eigenvalue: it only matters when the
 #: matrix is singular (a rare vector in the affine span of its neighbours, or duplicate neighbours).
@@ -214,32 +230,315 @@ def additive_quantize(weight: Tensor, options: AQOptions, seed: int = 0, device:
     return strategy
 
 
+# -- low rank, scalar and product quantisation ------------------------------------------------------------
+
+
+@dataclass
+class SVDOptions:
+    """Low-rank SVD's size.
+
+    Args:
+        rank: r, the singular vectors kept (at most the hidden size).
+        budget: size r to this many embedding parameters, or this fraction of the dense table (then rank is ignored).
+    """
+
+    rank: int = 64
+    budget: int | float | None = None
+
+
+def low_rank(weight: Tensor, rank: int = 64, budget: int | float | None = None) -> FactorizedEmbedding:
+    """The best rank-r approximation of the centred table (Eckart-Young), as ALBERT's factorised embedding with a bias:
+    the ``V x r`` table ``U_r S_r``, the projection ``V_r^T`` and the bias the mean row; ``V r + r d + d`` parameters."""
+    vocab, hidden = weight.shape
+    strategy = FactorizedEmbedding(vocab, hidden, rank=rank, bias=True, budget=budget)
+    r = strategy.rank
+    if r > min(vocab, hidden):
+        raise ConfigError(f"rank={r} exceeds min(vocabulary={vocab}, hidden={hidden}), the singular vectors there are: "
+                          f"lower --rank")
+    rows = weight.detach().double()
+    mean = rows.mean(0)
+    u, s, vh = torch.linalg.svd(rows - mean, full_matrices=False)
+    with torch.no_grad():
+        strategy.table.copy_(u[:, :r] * s[:r])
+        strategy.projection.weight.copy_(vh[:r].T)
+        strategy.projection.bias.copy_(mean)
+    return strategy
+
+
+@dataclass
+class PQOptions:
+    """Product quantisation's shape and its k-means.
+
+    Args:
+        groups: G, the groups the hidden dimensions split into (it must divide the hidden size).
+        codewords: K, k-means centroids per group (at most 256, and the vocabulary size).
+        iterations: k-means iterations in each group.
+        backend: ``faiss`` (its k-means; it must be installed), ``torch`` (lit-embed's own, batched in torch), or
+            ``auto``: faiss where installed, else torch.
+    """
+
+    groups: int = 8
+    codewords: int = 256
+    iterations: int = 20
+    backend: Literal["auto", "faiss", "torch"] = "auto"
+
+
+def nearest_centroid(points: Tensor, centroids: Tensor) -> Tensor:
+    """The nearest centroid of each point by Euclidean distance (ties: the smaller index), in blocks."""
+    chunk = max(1, BLOCK_BYTES // (4 * len(centroids)))
+    squared = centroids.pow(2).sum(-1)
+    return torch.cat([(squared - 2 * part @ centroids.T).argmin(-1) for part in points.split(chunk)])
+
+
+def kmeans_plus_plus(points: Tensor, k: int, generator: torch.Generator) -> Tensor:
+    """k-means++ seeding (Arthur & Vassilvitskii 2007): each next centroid drawn with probability proportional to its
+    squared distance from the nearest chosen one (uniformly once every point is a centroid's)."""
+    chosen = [int(torch.randint(len(points), (1,), generator=generator))]
+    distance = (points - points[chosen[0]]).pow(2).sum(-1)
+    for _ in range(k - 1):
+        total = distance.sum()
+        weights = distance if total > 0 else torch.ones_like(distance)
+        chosen.append(int(torch.multinomial(weights.double(), 1, generator=generator)))
+        distance = torch.minimum(distance, (points - points[chosen[-1]]).pow(2).sum(-1))
+    return points[chosen].clone()
+
+
+def kmeans(points: Tensor, k: int, iterations: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
+    """Lloyd's k-means from k-means++ seeds drawn by ``generator``: ``(centroids, assignment)``; a cluster left
+    empty keeps its centroid."""
+    centroids = kmeans_plus_plus(points, k, generator)
+    for _ in range(iterations):
+        assignment = nearest_centroid(points, centroids)
+        sums = torch.zeros_like(centroids).index_add_(0, assignment, points)
+        sizes = torch.bincount(assignment, minlength=k)
+        filled = sizes > 0
+        centroids[filled] = sums[filled] / sizes[filled, None]
+    return centroids, nearest_centroid(points, centroids)
+
+
+def faiss_kmeans(points: Tensor, k: int, iterations: int, seed: int) -> tuple[Tensor, Tensor]:
+    """faiss's k-means (``faiss.Kmeans``), its centroids and each point's nearest."""
+    import faiss
+
+    data = np.ascontiguousarray(points.numpy(), dtype=np.float32)
+    clustering = faiss.Kmeans(data.shape[1], k, niter=iterations, seed=seed, verbose=False)
+    clustering.train(data)
+    _, nearest = clustering.index.search(data, 1)
+    return torch.from_numpy(clustering.centroids).float(), torch.from_numpy(nearest[:, 0]).long()
+
+
+def product_quantize(weight: Tensor, options: PQOptions, seed: int = 0) -> tuple[ProductQuantizedEmbedding, str]:
+    """k-means in each group of dimensions; returns the strategy and which k-means ran."""
+    vocab, hidden = weight.shape
+    strategy = ProductQuantizedEmbedding(vocab, hidden, groups=options.groups, codewords=options.codewords)
+    if options.codewords > vocab:
+        raise ConfigError(f"codewords={options.codewords} exceeds the vocabulary ({vocab} rows): lower --codewords")
+    backend = options.backend
+    if backend == "auto":
+        backend = "faiss" if importlib.util.find_spec("faiss") is not None else "torch"
+    elif backend == "faiss" and importlib.util.find_spec("faiss") is None:
+        raise ConfigError("backend='faiss' but faiss is not installed: pip install faiss-cpu, or pass --backend torch")
+    generator = torch.Generator().manual_seed(seed)
+    width = hidden // options.groups
+    for group, part in enumerate(weight.detach().float().split(width, dim=1)):
+        part = part.contiguous()
+        if backend == "faiss":
+            centroids, codes = faiss_kmeans(part, options.codewords, options.iterations, seed + group)
+        else:
+            centroids, codes = kmeans(part, options.codewords, options.iterations, generator)
+        with torch.no_grad():
+            strategy.codebooks[group].copy_(centroids)
+        strategy.codes[:, group] = codes.to(torch.uint8)
+    if backend == "faiss":
+        import faiss
+
+        return strategy, f"faiss {faiss.__version__}"
+    return strategy, "torch (lit-embed's k-means++ and Lloyd" + (", faiss is not installed)" if options.backend == "auto" else ")")
+
+
+# -- fit: any vocabulary strategy fitted to the table --------------------------------------------------------
+#
+# ``lit-embed compress --method fit --strategy YAML``: every zoo method then starts from a pretrained encoder without
+# pre-training. The loss and the stopping rule are :class:`FitOptions`'s.
+
+
+#: Rows whose loss is computed at once in an evaluation over the whole table.
+EVAL_ROWS = 8192
+
+
+@dataclass
+class FitOptions:
+    """Which strategy to fit, the loss and the stopping rule.
+
+    The loss, per batch of rows ``B`` drawn uniformly at random (a seeded permutation, epoch after epoch)::
+
+        L = sum_{i in B} w_i l_i / sum_{i in B} w_i,   l_i = mean_j (e_ij - x_ij)^2  (mse)   or   1 - cos(e_i, x_i)  (cosine)
+
+    with ``e_i`` the strategy's row of token ``i`` and ``x_i`` the table's; ``w_i = log(2 + c_i)`` for ``c_i`` the
+    token's count in the data (``weighting: frequency``: frequent rows weigh more, rare ones still count) or 1
+    (``uniform``). Adam minimises it. The stopping rule, whichever comes first: ``max_steps`` steps; an evaluation of
+    ``L`` over the whole table (every ``eval_every`` steps) improving on the best before it by less than ``tolerance``
+    (relative); ``max_seconds`` of fitting.
+
+    Args:
+        strategy: the strategy to fit: a YAML file of one (``configs/embedding/*.yaml``, ``budget:`` included) or its
+            ``class_path``/``init_args`` inline; the vocabulary and hidden sizes are the table's.
+        loss: ``mse`` (mean squared error of each row) or ``cosine`` (1 - cosine similarity of each row).
+        weighting: ``frequency``: each row weighs log(2 + its count in the data); ``uniform``: all rows alike.
+        max_steps: stop after this many steps.
+        tolerance: stop when an evaluation of the loss over the whole table improves on the best before it by less
+            than this fraction.
+        eval_every: steps between evaluations over the whole table.
+        max_seconds: stop after this many seconds of fitting (``null``: no limit).
+        batch_size: rows per step.
+        lr: Adam's learning rate.
+    """
+
+    strategy: str | dict | None = None
+    loss: Literal["mse", "cosine"] = "mse"
+    weighting: Literal["frequency", "uniform"] = "frequency"
+    max_steps: int = 2000
+    tolerance: float = 1e-3
+    eval_every: int = 100
+    max_seconds: float | None = None
+    batch_size: int = 1024
+    lr: float = 1e-2
+
+    def check(self) -> None:
+        if self.strategy is None:
+            raise ConfigError("method 'fit' needs --strategy: a strategy YAML (configs/embedding/*.yaml) to fit")
+        if self.loss not in ("mse", "cosine") or self.weighting not in ("frequency", "uniform"):
+            raise ConfigError(f"loss={self.loss!r} must be 'mse' or 'cosine', weighting={self.weighting!r} 'frequency' "
+                              f"or 'uniform'")
+        for name in ("max_steps", "eval_every", "batch_size"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name}={getattr(self, name)} must be at least 1")
+        if self.lr <= 0 or self.tolerance < 0 or (self.max_seconds is not None and self.max_seconds <= 0):
+            raise ConfigError(f"lr={self.lr} and max_seconds={self.max_seconds} must be positive, tolerance="
+                              f"{self.tolerance} at least 0")
+
+    def describe(self) -> dict[str, str]:
+        """The loss and the stopping rule in words, for the report."""
+        weights = "log(2 + the token's count in the data)" if self.weighting == "frequency" else "1"
+        row = "mean squared error" if self.loss == "mse" else "1 - cosine similarity"
+        limit = "" if self.max_seconds is None else f", or {self.max_seconds:g} s"
+        return {
+            "loss": f"{row} of each rebuilt row, weighted by {weights}; Adam lr {self.lr:g}, {self.batch_size} rows a step",
+            "stopping rule": f"{self.max_steps} steps, or a whole-table loss (every {self.eval_every} steps) improving "
+                             f"by less than {self.tolerance:g} of the best before it{limit}",
+        }
+
+
+def strategy_from(given: str | dict, vocab_size: int, hidden_size: int) -> EmbeddingStrategy:
+    """The strategy a YAML file (or an inline config) describes, built for a ``vocab_size x hidden_size`` table."""
+    config = given
+    if isinstance(given, str):
+        path = Path(given).expanduser()
+        if not path.is_file():
+            raise MissingFileError(f"strategy {given!r} does not exist: give a strategy YAML (configs/embedding/*.yaml)")
+        config = yaml.safe_load(path.read_text())
+    if not isinstance(config, dict) or "class_path" not in config:
+        raise ConfigError(f"strategy {given!r} is not a strategy config: it needs a class_path (and init_args), as "
+                          f"configs/embedding/*.yaml have")
+    cls = resolve_class(str(config["class_path"]))
+    if isinstance(cls, type) and issubclass(cls, EmbeddingStrategy) and (cls.unlimited_vocabulary or tuple(cls.code_shape)):
+        raise ConfigError(f"{cls.__name__} does not index vocabulary ids, so it has no row per token to fit to the "
+                          f"table: choose a vocabulary strategy (configs/embedding/: hashing_trick, qr, tt, ...)")
+    init = {**(config.get("init_args") or {}), "vocab_size": vocab_size, "hidden_size": hidden_size}
+    return build_from_config(EmbeddingStrategy, {"class_path": config["class_path"], "init_args": init}, "embedding")
+
+
+def row_losses(rebuilt: Tensor, target: Tensor, loss: str) -> Tensor:
+    """Each row's loss ``l_i``."""
+    if loss == "cosine":
+        return 1.0 - F.cosine_similarity(rebuilt, target, dim=-1)
+    return (rebuilt - target).pow(2).mean(-1)
+
+
+def fit_strategy(strategy: EmbeddingStrategy, weight: Tensor, counts: Tensor | None, options: FitOptions, seed: int = 0,
+                 device: str = "cpu") -> dict:
+    """Fit ``strategy``'s parameters to ``weight`` (in place) under the module's loss and stopping rule; returns what
+    happened (steps, why it stopped, the first and last whole-table loss, seconds)."""
+    started = time.perf_counter()
+    strategy.prepare()
+    strategy.to(device).train()
+    target = weight.detach().float().to(device)
+    vocab = len(target)
+    frequent = counts is not None and options.weighting == "frequency"
+    weights = torch.log(2.0 + counts.double()).float().to(device) if frequent else torch.ones(vocab, device=device)
+    optimizer = torch.optim.Adam([p for p in strategy.parameters() if p.requires_grad], lr=options.lr)
+    order = torch.Generator().manual_seed(seed)
+
+    first = best = weighted_loss(strategy, target, weights, options.loss)
+    steps, stopped = 0, f"max_steps ({options.max_steps})"
+    batches: list[Tensor] = []
+    while steps < options.max_steps:
+        if not batches:
+            batches = list(torch.randperm(vocab, generator=order).split(options.batch_size))[::-1]
+        ids = batches.pop()
+        w = weights[ids]
+        loss = (row_losses(strategy(ids.to(device)), target[ids], options.loss) * w).sum() / w.sum()
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        steps += 1
+        if not math.isfinite(float(loss.detach())):
+            raise ConfigError(f"fitting {type(strategy).__name__} diverged at step {steps} (loss {float(loss.detach())}): lower --lr")
+        if options.max_seconds is not None and time.perf_counter() - started >= options.max_seconds:
+            stopped = f"max_seconds ({options.max_seconds:g})"
+            break
+        if steps % options.eval_every == 0 and steps < options.max_steps:
+            now = weighted_loss(strategy, target, weights, options.loss)
+            if best - now < options.tolerance * best:
+                stopped = f"tolerance (whole-table loss {now:.4g} against the best {best:.4g})"
+                break
+            best = now
+    last = weighted_loss(strategy, target, weights, options.loss)
+    strategy.eval().cpu()
+    return {"steps": steps, "stopped by": stopped, "loss before": round(first, 6), "loss after": round(last, 6),
+            "seconds": round(time.perf_counter() - started, 2)}
+
+
+def weighted_loss(strategy: EmbeddingStrategy, target: Tensor, weights: Tensor, loss: str) -> float:
+    """The loss ``L`` over the whole table."""
+    with torch.no_grad():
+        total = sum(float((row_losses(strategy(ids.to(target.device)), target[ids], loss) * weights[ids]).sum())
+                    for ids in torch.arange(len(target)).split(EVAL_ROWS))
+    return total / float(weights.sum())
+
+
 # -- the methods, by name -----------------------------------------------------------------------------
 
 
 @dataclass
 class Job:
-    """What a method compresses: the dense table, its common ids (increasing; specials included), the k to
-    try, the tokenizer's ``<unk>`` id, and where and how reproducibly to work."""
+    """What a method compresses: the dense table, its common ids (increasing; specials included), the tokenizer's
+    ``<unk>`` id, each id's count in the data (``None`` where none were counted), and where and how reproducibly to
+    work. Nothing here belongs to one method: a method's own settings are its :attr:`CompressionMethod.Options`."""
 
     weight: Tensor
     common_ids: Tensor
-    ks: list[int]
     unk_id: int | None = None
+    counts: Tensor | None = None
     seed: int = 0
     device: str = "cpu"
-    aq: AQOptions = field(default_factory=AQOptions)
+
+
+@dataclass
+class NoOptions:
+    """A method that takes no options."""
 
 
 class CompressionMethod(ABC):
     """A post-hoc compression of a dense ``V x d`` table into a strategy.
 
-    Subclasses set ``name`` (registering the class under it) and implement :meth:`fit`; ``uses_k`` says
-    whether ``k`` means something to them (then several k are tried and the best on validation kept).
+    Subclasses set ``name`` (registering the class under it), declare their options as a dataclass (``Options``:
+    the command offers its fields as ``--FIELD`` and as keys of a compress config, and checks them) and implement
+    :meth:`fit`. What they want said in the report (what was chosen, which backend ran) goes into :attr:`details`.
     """
 
     name: ClassVar[str]
-    uses_k: ClassVar[bool] = False
+    Options: ClassVar[type] = NoOptions
     registry: ClassVar[dict[str, type[CompressionMethod]]] = {}
 
     def __init_subclass__(cls, **kwargs) -> None:
@@ -251,6 +550,19 @@ class CompressionMethod(ABC):
                 raise ConfigError(f"compression method {name!r} is defined twice ({known.__module__} and {cls.__module__})")
             CompressionMethod.registry[name] = cls
 
+    def __init__(self, options: object | None = None) -> None:
+        self.options = self.Options() if options is None else options
+        self.details: dict[str, object] = {}
+
+    @classmethod
+    def option_names(cls) -> list[str]:
+        return [f.name for f in fields(cls.Options)]
+
+    @property
+    def tries(self) -> int:
+        """How many candidates :meth:`fit` gives (more than one: the best on the validation split is kept)."""
+        return 1
+
     def check(self, job: Job) -> None:  # noqa: B027 (an optional hook: most methods can do any job)
         """Refuse what cannot be done (before any work), naming the value and the fix."""
 
@@ -259,45 +571,88 @@ class CompressionMethod(ABC):
         """The compressed strategies to choose from, by k (``None`` where k plays no part)."""
 
 
-def method_named(name: str) -> CompressionMethod:
+def method_class(name: str) -> type[CompressionMethod]:
     """The method registered as ``name``; a clear error naming the known ones otherwise."""
     if name not in CompressionMethod.registry:
         near = difflib.get_close_matches(name, CompressionMethod.registry, n=1)
         hint = f"did you mean {near[0]!r}? " if near else ""
         raise ConfigError(f"method={name!r} is not known: {hint}use one of {sorted(CompressionMethod.registry)}")
-    return CompressionMethod.registry[name]()
+    return CompressionMethod.registry[name]
 
 
-class SparseCoding(CompressionMethod):
+def method_named(name: str, options: dict | None = None) -> CompressionMethod:
+    """The method ``name`` with ``options`` (its own, by field name); an unknown option is refused, naming the
+    method's options and the closest one."""
+    cls = method_class(name)
+    known = cls.option_names()
+    for key in options or {}:
+        if key not in known:
+            near = difflib.get_close_matches(key, known, n=1)
+            hint = f"did you mean {near[0]!r}? " if near else ""
+            listed = ", ".join(known) if known else "none"
+            raise ConfigError(f"{key!r} is not an option of compression method {name!r}: {hint}its options: {listed}")
+    return cls(cls.Options(**(options or {})))
+
+
+@dataclass
+class KChoice:
+    """The k a method is fitted with.
+
+    Args:
+        k: common tokens per rare token (sparse_coding) or principal components (pca); several values
+            (``[1, 2, 3, 4, 5]``) are each tried and the best on the validation split is kept (the paper's
+            protocol; needs a fine-tuned lit-embed checkpoint and task data).
+    """
+
+    k: int | list[int] = 5
+
+    def __post_init__(self) -> None:
+        if not self.ks or min(self.ks) < 1:
+            raise ConfigError(f"k={self.k} must be at least 1 (the paper: 1 to 5 for sparse coding, 1 to 10 for PCA)")
+
+    @property
+    def ks(self) -> list[int]:
+        return sorted(set(self.k)) if isinstance(self.k, list) else [self.k]
+
+
+class ChoosesK(CompressionMethod):
+    """A method fitted for each k of its options, the best kept on validation."""
+
+    Options = KChoice
+
+    @property
+    def tries(self) -> int:
+        return len(self.options.ks)
+
+
+class SparseCoding(ChoosesK):
     """The paper's frequency-aware partial sparse coding (k nearest common rows, LLE weights, the length)."""
 
     name = "sparse_coding"
-    uses_k = True
 
     def check(self, job: Job) -> None:
-        common = len(job.common_ids)
-        if max(job.ks) > common:
-            raise ConfigError(f"k={max(job.ks)} exceeds |V_C|={common}, the common tokens to choose neighbours from: "
+        common, k = len(job.common_ids), max(self.options.ks)
+        if k > common:
+            raise ConfigError(f"k={k} exceeds |V_C|={common}, the common tokens to choose neighbours from: "
                               f"lower k or raise --retention")
 
     def fit(self, job: Job) -> dict[int | None, EmbeddingStrategy]:
-        return sparse_code(job.weight, job.common_ids, job.ks)
+        return sparse_code(job.weight, job.common_ids, self.options.ks)
 
 
-class PCACoding(CompressionMethod):
+class PCACoding(ChoosesK):
     """The PCA baseline: rare rows from the top k principal components of the common rows."""
 
     name = "pca"
-    uses_k = True
 
     def check(self, job: Job) -> None:
-        common, hidden = len(job.common_ids), job.weight.shape[1]
-        if max(job.ks) > min(common, hidden):
-            raise ConfigError(f"k={max(job.ks)} exceeds min(|V_C|={common}, hidden={hidden}), the principal components "
+        common, hidden, k = len(job.common_ids), job.weight.shape[1], max(self.options.ks)
+        if k > min(common, hidden):
+            raise ConfigError(f"k={k} exceeds min(|V_C|={common}, hidden={hidden}), the principal components "
                               f"there are: lower k or raise --retention")
 
     def fit(self, job: Job) -> dict[int | None, EmbeddingStrategy]:
-        return pca_code(job.weight, job.common_ids, job.ks)
+        return pca_code(job.weight, job.common_ids, self.options.ks)
 
 
 class UnkBackoff(CompressionMethod):
@@ -317,6 +672,90 @@ class AdditiveQuantization(CompressionMethod):
     """Additive quantization of the whole table (Shu & Nakayama; M codebooks of K vectors)."""
 
     name = "aq"
+    Options = AQOptions
 
     def fit(self, job: Job) -> dict[int | None, EmbeddingStrategy]:
-        return {None: additive_quantize(job.weight, job.aq, seed=job.seed, device=job.device)}
+        return {None: additive_quantize(job.weight, self.options, seed=job.seed, device=job.device)}
+
+
+class LowRank(CompressionMethod):
+    """Low-rank SVD of the whole (centred) table, kept as a factorised embedding (rank from --rank or --budget)."""
+
+    name = "svd"
+    Options = SVDOptions
+
+    def check(self, job: Job) -> None:
+        vocab, hidden = job.weight.shape
+        if self.options.budget is None and not 1 <= self.options.rank <= min(vocab, hidden):
+            raise ConfigError(f"rank={self.options.rank} must lie in [1, min(vocabulary={vocab}, hidden={hidden})]: "
+                              f"change --rank")
+
+    def fit(self, job: Job) -> dict[int | None, EmbeddingStrategy]:
+        strategy = low_rank(job.weight, self.options.rank, self.options.budget)
+        self.details["rank"] = strategy.rank
+        if strategy.sizing is not None:
+            self.details["budget"] = strategy.sizing.describe()
+        return {None: strategy}
+
+
+class ScalarQuantization(CompressionMethod):
+    """Per-row scalar quantisation of the whole table to ``bits`` bits (each row's min to max in equal steps)."""
+
+    bits: ClassVar[int]
+
+    def fit(self, job: Job) -> dict[int | None, EmbeddingStrategy]:
+        strategy = ScalarQuantizedEmbedding(*job.weight.shape, bits=self.bits)
+        strategy.quantize(job.weight)
+        return {None: strategy}
+
+
+class Int8(ScalarQuantization):
+    """8-bit codes, one per byte."""
+
+    name = "int8"
+    bits = 8
+
+
+class Int4(ScalarQuantization):
+    """4-bit codes, two per byte."""
+
+    name = "int4"
+    bits = 4
+
+
+class ProductQuantization(CompressionMethod):
+    """Product quantisation of the whole table: k-means in each of G groups of dimensions (faiss where installed)."""
+
+    name = "pq"
+    Options = PQOptions
+
+    def check(self, job: Job) -> None:
+        hidden = job.weight.shape[1]
+        if self.options.groups < 1 or hidden % self.options.groups:
+            raise ConfigError(f"groups={self.options.groups} must divide the hidden size {hidden}: change --groups")
+
+    def fit(self, job: Job) -> dict[int | None, EmbeddingStrategy]:
+        strategy, self.details["k-means"] = product_quantize(job.weight, self.options, job.seed)
+        return {None: strategy}
+
+
+class StrategyFit(CompressionMethod):
+    """Any vocabulary strategy (``--strategy YAML``) fitted to the table by gradient descent
+    (:class:`FitOptions`: the loss and the stopping rule)."""
+
+    name = "fit"
+    Options = FitOptions
+
+    def check(self, job: Job) -> None:
+        self.options.check()
+        strategy_from(self.options.strategy, *job.weight.shape)  # a bad strategy file or class fails before any work
+
+    def fit(self, job: Job) -> dict[int | None, EmbeddingStrategy]:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(job.seed)
+            strategy = strategy_from(self.options.strategy, *job.weight.shape)
+        self.details.update({"strategy": type(strategy).__name__, **self.options.describe()})
+        if strategy.sizing is not None:
+            self.details["budget"] = strategy.sizing.describe()
+        self.details.update(fit_strategy(strategy, job.weight, job.counts, self.options, job.seed, job.device))
+        return {None: strategy}

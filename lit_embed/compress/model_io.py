@@ -232,8 +232,6 @@ def write_huggingface(folder: Path, source: Source, strategy: EmbeddingStrategy)
     rebuilt dense table in its weights (so
     any HuggingFace tool loads it and computes what the compressed model computes), and the compact form
     in ``compressed_embedding.safetensors`` (:func:`load_compact`)."""
-    from safetensors.torch import save_file
-
     folder.mkdir()
     if source.hf_folder is not None:
         for path in sorted(source.hf_folder.rglob("*")):
@@ -247,10 +245,16 @@ def write_huggingface(folder: Path, source: Source, strategy: EmbeddingStrategy)
         table.weight.copy_(strategy.full_weight().detach().to(table.weight.dtype))
     model.save_pretrained(folder)
     load_tokenizer(source.tokenizer).save_pretrained(folder)
+    save_compact(strategy, folder / COMPACT_FILE)
+
+
+def save_compact(strategy: EmbeddingStrategy, path: Path) -> None:
+    """The compressed embedding alone, as :func:`load_compact` reads it: its state and, in the header, its config."""
+    from safetensors.torch import save_file
+
     state = {k: v.detach().cpu().contiguous() for k, v in strategy.state_dict().items()}
-    save_file(state, str(folder / COMPACT_FILE), metadata={"lit_embed_strategy": json.dumps(strategy_config(strategy)),
-                                                         "vocab_size": str(strategy.vocab_size),
-                                                         "hidden_size": str(strategy.hidden_size)})
+    save_file(state, str(path), metadata={"lit_embed_strategy": json.dumps(strategy_config(strategy)),
+                                          "vocab_size": str(strategy.vocab_size), "hidden_size": str(strategy.hidden_size)})
 
 
 def load_compact(path: str | Path) -> EmbeddingStrategy:

@@ -18,21 +18,36 @@ def tensor_bytes(state: dict[str, Tensor]) -> int:
     return sum(t.numel() * t.element_size() for t in state.values())
 
 
+def rebuilt_rows(strategy: EmbeddingStrategy, vocab_size: int) -> Tensor:
+    """Every row the strategy gives, as a ``V x d`` table."""
+    with torch.no_grad():
+        return strategy(torch.arange(vocab_size))
+
+
+def by_frequency(per_row: Tensor, common_ids: Tensor) -> dict[str, float | None]:
+    """The mean of a per-row figure over the rare tokens, the common (frequent) ones and all."""
+    common = torch.zeros(len(per_row), dtype=torch.bool)
+    common[common_ids] = True
+    return {
+        "rare": float(per_row[~common].mean()) if (~common).any() else None,
+        "common": float(per_row[common].mean()),
+        "all": float(per_row.mean()),
+    }
+
+
 def rebuilt_cosines(weight: Tensor, strategy: EmbeddingStrategy, common_ids: Tensor) -> dict[str, float]:
     """Mean cosine similarity between each rebuilt row and the original one: over the rare tokens, the
     common ones and all (the paper's Table 9); and whether every common row is bit-identical."""
-    with torch.no_grad():
-        rebuilt = strategy(torch.arange(weight.shape[0]))
-    cosine = F.cosine_similarity(rebuilt.double(), weight.double(), dim=-1)
-    common = torch.zeros(len(weight), dtype=torch.bool)
-    common[common_ids] = True
-    figures = {
-        "rare": float(cosine[~common].mean()) if (~common).any() else None,
-        "common": float(cosine[common].mean()),
-        "all": float(cosine.mean()),
-    }
-    figures["common_rows_identical"] = bool(torch.equal(rebuilt[common], weight[common].to(rebuilt.dtype)))
+    rebuilt = rebuilt_rows(strategy, len(weight))
+    figures = by_frequency(F.cosine_similarity(rebuilt.double(), weight.double(), dim=-1), common_ids)
+    figures["common_rows_identical"] = bool(torch.equal(rebuilt[common_ids], weight[common_ids].to(rebuilt.dtype)))
     return figures
+
+
+def rebuilt_errors(weight: Tensor, strategy: EmbeddingStrategy, common_ids: Tensor) -> dict[str, float]:
+    """Mean squared error of the rebuilt rows (the mean over a row's values, then over the rows): rare, common, all."""
+    rebuilt = rebuilt_rows(strategy, len(weight))
+    return by_frequency((rebuilt.double() - weight.double()).pow(2).mean(-1), common_ids)
 
 
 def counts(weight: Tensor, strategy: EmbeddingStrategy, model) -> dict:
@@ -84,6 +99,13 @@ def format_summary(report: dict) -> str:
     rare = "n/a" if c["rare"] is None else f"{c['rare']:.4f}"
     lines += ["", f"Cosine similarity of rebuilt to original rows (Table 9): rare {rare}, common {c['common']:.4f}, "
               f"all {c['all']:.4f}; common rows bit-identical: {'yes' if c['common_rows_identical'] else 'no'}."]
+    error = report.get("mse")
+    if error:
+        rare = "n/a" if error["rare"] is None else f"{error['rare']:.3g}"
+        lines += ["", f"Mean squared error of rebuilt rows: rare {rare}, common {error['common']:.3g}, all {error['all']:.3g}."]
+    details = report.get("details")
+    if details:
+        lines += ["", f"What {report['method']} did:", *(f"- {key}: {value}" for key, value in details.items())]
     by_k = report.get("cosine_by_k") or {}
     if len(by_k) > 1:
         lines += ["", "Rare rows' cosine with each k: " + ", ".join(

@@ -23,7 +23,11 @@ from lit_embed.embeddings.hashformer import (
     ProFormerEmbedding,
 )
 from lit_embed.embeddings.mixed_dimension import MixedDimensionEmbedding
-from lit_embed.embeddings.quantized import AdditiveQuantizedEmbedding
+from lit_embed.embeddings.quantized import (
+    AdditiveQuantizedEmbedding,
+    ProductQuantizedEmbedding,
+    ScalarQuantizedEmbedding,
+)
 from lit_embed.embeddings.sparse_coded import (
     PartialEmbedding,
     PCAEmbedding,
@@ -59,9 +63,11 @@ __all__ = [
     "ProFormerEmbedding",
     "PCAEmbedding",
     "PartialEmbedding",
+    "ProductQuantizedEmbedding",
     "QREmbedding",
     "ROBEEmbedding",
     "RadixAssignment",
+    "ScalarQuantizedEmbedding",
     "SparseCodedEmbedding",
     "SubspaceEmbedding",
     "TTEmbedding",

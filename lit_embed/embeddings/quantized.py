@@ -1,8 +1,9 @@
-"""Additive quantization: every token is a sum of one vector from each of M codebooks of K vectors.
+"""Quantised tables, each fitted post hoc to a dense table by ``lit-embed compress`` (:mod:`lit_embed.compress.methods`).
 
-The baseline the sparse-coding paper compares with (Babenko & Lempitsky 2014, learned as Shu &
-Nakayama 2017 do); unlike the partial strategies it approximates the whole table, common tokens too.
-``lit-embed compress --method aq`` learns it (:func:`lit_embed.compress.methods.additive_quantize`).
+Additive quantization, every token a sum of one vector from each of M codebooks of K vectors: the baseline the
+sparse-coding paper compares with (Babenko & Lempitsky 2014, learned as Shu & Nakayama 2017 do); unlike the
+partial strategies it approximates the whole table, common tokens too (``--method aq``). Per-row scalar
+quantisation to 8 or 4 bits (``--method int8`` / ``int4``) and product quantisation (``--method pq``).
 """
 
 from __future__ import annotations
@@ -62,3 +63,125 @@ class AdditiveQuantizedEmbedding(EmbeddingStrategy):
     def init_args(self) -> dict:
         """The constructor arguments beyond the two sizes (the codebooks are kept as ``num_codebooks``)."""
         return {"codebooks": self.num_codebooks, "codewords": self.num_codewords, "budget": self.budget}
+
+
+class ScalarQuantizedEmbedding(EmbeddingStrategy):
+    """Per-row scalar quantisation: ``e(n) = offset[n] + scale[n] * q[n]``, each ``q[n, j]`` an integer of ``bits``
+    bits (8: one per byte; 4: two per byte), stored in a ``uint8`` buffer; the per-row ``scale`` and ``offset``
+    (float32) are parameters, so fine-tuning adapts them while the codes stay fixed.
+
+    Counted as memory, not as values: ``num_embedding_parameters()`` is the float32 equivalent of the bytes stored,
+    ``(V ceil(d bits / 8) + 8 V) / 4`` rounded up, so that a budget or a plot compares it with float tables honestly
+    (a code is a quarter or an eighth of a float, not one). ``lit-embed compress --method int8`` / ``int4`` fits it.
+
+    Args:
+        vocab_size: V, the table's rows.
+        hidden_size: d, its width.
+        bits: bits per code, 8 or 4.
+        budget: the table has one size for its bits: a budget is accepted only within 1% of it, and refused otherwise.
+    """
+
+    def __init__(self, vocab_size: int, hidden_size: int, bits: int = 8, budget: int | float | None = None) -> None:
+        super().__init__(vocab_size, hidden_size)
+        if bits not in (4, 8):
+            raise ConfigError(f"bits={bits} must be 8 or 4 (codes are packed into bytes)")
+        self.bits = bits
+        self.register_buffer("codes", torch.zeros(vocab_size, self.code_bytes(hidden_size, bits), dtype=torch.uint8))
+        self.scale = nn.Parameter(torch.ones(vocab_size))
+        self.offset = nn.Parameter(torch.zeros(vocab_size))
+
+    @staticmethod
+    def code_bytes(hidden_size: int, bits: int) -> int:
+        """Bytes of one row's codes."""
+        return -(-hidden_size * bits // 8)
+
+    @classmethod
+    def count_parameters(cls, vocab_size: int, hidden_size: int, bits: int = 8, **_) -> int:
+        return -(-(vocab_size * cls.code_bytes(hidden_size, bits) + 8 * vocab_size) // 4)
+
+    def num_embedding_parameters(self) -> int:
+        return self.count_parameters(self.vocab_size, self.hidden_size, self.bits)
+
+    def counting_rule(self) -> str:
+        return (f"counted as memory: {self.bits}-bit codes and a float32 scale and offset per row, in float32 "
+                f"equivalents (bytes / 4)")
+
+    def levels(self, ids: Tensor) -> Tensor:
+        """The integer codes ``q`` of ``ids``, unpacked to ``(*ids.shape, hidden_size)``."""
+        packed = self.codes[ids]
+        if self.bits == 8:
+            return packed
+        pairs = torch.stack((packed & 15, packed >> 4), dim=-1)  # low nibble first
+        return pairs.flatten(-2)[..., : self.hidden_size]
+
+    def forward(self, codes: Tensor) -> Tensor:
+        levels = self.levels(codes).to(self.scale.dtype)
+        return self.offset[codes].unsqueeze(-1) + self.scale[codes].unsqueeze(-1) * levels
+
+    def quantize(self, weight: Tensor) -> None:
+        """Set the codes, scales and offsets from a ``V x d`` table: each row's range split into ``2^bits - 1`` equal
+        steps, every value rounded to the nearest (error at most half a step)."""
+        rows = weight.detach().float()
+        low, high = rows.min(-1).values, rows.max(-1).values
+        top = 2**self.bits - 1
+        scale = (high - low) / top
+        scale = torch.where(scale > 0, scale, torch.ones_like(scale))  # a constant row: every code 0
+        levels = torch.round((rows - low[:, None]) / scale[:, None]).clamp(0, top).to(torch.uint8)
+        if self.bits == 4:
+            if self.hidden_size % 2:
+                levels = torch.cat([levels, levels.new_zeros(len(levels), 1)], dim=1)
+            levels = levels[:, 0::2] | (levels[:, 1::2] << 4)
+        with torch.no_grad():
+            self.codes.copy_(levels)
+            self.scale.copy_(scale)
+            self.offset.copy_(low)
+
+
+class ProductQuantizedEmbedding(EmbeddingStrategy):
+    """Product quantisation (Jégou et al., "Product Quantization for Nearest Neighbor Search", TPAMI 2011): the
+    ``d`` dimensions split into ``G`` groups of ``d / G``; a row is the concatenation of one of ``K`` codewords per
+    group, ``e(n) = [codebooks[g, codes[n, g]] for g]``. The codes (a persistent ``uint8`` buffer) are fixed, the
+    codebooks are parameters. Counted as DPQ and AQ count theirs: the ``K d`` codebook values and ``V G`` codes.
+    ``lit-embed compress --method pq`` fits it by k-means in each group.
+
+    Args:
+        vocab_size: V, the table's rows.
+        hidden_size: d, its width.
+        groups: G, dividing ``hidden_size``.
+        codewords: K, codewords per group (at most 256).
+        budget: size K to this many parameters, or this fraction of the dense table (the ``V G`` codes are fixed by
+            ``groups``, so a budget below them, or above ``256 d`` more, is refused naming what can be met).
+    """
+
+    size_parameter = "codewords"
+
+    def __init__(self, vocab_size: int, hidden_size: int, groups: int = 8, codewords: int = 256,
+                 budget: int | float | None = None) -> None:
+        super().__init__(vocab_size, hidden_size)
+        if groups < 1 or hidden_size % groups:
+            raise ConfigError(f"groups={groups} must divide hidden_size={hidden_size}")
+        if not 2 <= codewords <= 256:
+            raise ConfigError(f"codewords={codewords} must lie in [2, 256] (codes are stored as bytes)")
+        self.groups, self.codewords = groups, codewords
+        self.codebooks = nn.Parameter(torch.zeros(groups, codewords, hidden_size // groups))
+        self.register_buffer("codes", torch.zeros(vocab_size, groups, dtype=torch.uint8))
+        self.register_buffer("offsets", torch.arange(groups) * codewords, persistent=False)
+
+    @classmethod
+    def count_parameters(cls, vocab_size: int, hidden_size: int, groups: int = 8, codewords: int = 256, **_) -> int:
+        return codewords * hidden_size + vocab_size * groups
+
+    @classmethod
+    def size_range(cls, vocab_size: int, hidden_size: int, **_) -> tuple[int, int]:
+        return 2, 256
+
+    def num_embedding_parameters(self) -> int:
+        return self.count_parameters(self.vocab_size, self.hidden_size, self.groups, self.codewords)
+
+    def counting_rule(self) -> str:
+        return f"each token's stored {self.groups} codes count"
+
+    def forward(self, codes: Tensor) -> Tensor:
+        picks = self.codes[codes].long() + self.offsets  # (*batch, G) rows of the flattened codebooks
+        flat = self.codebooks.reshape(-1, self.hidden_size // self.groups)
+        return F.embedding(picks, flat).flatten(-2)

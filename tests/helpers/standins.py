@@ -31,7 +31,7 @@ TRAINER = ["--trainer.accelerator", "cpu", "--trainer.devices", "1", "--trainer.
            "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false"]
 #: ``lit-embed compress`` on a CPU, validating on one batch, additive quantization trained for two steps.
 COMPRESS = ["--accelerator", "cpu", "--limit_val_batches", "1"]
-AQ = ["--aq.max_steps", "2"]
+AQ = ["--max_steps", "2"]
 LOCAL_TOKENIZER = "all-MiniLM-L6-v2"
 MINILM_VOCABULARY = "30522"
 
