@@ -24,6 +24,8 @@ from lit_embed.tables import MISSING, Table, mean_std
 NOT_MEASURED = "not measured"
 #: The tag of the figure in TensorBoard.
 TAG = "report/pareto"
+#: A marker per method besides its colour: the zoo has more methods than matplotlib's ten colours.
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">", "h", "p", "8", "d")
 
 
 @dataclass(frozen=True)
@@ -113,10 +115,10 @@ def draw(points: list[Point], what: str):
 
     figure = Figure(figsize=(9, 5.5), layout="constrained")
     axes = figure.add_subplot()
-    for method in dict.fromkeys(p.method for p in points):
+    for index, method in enumerate(dict.fromkeys(p.method for p in points)):
         mine = sorted((p for p in points if p.method == method), key=lambda p: p.parameters)
         axes.errorbar([p.parameters for p in mine], [100 * p.mean for p in mine], yerr=[100 * p.std for p in mine],
-                      marker="o", markersize=5, capsize=3, linewidth=1.2, label=method)
+                      marker=MARKERS[index % len(MARKERS)], markersize=5, capsize=3, linewidth=1.2, label=method)
     best = frontier(points)
     axes.plot([p.parameters for p in best], [100 * p.mean for p in best], linestyle="--", color="black", linewidth=0.8,
               marker="o", markersize=11, markerfacecolor="none", markeredgecolor="black", label="frontier")
