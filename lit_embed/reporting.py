@@ -316,6 +316,34 @@ class Report:
         note = f"x 100: {', '.join(scaled)}; the others as logged" if scaled else "as logged"
         return Table(title, ["Model", *names], rows, [f"{note}; mean ± std over seeds"])
 
+    # -- the zoo's picture -----------------------------------------------------------------------
+    def seed_scores(self) -> tuple[dict[str, dict], str]:
+        """Each row's task score per seed, the mean over its columns (a benchmark's every column, as its average; a
+        task outside the benchmarks: the metric its table shows), over the seeds that ran them all; and what it is."""
+        columns: dict[str, dict[tuple, dict]] = defaultdict(dict)
+        shown: list[str] = []
+        for scores in self.scores:
+            for row in scores.rows:
+                cells = [scores.cells.get((row, c.header)) for c in scores.columns]
+                if all(cells):
+                    columns[_row_name(row)].update({(scores.name, c.header): seeds for c, seeds in zip(scores.columns, cells)})
+            shown.append(f"{scores.name} average")
+        for run in self.runs:
+            task = run["_task"]
+            if task is None or benchmark_of(task) is not None:
+                continue
+            metric = TASKS[task].shown_metric(run.get("paper")) if task in TASKS else "score"
+            found = _score(run, (metric,))
+            if found is not None:
+                columns[run["label"]].setdefault((task,), {})[run.get("seed")] = found[0]
+                shown.append(f"{task} {metric}")
+        result = {}
+        for name, cells in columns.items():
+            seeds = set.intersection(*(set(seeds) for seeds in cells.values()))
+            result[name] = {seed: statistics.fmean(c[seed] for c in cells.values()) for seed in seeds}
+        kinds = list(dict.fromkeys(shown))
+        return result, kinds[0] if len(kinds) == 1 else "mean task score"
+
     # -- all -------------------------------------------------------------------------------------
     def tables(self) -> list[Table]:
         tables = [self.score_table(s) for s in self.scores]

@@ -188,6 +188,18 @@ def test_params_shows_what_the_budget_chose_and_refuses_what_cannot_be_met(capsy
     assert "SubspaceEmbedding cannot meet budget=0.0001" in error and "(table_size=32), its smallest size" in error
 
 
+@pytest.mark.parametrize("strategy", ["md5_proj", "md5_add"])
+def test_a_budget_beyond_the_configured_hashers_bits_is_refused_with_its_largest_size(strategy, capsys):
+    """The hasher as a config gives it (jsonargparse's factory, not the class): MD5's 128 bits bound the sizing, so a
+    budget that would need more is a budget the strategy cannot meet, never a num_bits the hasher then refuses."""
+    argv = ["params", "--config", str(REPO / "configs" / "demo_hashformer.yaml"), "--model.init_args.embedding",
+            str(REPO / "configs" / "embedding" / f"{strategy}.yaml"), "--model.init_args.embedding.init_args.budget"]
+    assert main([*argv, "200000"]) == 2
+    error = capsys.readouterr().err
+    assert "cannot meet budget=200000" in error and "(num_bits=128), its largest size" in error, error
+    assert "exceeds the 128 bits" not in error
+
+
 class _LowRank(EmbeddingStrategy):
     """A plugin's strategy that takes a budget but gives no count formula: the base class counts it built on the meta
     device."""

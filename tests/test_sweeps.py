@@ -114,7 +114,7 @@ def test_dry_run_prints_the_plan_through_the_cli(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "stage mnli (fit): 16 runs; 2 grid points, the best per row on the highest val/score" in out
     assert "from mnli" in out and "'${mnli.checkpoint}'" in out
-    assert out.rstrip().endswith("24 runs: 0 done, 0 diverged, 0 running, 0 failed, 24 left")
+    assert out.rstrip().endswith("24 runs: 0 done, 0 diverged, 0 unmet, 0 running, 0 failed, 24 left")
     assert not (tmp_path / "out").exists()  # a dry run writes nothing
 
 
@@ -267,6 +267,51 @@ def test_a_run_that_diverged_is_settled_left_out_of_its_grid_and_not_started_aga
         chosen(later, mnli)
 
 
+def budgets(tmp_path: Path) -> Path:
+    """A zoo-like sweep on the demo's 30522 x 64 table at 1% (19,534 parameters): the hashing trick meets it, ALBERT's
+    factorisation cannot (its smallest is 30,586), and a strategy file that does not exist fails otherwise; then a
+    stage that fine-tunes each."""
+    strategies = {"hashing": {"model.init_args.embedding": str(CONFIGS / "embedding" / "hashing_trick.yaml")},
+                  "albert": {"model.init_args.embedding": str(CONFIGS / "embedding" / "albert_factorized.yaml")},
+                  "broken": {"model.init_args.embedding": str(tmp_path / "nowhere.yaml")}}
+    return sweep_file(tmp_path, {"stages": {
+        "pretrain": {"config": str(CONFIGS / "experiments" / "zoo" / "demo_pretrain.yaml"),
+                     "axes": {"strategy": strategies, "budget": {"1pct": {"model.init_args.embedding.init_args.budget": 19534}}},
+                     "seeds": [0]},
+        "finetune": {"config": str(CONFIGS / "experiments" / "zoo" / "demo_finetune.yaml"),
+                     "set": {"model.init_args.checkpoint": "${pretrain.checkpoint}"},
+                     "axes": {"strategy": {name: {} for name in strategies}, "budget": {"1pct": {}}}, "seeds": [0, 1]},
+    }})
+
+
+def test_a_cell_whose_strategy_cannot_meet_its_budget_is_left_out_said_and_never_started(tmp_path, monkeypatch, capsys):
+    path = budgets(tmp_path)
+    assert main(["sweep", "--config", str(path), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    cause = "unmet    pretrain/strategy=albert,budget=1pct,seed=0: FactorizedEmbedding cannot meet budget=19534"
+    assert cause in out and "the nearest it can meet is 30,586" in out
+    for seed in (0, 1):
+        assert (f"unmet    finetune/strategy=albert,budget=1pct,seed={seed}: starts from "
+                f"pretrain/strategy=albert,budget=1pct,seed=0, which is left out") in out
+    for name in ("hashing", "broken"):  # met, or failing for another reason: its run reports that
+        assert f"left     pretrain/strategy={name},budget=1pct,seed=0\n" in out
+    assert "9 runs: 0 done, 0 diverged, 3 unmet, 0 running, 0 failed, 6 left" in out
+    assert "unmet    2 more start from runs left out" in out  # the summary names the causes, counts the rest
+    assert not (tmp_path / "out").exists()  # a dry run writes nothing
+    started = []
+    monkeypatch.setattr("lit_embed.sweeps.launch._start", lambda sweep, run, launch, gpus: started.append(run.id) or FakeProcess())
+    assert main(["sweep", "--config", str(path)]) == 2  # the stand-ins leave nothing: failed and waiting, not unmet
+    assert started == ["pretrain/strategy=hashing,budget=1pct,seed=0", "pretrain/strategy=broken,budget=1pct,seed=0"]
+    plan = json.loads((tmp_path / "out" / MANIFEST).read_text())
+    assert sorted(plan["unmet"]) == ["finetune/strategy=albert,budget=1pct,seed=0",
+                                     "finetune/strategy=albert,budget=1pct,seed=1", "pretrain/strategy=albert,budget=1pct,seed=0"]
+    capsys.readouterr()
+    assert main(["report", str(tmp_path / "out")]) == 0
+    report = capsys.readouterr().out
+    assert "| pretrain | 3 | 0 | 0 | 1 | 0 | 0 | 2 |" in report  # Runs, Done, Diverged, Unmet, Running, Failed, Left
+    assert "- pretrain/strategy=albert,budget=1pct,seed=0: unmet (FactorizedEmbedding cannot meet budget=19534" in report
+
+
 def hold_elsewhere(folder: Path) -> subprocess.Popen:
     """A process that holds ``folder``'s lock as ``folders.hold`` takes it (without importing torch) until it reads a line."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -291,7 +336,7 @@ def test_finished_runs_are_skipped_killed_ones_resumed_failed_ones_explained(tmp
     assert [outcomes[r.id].state for r in sweep.runs] == ["done", "left", "failed", "running"]
     assert "resumes from its last checkpoint" in outcomes[killed.id].detail
     text = summary(sweep, outcomes)
-    assert "4 runs: 1 done, 0 diverged, 1 running, 1 failed, 1 left" in text
+    assert "4 runs: 1 done, 0 diverged, 0 unmet, 1 running, 1 failed, 1 left" in text
     assert "running  a/lr=4: process 4194311 on node7" in text
     assert "failed   a/lr=3: RuntimeError: CUDA out of memory" in text
 
@@ -497,7 +542,7 @@ def test_demo_sweep_runs_through_the_cli_and_ends_in_a_report(tmp_path, capsys, 
     monkeypatch.chdir(tmp_path / "elsewhere")
     assert main(["sweep", "--config", str(path)]) == 0
     out = capsys.readouterr().out
-    assert "3 runs: 3 done, 0 diverged, 0 running, 0 failed, 0 left" in out
+    assert "3 runs: 3 done, 0 diverged, 0 unmet, 0 running, 0 failed, 0 left" in out
     assert main(["sweep", "--config", str(path)]) == 0
     assert "start" not in capsys.readouterr().out  # finished runs are skipped
     assert main(["report", str(tmp_path / "demo")]) == 0
@@ -539,13 +584,14 @@ def test_a_killed_sweep_resumes_its_run_from_the_last_checkpoint(tmp_path):
 
 
 SHIPPED = sorted((CONFIGS / "sweeps").glob("*.yaml"))
+ZOO = ("zoo", "zoo_glue")
 
 
 def test_the_papers_sweep_files_plan_their_tables(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # any folder: a sweep file names its configs relative to itself
     assert {p.stem for p in SHIPPED} >= {"demo", "k_sub_embedding_glue", "hashformers_glue", "sparse_coding_glue",
                                         "sparse_coding_jglue", "xnli"}
-    plans = {p.stem: load_sweep(p) for p in SHIPPED}
+    plans = {p.stem: load_sweep(p) for p in SHIPPED if p.stem not in ZOO}
     stages = {name: {s.name: s for s in sweep.stages} for name, sweep in plans.items()}
     k_sub = stages["k_sub_embedding_glue"]
     assert len({r.point for r in k_sub["mnli"].runs}) == 6  # Table 6: lr {1, 2, 3}e-5 x batch {16, 32}
@@ -590,6 +636,32 @@ def test_the_papers_sweep_files_plan_their_tables(tmp_path, monkeypatch):
         assert {r.value("retention") for r in compress.runs} == {"0.5", "0.6", "0.7", "0.8", "0.9", "1"}
         assert stages[name]["aq"].command == "compress"
     assert list(stages["xnli"]) == ["pretrain", "cross_lingual", "translate_train_all"]
+
+
+@pytest.mark.parametrize(("name", "dense"), [("zoo", 30522 * 64), ("zoo_glue", 50265 * 512)])
+def test_the_zoo_sweeps_pretrain_every_strategy_at_three_budgets_then_fine_tune_each_with_three_seeds(name, dense):
+    stages = {s.name: s for s in load_sweep(CONFIGS / "sweeps" / f"{name}.yaml").stages}
+    assert list(stages)[:1] == ["pretrain"] and {"pretrain_dense"} <= set(stages)
+    pretrain = stages["pretrain"]
+    strategies = {}
+    for run in pretrain.runs:
+        overrides = dict(run.overrides())
+        assert overrides["model.init_args.embedding.init_args.budget"] in [round(f * dense) for f in (0.1, 0.01, 0.001)]
+        config = Path(run.configs()[0])  # else the experiment config's own strategy file, named relative to it
+        embedding = overrides.get("model.init_args.embedding") or config.parent / yaml.safe_load(config.read_text())[
+            "model"]["init_args"]["embedding"]
+        strategies[run.value("strategy")] = yaml.safe_load(Path(embedding).read_text())["class_path"]
+    classes = {path.rsplit(".", 1)[-1] for path in strategies.values()}
+    assert classes == {"SubspaceEmbedding", "HashEmbedding", "HashProj", "HashingTrickEmbedding", "WeightedHashEmbedding",
+                       "QREmbedding", "TTEmbedding", "FactorizedEmbedding", "MixedDimensionEmbedding", "DPQEmbedding",
+                       "ROBEEmbedding", "DeepHashEmbedding"}  # the papers' and the nine zoo methods
+    assert len(pretrain.runs) == len(strategies) * 3
+    tuned = [s for s in stages.values() if s.references == ["pretrain"]]
+    assert len(tuned) == 1 and tuned[0].seeds == [0, 1, 2]
+    for run in tuned[0].runs:  # each fine-tuning starts from its own cell's pre-training
+        (start,) = run.dependencies
+        assert (start.value("strategy"), start.value("budget")) == (run.value("strategy"), run.value("budget"))
+    assert len(tuned[0].runs) == len(pretrain.runs) * 3 * len({r.value("task") for r in tuned[0].runs})
 
 
 @pytest.fixture(scope="session")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from lit_embed import pareto
 from lit_embed.commands.parsing import ArgumentParser
 from lit_embed.errors import ConfigError
 from lit_embed.files import check_output, write_atomic
@@ -17,9 +18,12 @@ from lit_embed.reporting import (
     run_and_sweep_folders,
 )
 from lit_embed.results import COMPLETE, RESULTS_FILE, load_results, status_of
-from lit_embed.sweeps.plan import MANIFEST
+from lit_embed.sweeps.plan import MANIFEST, is_sweep_folder
 from lit_embed.sweeps.progress import sweep_runs
 from lit_embed.tables import FORMATS, render
+
+#: The figure's file name where ``--figure`` names none.
+FIGURE = "pareto.png"
 
 
 def main(argv: list[str]) -> int:
@@ -35,9 +39,14 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--format", choices=FORMATS, default="md", help="md (default), csv or latex")
     parser.add_argument("--digits", type=int, default=1, help="decimals of scores and PRR (default 1)")
     parser.add_argument("--output", "-o", help="write to this file instead of printing")
+    parser.add_argument("--figure", nargs="?", const="", metavar="FILE.png",
+                        help="draw the Pareto figure (task score against embedding parameters, a line per strategy, the "
+                        f"frontier marked, ± std over seeds) to this PNG, and to TensorBoard beside it, with its table; "
+                        f"without FILE: {FIGURE} beside --output, or in the one sweep folder given")
     args = parser.parse_args(argv)
     if not 0 <= args.digits <= 6:
         raise ConfigError(f"--digits={args.digits}: use 0 to 6")
+    figure = None if args.figure is None else figure_path(args.figure, args.output, args.run_dirs)
     dirs, sweeps = run_and_sweep_folders(args.run_dirs)
     runs = [load_results(d) for d in dirs]
     unfinished = [run for run in runs if status_of(run) != COMPLETE]  # stopped short or diverged: never averaged in
@@ -62,13 +71,45 @@ def main(argv: list[str]) -> int:
             runs.append(baseline)
     compressed = compress_reports(args.run_dirs)
     coverage = coverage_tables(compressed) + cosine_tables(compressed)
-    tables = Report(runs, baseline, args.digits).tables() if runs or not (sweep_tables or unfinished or coverage) else []
+    report = Report(runs, baseline, args.digits) if runs or not (sweep_tables or unfinished or coverage) else None
+    tables = report.tables() if report else []
+    read = [*(d / RESULTS_FILE for d in dirs), *(Path(r["run_dir"]) / RESULTS_FILE for r in runs),
+            *(Path(s) / MANIFEST for s in sweeps), *(f for p in args.run_dirs for f in Path(p).rglob("report.json"))]
+    drawn = None
+    if figure is not None:  # never over a file it read (a results.json, a sweep's plan, a compress report)
+        check_output(figure, True, lambda out: None, read, option="--figure")
+        scores, what = report.seed_scores() if report else ({}, "")
+        points = pareto.points_of(report.runs, scores) if report else []
+        if not points:
+            raise ConfigError(f"--figure: no model has both a task score and parameter counts in {' '.join(args.run_dirs)}: "
+                              f"give fine-tuned runs (their results.json) or a sweep folder that holds them")
+        tables.append(pareto.pareto_table(points, what, args.digits))
+        drawn = pareto.draw(points, what)
     text = render(tables + sweep_tables + coverage + left_out_table(unfinished), args.format)
-    if args.output:  # never over a file it read (a results.json, a sweep's plan, a compress report)
-        read = [*(d / RESULTS_FILE for d in dirs), *(Path(r["run_dir"]) / RESULTS_FILE for r in runs),
-                *(Path(s) / MANIFEST for s in sweeps), *(f for p in args.run_dirs for f in Path(p).rglob("report.json"))]
+    if args.output:
         check_output(Path(args.output), True, lambda out: None, read, option="--output")
+    if drawn is not None:
+        pareto.save(drawn, figure)
+        print(f"lit-embed report: wrote {figure} and its TensorBoard image (tag {pareto.TAG}) in {figure.parent}",
+              file=sys.stderr)
+    if args.output:
         write_atomic(args.output, text)
     else:
         print(text, end="")
     return 0
+
+
+def figure_path(given: str, output: str | None, run_dirs: list[str]) -> Path:
+    """Where ``--figure`` draws: the file given (a .png), else beside ``--output``, else in the one sweep folder given."""
+    if given:
+        if Path(given).suffix.lower() != ".png":
+            raise ConfigError(f"--figure {given}: the figure is a PNG; give a file name ending in .png")
+        if Path(given).is_dir():
+            raise ConfigError(f"--figure {given} is a folder: give a file name ending in .png, e.g. {Path(given) / FIGURE}")
+        return Path(given)
+    if output:
+        return Path(output).parent / FIGURE
+    if len(run_dirs) == 1 and is_sweep_folder(run_dirs[0]):
+        return Path(run_dirs[0]) / FIGURE
+    raise ConfigError("--figure without a file name draws beside --output or in the one sweep folder given: "
+                      f"give it a file name, e.g. --figure {FIGURE}")

@@ -9,12 +9,16 @@
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import io
+
 from lit_embed.commands import check_yaml_files, command, user_error
 from lit_embed.commands.parsing import ArgumentParser
 from lit_embed.errors import ConfigError
-from lit_embed.sweeps.launch import LAUNCHERS, Launch, launch_here, plan_text, run_here, summary
+from lit_embed.sweeps.launch import LAUNCHERS, Launch, commands, launch_here, plan_text, run_here, summary
 from lit_embed.sweeps.outcomes import counts
-from lit_embed.sweeps.plan import load_sweep
+from lit_embed.sweeps.plan import Run, load_sweep
 from lit_embed.sweeps.slurm import submit
 
 
@@ -49,6 +53,7 @@ def main(argv: list[str]) -> int:
     launch = Launch(args.launcher, args.gpus_per_run)
     if args.run is not None:
         return run_here(sweep, sweep.run(args.run), launch, execute, user_error)
+    sweep.leave_out(functools.partial(unmet_budget, launch=launch, seen={}))
     if args.dry_run:
         print(plan_text(sweep, launch), end="")
         if launch.launcher == "slurm":
@@ -64,6 +69,38 @@ def main(argv: list[str]) -> int:
         raise ConfigError(f"{found['failed']} run(s) failed and {found['left']} are left (see above): fix what failed and "
                           f"run the same command again; finished runs are skipped, stopped ones resume")
     return 0
+
+
+def unmet_budget(run: Run, launch: Launch, seen: dict[tuple[str, ...], str | None]) -> str | None:
+    """Why ``run`` cannot be, where its strategy's structure cannot meet the budget its config asks (the budget knob's
+    refusal, found by building its model from shapes alone, as ``lit-embed params`` does), else ``None``: any other
+    error is the run's own to report. ``seen`` holds the answers by model arguments (seeds and folders differ)."""
+    if run.stage.command != "fit" or not any(key.rsplit(".", 1)[-1] == "budget" for key, _ in run.overrides()):
+        return None  # only a budget the sweep sets is checked before the run (a config file's is met when it runs)
+    (argv,) = commands(run, launch)
+    model = tuple(argv[1:argv.index("--trainer.default_root_dir")])
+    if model[-2:-1] == ("--seed_everything",):
+        model = model[:-2]
+    if model not in seen:
+        # torch and Lightning: imported only where a fit run is planned
+        from lit_embed.commands.lightning import ModelOnlyCLI
+        from lit_embed.embeddings.sizing import BudgetError
+        from lit_embed.hub import shapes_only
+
+        seen[model] = None
+        try:
+            with shapes_only(), contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+                ModelOnlyCLI(args=list(model), run=False, prog="lit-embed sweep")
+        except (Exception, SystemExit) as error:  # any other error is the run's to report (a parser may wrap the refusal)
+            cause = next((e for e in _causes(error) if isinstance(e, BudgetError)), None)
+            seen[model] = None if cause is None else str(cause)
+    return seen[model]
+
+
+def _causes(error: BaseException):
+    while error is not None:
+        yield error
+        error = error.__cause__ or error.__context__
 
 
 def execute(argv: list[str]) -> None:

@@ -24,6 +24,7 @@ row not zeroed. ProFormer's code is not theirs (nor released): it follows the sa
 
 from __future__ import annotations
 
+import functools
 import math
 from abc import abstractmethod
 from collections.abc import Callable
@@ -97,9 +98,13 @@ class HashStrategy(EmbeddingStrategy):
 
     @staticmethod
     def _max_bits(hasher: HasherFactory | None, default: type[Hasher] = MD5Hasher) -> int:
-        """The most bits the hasher gives (MD5's 128; LSH's: as many as asked, here up to 2^16)."""
+        """The most bits the hasher gives (MD5's 128; LSH's: as many as asked, here up to 2^16). A factory from a config
+        is a partial whose class may be among its arguments (jsonargparse's), not its function."""
         factory = hasher or default
-        return getattr(getattr(factory, "func", factory), "max_bits", None) or 2**16
+        if isinstance(factory, functools.partial):
+            factory = next((a for a in (factory.func, *factory.args) if isinstance(a, type) and issubclass(a, Hasher)),
+                           factory.func)
+        return getattr(factory, "max_bits", None) or 2**16
 
 
 class HashEmbedding(HashStrategy):

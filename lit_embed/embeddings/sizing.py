@@ -55,6 +55,11 @@ class Sizing:
         return {**asdict(self), "of_dense": None if self.dense is None else self.count / self.dense}
 
 
+class BudgetError(ConfigError):
+    """A strategy whose structure cannot meet a budget: not a mistake in the config but a cell of a comparison that
+    does not exist (a sweep leaves it out and says so)."""
+
+
 def budget_target(budget: Budget, vocab_size: int | None, hidden_size: int, owner: str) -> int:
     """The parameters ``budget`` asks for: the count itself, or the fraction of ``vocab_size x hidden_size``."""
     if isinstance(budget, bool) or not isinstance(budget, (int, float)):
@@ -87,11 +92,11 @@ def fit_budget(cls: type, vocab_size: int | None, hidden_size: int, budget: Budg
         count = cls.count_parameters(vocab_size, hidden_size, **arguments)
         if abs(count - target) <= TOLERANCE * target:
             return Sizing(budget, target, None, None, count, dense)
-        raise ConfigError(f"{owner} has one size, {count:,} parameters{_share(count, dense)}, which is not budget={budget} "
+        raise BudgetError(f"{owner} has one size, {count:,} parameters{_share(count, dense)}, which is not budget={budget} "
                           f"({target:,}{_share(target, dense)}): leave the budget unset, or use a strategy that compresses")
     low, high = cls.size_range(vocab_size, hidden_size, **arguments)
     if low > high:
-        raise ConfigError(f"{owner} has no {name} to size with these arguments ({name} would lie in [{low}, {high}])")
+        raise BudgetError(f"{owner} has no {name} to size with these arguments ({name} would lie in [{low}, {high}])")
 
     def count(value: int) -> int:
         return cls.count_parameters(vocab_size, hidden_size, **{**arguments, name: value})
@@ -104,7 +109,7 @@ def fit_budget(cls: type, vocab_size: int | None, hidden_size: int, budget: Budg
     above = min((pair for pair in counted if pair[1] > target), key=lambda pair: pair[1], default=None)
     nearest = [f"{c:,}{_share(c, dense)} ({name}={v})" for v, c in filter(None, (below, above))]
     edge = "" if below and above else f", its {'smallest' if above else 'largest'} size"
-    raise ConfigError(f"{owner} cannot meet budget={budget} ({target:,} parameters{_share(target, dense)}) within "
+    raise BudgetError(f"{owner} cannot meet budget={budget} ({target:,} parameters{_share(target, dense)}) within "
                       f"{TOLERANCE:.0%}: the nearest it can meet {'is' if len(nearest) == 1 else 'are'} "
                       f"{' and '.join(nearest)}{edge}; ask for {'that' if len(nearest) == 1 else 'one of those'}, or change its other arguments")
 
@@ -160,4 +165,4 @@ def budgeted(init: Callable[..., None]) -> Callable[..., None]:
     return __init__
 
 
-__all__ = ["TOLERANCE", "Budget", "Sizing", "budget_target", "budgeted", "fit_budget"]
+__all__ = ["TOLERANCE", "Budget", "BudgetError", "Sizing", "budget_target", "budgeted", "fit_budget"]

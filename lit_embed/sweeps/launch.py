@@ -302,10 +302,13 @@ def summary(sweep: Sweep, outcomes: dict[str, Outcome]) -> str:
     runs wait."""
     found = counts(sweep, outcomes)
     lines = [f"sweep {sweep.folder}: {len(sweep.runs)} runs: " + ", ".join(f"{n} {state}" for state, n in found.items())]
-    for state in ("diverged", "failed", "running", "left"):
+    for state in ("diverged", "unmet", "failed", "running", "left"):
         for run in sweep.runs:
-            if outcomes[run.id].state == state and outcomes[run.id].detail:
+            if outcomes[run.id].state == state and outcomes[run.id].detail and not (state == "unmet" and run.stage.references):
                 lines.append(f"  {state:<8} {run.id}: {outcomes[run.id].detail}")
+    following = sum(1 for r in sweep.runs if outcomes[r.id].state == "unmet" and r.stage.references)
+    if following:
+        lines.append(f"  {'unmet':<8} {following} more start from runs left out")
     quiet = sum(1 for r in sweep.runs if outcomes[r.id].state == "left" and not outcomes[r.id].detail)
     if quiet and quiet != found["left"]:
         lines.append(f"  {'left':<8} {quiet} more not started")

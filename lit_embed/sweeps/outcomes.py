@@ -26,9 +26,9 @@ from lit_embed.sweeps.plan import REFERENCE, Run, Select, Stage, Sweep, candidat
 LOGS = "logs"
 STATUS_FILE = "status.json"
 OUTPUT_FILE = "output.log"
-STATES = ("done", "diverged", "running", "failed", "left")
-#: States that launching again does not change.
-SETTLED = ("done", "diverged")
+STATES = ("done", "diverged", "unmet", "running", "failed", "left")
+#: States that launching again does not change (unmet: left out, its strategy cannot meet its budget).
+SETTLED = ("done", "diverged", "unmet")
 #: Exit statuses of a run stopped by a signal (SIGINT, SIGTERM): it resumes from its last checkpoint.
 STOPPED = (130, 143)
 
@@ -59,6 +59,8 @@ def _results(run: Run):
 
 
 def outcome(run: Run) -> Outcome:
+    if run.unmet:
+        return Outcome("unmet", detail=run.unmet)
     results = finished_results(run)
     if results is not None:
         return Outcome("done", results)

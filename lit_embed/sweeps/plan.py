@@ -20,6 +20,7 @@ import math
 import os
 import re
 import unicodedata
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -111,6 +112,7 @@ class Run:
     seed: int | None
     folder: Path
     dependencies: list[Run] = field(default_factory=list)  # earlier runs its references choose among
+    unmet: str | None = None  # why the run is left out: its strategy cannot meet its budget (or its start's cannot)
 
     @property
     def name(self) -> str:
@@ -173,6 +175,17 @@ class Sweep:
     @property
     def name(self) -> str:
         return self.folder.name
+
+    def leave_out(self, unmet: Callable[[Run], str | None]) -> None:
+        """Mark the runs that cannot be: those ``unmet`` gives a reason for (a strategy whose structure cannot meet
+        the run's budget), and those that start only from such runs. They are not launched; the plan, the summary and
+        the report say why."""
+        for run in self.runs:
+            starts = [r for r in run.dependencies if r.unmet is None]
+            if run.dependencies and not starts:
+                run.unmet = f"starts from {run.dependencies[0].id}, which is left out"
+            elif not run.stage.references:
+                run.unmet = unmet(run)
 
 
 def load_sweep(path: str | Path, folder: str | Path | None = None) -> Sweep:
@@ -455,6 +468,7 @@ def manifest(sweep: Sweep) -> dict:
     return {
         "format": MANIFEST_FORMAT,
         "sweep_file": str(sweep.path),
+        "unmet": {run.id: run.unmet for run in sweep.runs if run.unmet},
         "stages": [{"name": s.name, "command": s.command, "axes": axes(s.axes), "search": axes(s.search), "seeds": s.seeds,
                     "select": {"metric": s.select.metric, "mode": s.select.mode}, "label": s.label} for s in sweep.stages],
     }
@@ -476,6 +490,8 @@ def read_manifest(folder: str | Path) -> Sweep:
             stage = Stage(spec["name"], spec["command"], [], {}, axes(spec["axes"]), axes(spec["search"]), spec["seeds"],
                           Select(**spec["select"]), spec["label"], 0, {})
             stage.runs = _runs(stage, folder, str(path))
+            for run in stage.runs:
+                run.unmet = document.get("unmet", {}).get(run.id)
             stages.append(stage)
     except (OSError, ValueError, KeyError, TypeError) as error:
         raise ConfigError(f"{path} is not a sweep plan lit-embed can read ({error}): run `lit-embed sweep` again to rewrite it") from None

@@ -70,6 +70,10 @@ def fit_overrides(config: dict, task_data: Path, minilm: str) -> list[str]:
             args += ["--model.init_args.encoder.init_args.pretrained", minilm, "--model.init_args.vocab_size", MINILM_VOCABULARY]
         else:  # a shape: the same positions (the data's length is checked against them), smaller otherwise
             args += [a for key, value in SMALL_ENCODER.items() for a in (f"--model.init_args.encoder.init_args.{key}", str(value))]
+            budget = ((model.get("embedding") or {}).get("init_args") or {}).get("budget")
+            if isinstance(budget, int) and not isinstance(budget, bool):  # a count for the full width: the same share
+                width = SMALL_ENCODER["hidden_size"] / encoder["hidden_size"]
+                args += ["--model.init_args.embedding.init_args.budget", str(round(budget * width))]
     assignment = (((model.get("embedding") or {}).get("init_args") or {}).get("assignment") or {}).get("init_args") or {}
     if assignment.get("source"):  # clusters a hub model's matrix: the packaged MiniLM's, with its vocabulary
         args += ["--model.init_args.embedding.init_args.assignment.init_args.source", LOCAL_TOKENIZER,

@@ -1,0 +1,157 @@
+"""`lit-embed report --figure`: the zoo's Pareto figure and table from run folders (results.json written by the
+project's writer), its frontier and error bars, the PNG and its TensorBoard image, and bad input."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+from lit_embed.accounting import compression
+from lit_embed.commands import main
+from lit_embed.files import write_json_atomic
+from lit_embed.pareto import TAG, Point, frontier
+from lit_embed.results import RESULTS_FILE
+
+DENSE = 1_953_408  # 30522 x 64
+#: Made-up models: method (strategy), label, embedding parameters, test accuracy per seed; efficiency or None.
+MODELS = [
+    ("DenseEmbedding", "dense", DENSE, {0: 0.80, 1: 0.82, 2: 0.84}),
+    ("HashingTrickEmbedding", "hashing 10%", 195_328, {0: 0.78, 1: 0.80, 2: 0.79}),
+    ("HashingTrickEmbedding", "hashing 1%", 19_520, {0: 0.60, 1: 0.64, 2: 0.62}),
+    ("ROBEEmbedding", "robe 10%", 195_360, {0: 0.70, 1: 0.71, 2: 0.75}),  # beaten by hashing at fewer parameters
+    ("ROBEEmbedding", "robe 0.1%", 1_952, {0: 0.30, 1: 0.36}),             # two seeds only
+]
+EFFICIENCY = {"train": {"ms_per_sample": 2.5}, "infer": {"ms_per_sample": 0.5}, "peak_memory_mb": 900.0, "device": "cpu"}
+
+
+def write_run(root: Path, method: str, label: str, embedding: int, seed: int | None, accuracy: float | None,
+              task: str | None = "topics", efficiency: dict | None = EFFICIENCY) -> Path:
+    folder = root / f"{label}-{task}-{seed}".replace(" ", "_").replace("%", "pct")
+    metrics = {} if accuracy is None else {"test/accuracy": accuracy, "val/accuracy": accuracy - 0.01, "test/loss": 0.5}
+    write_json_atomic(folder / RESULTS_FILE, {
+        "format": 1, "status": "complete", "label": label, "task": task, "seed": seed, "strategy": method,
+        "parameters": {"total_params": 80_000 + embedding, "embedding_params": embedding, "baseline_total_params": 80_000 + DENSE,
+                       "baseline_embedding_params": DENSE, **compression(embedding, 80_000 + embedding, DENSE, 80_000 + DENSE)},
+        "efficiency": efficiency,
+        "metrics": metrics,
+    })
+    return folder
+
+
+def zoo(root: Path) -> Path:
+    for method, label, embedding, scores in MODELS:
+        for seed, accuracy in scores.items():
+            efficiency = None if label == "robe 0.1%" else EFFICIENCY  # a run without the efficiency callback
+            write_run(root, method, label, embedding, seed, accuracy, efficiency=efficiency)
+        write_run(root, method, label, embedding, None, None, task=None)  # its pre-training run: no task score
+    return root
+
+
+def rows(text: str) -> dict[str, list[str]]:
+    """The Pareto table's rows of a Markdown report, by model."""
+    part = text.split("Pareto: task score against embedding parameters", 1)[1]
+    lines = [line for line in part.splitlines() if line.startswith("|")][2:]
+    cells = [[c.strip() for c in line.strip("|").split("|")] for line in lines]
+    return {row[1]: row for row in cells}
+
+
+def test_frontier_keeps_the_points_nothing_beats_with_as_few_parameters():
+    def point(label: str, parameters: int, score: float) -> Point:
+        return Point("m", label, parameters, {0: score})
+
+    points = [point("a", 100, 0.5), point("b", 1000, 0.7), point("c", 1000, 0.6), point("d", 10_000, 0.65),
+              point("e", 50, 0.5), point("f", 5000, 0.9), point("g", 5000, 0.9), point("h", 20, 0.1)]
+    assert [p.label for p in frontier(points)] == ["h", "e", "b", "f", "g"]  # a ties e on score with more parameters
+    assert frontier([]) == []
+    assert [p.label for p in frontier([point("only", 7, 0.0)])] == ["only"]
+
+
+def test_figure_and_table_give_the_frontier_error_bars_and_efficiency_per_method_and_budget(tmp_path, capsys):
+    runs = zoo(tmp_path / "runs")
+    figure = tmp_path / "out" / "pareto.png"
+    assert main(["report", str(runs), "--figure", str(figure)]) == 0
+    captured = capsys.readouterr()
+    table = rows(captured.out)
+    assert set(table) == {label for _, label, _, _ in MODELS}  # pre-training runs make no point
+    for method, label, embedding, scores in MODELS:
+        values = [100 * s for s in scores.values()]
+        mean, std = statistics.mean(values), statistics.stdev(values)
+        assert table[label][:5] == [method, label, f"{embedding:,}", f"{mean:.1f} ± {std:.1f}", str(len(scores))]
+    frontier_rows = {label for label, row in table.items() if row[5] == "yes"}
+    assert frontier_rows == {"robe 0.1%", "hashing 1%", "hashing 10%", "dense"}
+    assert table["dense"][6:] == ["900", "2.5", "0.5"]
+    assert table["robe 0.1%"][6:] == ["not measured"] * 3
+    assert "score: topics accuracy x 100, mean ± std over seeds" in captured.out
+    with Image.open(figure) as image:
+        assert image.format == "PNG" and image.size == (990, 605)  # 9 x 5.5 inches at 110 dpi
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(figure.parent), size_guidance={"images": 0})
+    events.Reload()
+    (image_event,) = events.Images(TAG)
+    assert (image_event.width, image_event.height) == (990, 605)
+    assert image_event.encoded_image_string == figure.read_bytes()
+    assert f"wrote {figure}" in captured.err
+
+
+def test_a_benchmark_point_is_its_average_over_the_tasks_per_seed(tmp_path, capsys):
+    runs = tmp_path / "runs"
+    glue = {"sst2": ("accuracy", {0: 0.90, 1: 0.92}), "cola": ("matthews", {0: 0.40, 1: 0.30})}
+    for task, (metric, scores) in glue.items():
+        for seed, value in scores.items():
+            folder = write_run(runs, "SubspaceEmbedding", "3se", 18_944, seed, None, task=task)
+            results = folder / RESULTS_FILE
+            write_json_atomic(results, {**json.loads(results.read_text()), "metrics": {f"test/{metric}": value}})
+    assert main(["report", str(runs), "--figure", str(tmp_path / "glue.png")]) == 0
+    out = capsys.readouterr().out
+    per_seed = [100 * (0.90 + 0.40) / 2, 100 * (0.92 + 0.30) / 2]
+    assert rows(out)["3se"][3] == f"{statistics.mean(per_seed):.1f} ± {statistics.stdev(per_seed):.1f}"
+    assert "score: GLUE average x 100" in out
+
+
+def test_figure_in_the_sweep_folder_or_beside_the_output_when_no_file_is_named(tmp_path, capsys):
+    runs = zoo(tmp_path / "runs")
+    output = tmp_path / "tables" / "report.md"
+    output.parent.mkdir()
+    assert main(["report", str(runs), "-o", str(output), "--figure"]) == 0
+    assert (output.parent / "pareto.png").is_file() and "Pareto" in output.read_text()
+    assert main(["report", str(runs), "--figure"]) == 2  # a run folder is no place for it: say where instead
+    assert "--figure without a file name draws beside --output or in the one sweep folder given" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("setup", "argv", "message"), [
+    ("zoo", ["--figure", "{tmp}/pareto.jpg"], "the figure is a PNG; give a file name ending in .png"),
+    ("zoo", ["--figure", "{tmp}/folder.png"], "is a folder: give a file name ending in .png"),
+    ("pretraining only", ["--figure", "{tmp}/p.png"], "--figure: no model has both a task score and parameter counts"),
+    ("zoo", ["--figure", "{runs}/dense-topics-0/results.json.png"], None),  # beside a file it read: fine
+    ("zoo", ["--figure", "{tmp}/p.png", "--digits", "9"], "--digits=9: use 0 to 6"),
+])
+def test_bad_figure_requests_are_refused_with_one_line_and_nothing_written(setup, argv, message, tmp_path, capsys):
+    runs = tmp_path / "runs"
+    if setup == "zoo":
+        zoo(runs)
+    else:
+        write_run(runs, "DenseEmbedding", "dense", DENSE, 0, None, task=None)
+    (tmp_path / "folder.png").mkdir()
+    args = [a.format(tmp=tmp_path, runs=runs) for a in argv]
+    status = main(["report", str(runs), *args])
+    err = capsys.readouterr().err
+    if message is None:
+        assert status == 0 and Path(args[1]).is_file()
+        return
+    assert status == 2 and message in err and len(err.strip().splitlines()) == 1
+    assert not [p for p in tmp_path.rglob("*.png") if p.is_file()] and not list(tmp_path.rglob("events.out.tfevents.*"))
+
+
+def test_the_figure_never_replaces_a_file_the_report_read(tmp_path, capsys):
+    runs = zoo(tmp_path / "runs")
+    results = runs / "dense-topics-0" / RESULTS_FILE
+    before = results.read_bytes()
+    (tmp_path / "link.png").symlink_to(results)  # a .png name that is the results.json it reads
+    assert main(["report", str(runs), "--figure", str(tmp_path / "link.png")]) == 2
+    assert "which this command reads: the output would replace it; choose another --figure" in capsys.readouterr().err
+    assert results.read_bytes() == before
