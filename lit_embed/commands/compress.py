@@ -313,6 +313,7 @@ def _argument_help(name: str) -> str:
 
 
 def main(argv: list[str]) -> int:
+    """Shrink a fine-tuned model's embedding by frequency-aware partial sparse coding (or a baseline)."""
     parsing = parser()
     config = parsing.parse_args(argv)
     arguments = instantiate(parsing, config)

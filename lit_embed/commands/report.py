@@ -23,6 +23,7 @@ from lit_embed.tables import FORMATS, render
 
 
 def main(argv: list[str]) -> int:
+    """The papers' tables (scores, memory, speed) from run folders' results.json."""
     parser = ArgumentParser(
         allow_abbrev=False,
         prog="lit-embed report",
