@@ -66,7 +66,8 @@ class DivergedError(UserError, ArithmeticError):
 
 
 class PluginError(UserError, ImportError):
-    """An installed plugin (a ``lit_embed.plugins`` entry point) that fails to import."""
+    """An installed plugin (an entry point of a group :mod:`lit_embed.plugins` reads) that fails to import or is not
+    what its group takes, or two that give one name."""
 
 
 __all__ = ["CheckpointError", "ConfigError", "DiskFullError", "DivergedError", "HubError", "MissingFileError", "OutputExistsError", "PluginError", "RunBusyError", "UserError"]

@@ -13,7 +13,7 @@ your own:
 * **It imports nothing foreign.** Importing a module runs its code, so every class a recorded config names
   (``class_path``, or a dotted name given where a class or a function is expected) must be a class defined in
   lit-embed, in Lightning (the callbacks and loggers a run's config records) or in an installed plugin (the
-  package of a ``lit_embed.plugins`` entry point), or one your own config names in this command
+  package of an entry point of :mod:`lit_embed.plugins`' groups), or one your own config names in this command
   (:func:`name_user_classes`). Anything else is refused before it is imported, naming the key and the value.
 """
 
@@ -109,7 +109,7 @@ def checked_class(path: Any, key: str, where: str) -> type:
             f"{where} records {key}={path!r}, a class outside lit-embed, Lightning and the installed plugins: "
             f"lit-embed does not import what a file it reads names (importing runs the module's code). If you trust "
             f"it, name the class in your own config or on the command line, or install its module as a plugin "
-            f"(a lit_embed.plugins entry point)")
+            f"(an entry point of lit_embed.strategies, or lit_embed.plugins)")
     module, _, name = path.rpartition(".")
     try:
         found = getattr(importlib.import_module(module), name)

@@ -1,14 +1,18 @@
-"""The strategy contract: what every embedding strategy must do, checked on a small instance; and the
-compression-method contract (:func:`check_compression_method`), which checks what a method fits by the first.
+"""The contracts of what a plugin adds: a strategy (:func:`check_strategy`), a compression method
+(:func:`check_compression_method`, which checks what a method fits by the first), a task (:func:`check_task`)
+and a command (:func:`check_command`), each checked on a small instance.
 
-A plugin author runs it on their strategy as the test suite runs it on every built-in one::
+A plugin author runs them on their own as the test suite runs them on lit-embed's::
 
-    from lit_embed.testing import check_strategy
+    from lit_embed.testing import check_command, check_strategy, check_task
     check_strategy(LowRankEmbedding, vocab_size=30522)
+    check_task("my_topics")
+    check_command("my_command")
 
-It needs no pytest: a broken property raises ``AssertionError`` whose message names the strategy and
-the property (any other error the strategy raises while checked is reported the same way, chained).
-The properties, in the order checked:
+They need no pytest: a broken property raises ``AssertionError`` whose message names what is checked and
+the property (any other error it raises while checked is reported the same way, chained).
+
+The strategy's properties, in the order checked:
 
 1. **builds**: ``factory(vocab_size, hidden_size)`` is an :class:`EmbeddingStrategy` of those sizes;
    ``prepare()`` then computes its expensive state.
@@ -33,28 +37,57 @@ The properties, in the order checked:
    :func:`lit_embed.checkpoints.build_from_config` builds into a fresh strategy, into which the
    original's state dict loads strictly; then its persistent buffers, its outputs and its text
    encoder's codes equal the original's exactly.
+9. **survives export**: a tiny masked LM with it, exported as ``lit-embed export`` writes it
+   (:mod:`lit_embed.export`), loads with ``transformers`` from the folder's own code, which imports neither
+   lit-embed nor the strategy's own package, and computes what lit-embed computes (skipped where ``export=False``,
+   and for the strategies export refuses by name).
+
+A task's (:func:`check_task`): **registered** (configs find it by its name), **labels** (two or more distinct names,
+the hub's order a permutation of them; a regression's value range ordered), **metrics** (they fit the task and the
+first selects checkpoints), **data** (its data module, wired to a tiny classifier, gives batches of codes and labels
+the model takes: class ids below the number of labels, or scores; its evaluation sets as the task names them),
+**fits one batch** (a tiny classifier's loss on one batch halves within ``steps`` optimiser steps, and every metric of the
+task is one finite number on its predictions).
+
+A command's (:func:`check_command`): **declared** (lit-embed's table finds it, with a line of help read from its
+docstring without importing it), **help** (``--help`` exits 0 saying its usage), **bad arguments** (an unknown
+option exits 2 with a line saying the error, no traceback).
 """
 
 from __future__ import annotations
 
+import ast
+import contextvars
 import dataclasses
 import io
 import json
 import pickle
+import shutil
+import sys
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, redirect_stderr, redirect_stdout
 from pathlib import Path
 
 import numpy as np
 import torch
 from torch import Tensor, nn
 
-from lit_embed.checkpoints import build_from_config
+from lit_embed.checkpoints import FACTS, build_from_config, describe
+from lit_embed.commands import main, table
 from lit_embed.compress.methods import CompressionMethod, Job, method_class, method_named
+from lit_embed.data.finetune import TaskDataModule
+from lit_embed.data.tasks import Task, get_task
 from lit_embed.embeddings.base import EmbeddingStrategy
+from lit_embed.embeddings.dense import DenseEmbedding
 from lit_embed.embeddings.text import FittableTextEncoder, TextEncoder
 from lit_embed.errors import UserError
+from lit_embed.export.folder import MODEL_CODE, UNSUPPORTED, export
+from lit_embed.hub import load_tokenizer
+from lit_embed.interfaces import wire
+from lit_embed.models import Encoder, MaskedLM, SequenceClassifier, ShuffleRandom
+from lit_embed.models.metrics import TaskEvaluation, check_metrics, needs_two_values
+from lit_embed.recorded import name_user_classes
 
 #: A few texts with words, punctuation, digits and accents, for the text encoder (and LSH's fitting).
 TEXTS = (
@@ -73,6 +106,7 @@ def check_strategy(
     tokenizer: str = "all-MiniLM-L6-v2",
     texts: Sequence[str] = TEXTS,
     seed: int = 0,
+    export: bool = True,
 ) -> EmbeddingStrategy:
     """Check the strategy ``factory`` builds against the contract (see this module); returns the instance.
 
@@ -85,6 +119,7 @@ def check_strategy(
         tokenizer: the tokenizer (hub name or folder) handed to ``text_encoder``.
         texts: what the text encoder encodes (and, where it is fittable, is fitted on).
         seed: seeds the initialisation and the sampled codes.
+        export: check that it survives export (a second or two: the folder is written and loaded).
     """
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
@@ -97,6 +132,8 @@ def check_strategy(
         contract.parameter_count()
         contract.picklable_sampler()
         contract.round_trip(codes, encoder, tokenizer, list(texts))
+        if export:
+            contract.survives_export(codes, tokenizer)
     return strategy
 
 
@@ -116,21 +153,21 @@ def _build(factory: Callable, vocab_size: int | None, hidden_size: int) -> Embed
 # -- reporting ---------------------------------------------------------------------------------------
 
 
-def require(condition: bool, name: str, prop: str, detail: str, contract: str = "strategy") -> None:
+def require(condition: bool, name: str, prop: str, detail: str, kind: str = "strategy") -> None:
     """Raise the contract's ``AssertionError`` (``assert`` statements vanish under ``python -O``)."""
     if not condition:
-        raise AssertionError(f"{name} breaks the {contract} contract ({prop}): {detail}")
+        raise AssertionError(f"{name} breaks the {kind} contract ({prop}): {detail}")
 
 
 @contextmanager
-def checking(name: str, prop: str, contract: str = "strategy") -> Iterator[None]:
-    """Report any error the strategy (or method) raises while ``prop`` is checked as that property's failure."""
+def checking(name: str, prop: str, kind: str = "strategy") -> Iterator[None]:
+    """Report any error what is checked raises while ``prop`` is checked as that property's failure."""
     try:
         yield
     except AssertionError:
         raise
     except Exception as error:
-        raise AssertionError(f"{name} breaks the {contract} contract ({prop}): {type(error).__name__}: {error}") from error
+        raise AssertionError(f"{name} breaks the {kind} contract ({prop}): {type(error).__name__}: {error}") from error
 
 
 class Contract:
@@ -303,6 +340,206 @@ class Contract:
             self.require(same, prop, "the rebuilt strategy's text encoder gives other codes for the same texts")
 
 
+    def survives_export(self, codes: Tensor, tokenizer: str) -> None:
+        if self.name in UNSUPPORTED:
+            return
+        with checking(self.name, "survives export"), tempfile.TemporaryDirectory(prefix="lit_embed_export_") as tmp:
+            contextvars.copy_context().run(self._export, Path(tmp), codes, tokenizer)
+
+    def _export(self, tmp: Path, codes: Tensor, tokenizer: str) -> None:
+        """Export and load, in a context of its own: the strategy, given by the caller, is a class they trust."""
+        prop, strategy = "survives export", self.strategy
+        name_user_classes(strategy.config())
+        model = _tiny_model(strategy).eval()
+        checkpoint = tmp / "model.ckpt"
+        torch.save({"state_dict": model.state_dict(), FACTS: describe(model, tokenizer, None)}, checkpoint)
+        folder = export(str(checkpoint), str(tmp / tmp.name))  # a module name of its own in transformers' cache
+        own = {"lit_embed", type(strategy).__module__.split(".")[0]}
+        foreign = sorted(own & imported_packages((folder / MODEL_CODE).read_text()))
+        self.require(not foreign, prop, f"the exported code imports {foreign}, which are not where it is loaded")
+        mask = torch.ones(codes.shape[:2], dtype=torch.long)
+        mask[1, -2:] = 0
+        loaded = load_export(folder)
+        with torch.no_grad():
+            theirs = loaded(input_ids=codes, attention_mask=mask).last_hidden_state
+            mine = model.encode({"codes": codes, "attention_mask": mask}).last_hidden_state
+        self.require(torch.allclose(theirs, mine, atol=1e-5), prop, f"the export loaded by transformers computes other "
+                     f"vectors (largest difference {float((theirs - mine).abs().max()):.3g})")
+
+
+def _tiny_encoder(hidden_size: int) -> Encoder:
+    return Encoder(hidden_size=hidden_size, num_layers=1, num_heads=2, intermediate_size=32, max_position_embeddings=66)
+
+
+def _tiny_model(strategy: EmbeddingStrategy):
+    """A one-layer masked LM around ``strategy`` (a hash strategy's: ShuffleRandom's)."""
+    encoder = _tiny_encoder(strategy.hidden_size)
+    def factory(vocab_size, hidden_size):
+        return strategy
+    if strategy.vocab_size is None:
+        return ShuffleRandom(encoder, embedding=factory, baseline_vocab_size=1000)
+    return MaskedLM(encoder, vocab_size=strategy.vocab_size, embedding=factory)
+
+
+def load_export(folder: Path):
+    """``AutoModel.from_pretrained(folder, trust_remote_code=True)``, leaving no copy of its code in transformers'
+    module cache (each check's folder has a name of its own)."""
+    from transformers import AutoModel  # noqa: PLC0415 (transformers' dynamic modules: only where an export is checked)
+    from transformers.dynamic_module_utils import HF_MODULES_CACHE
+
+    try:
+        return AutoModel.from_pretrained(folder, trust_remote_code=True).eval()
+    finally:
+        shutil.rmtree(Path(HF_MODULES_CACHE) / "transformers_modules" / folder.name, ignore_errors=True)
+        for name in [name for name in sys.modules if name.startswith(f"transformers_modules.{folder.name}")]:
+            del sys.modules[name]
+
+
+def imported_packages(source: str) -> set[str]:
+    """The top-level packages a module's source imports, anywhere in it."""
+    found = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.add(node.module.split(".")[0])
+    return found
+
+
+# -- the task contract ---------------------------------------------------------------------------------
+
+
+def check_task(task: str | Task, *, tokenizer: str = "all-MiniLM-L6-v2", data_dir: str | None = None,
+               batch_size: int = 8, steps: int = 40, seed: int = 0) -> Task:
+    """Check a task (its name, or the :class:`Task` a plugin registered) against the task contract (see this module);
+    returns it.
+
+    Args:
+        tokenizer: the tokenizer the tiny classifier reads the task's text with.
+        data_dir: where its data is, in the hub's layout (``None``: where the task reads it; a hub task downloads).
+        batch_size: the examples of the batch the classifier fits.
+        steps: the optimiser steps it is given to halve its loss on that batch.
+        seed: seeds the classifier and the batch.
+    """
+    name = task if isinstance(task, str) else task.name
+    with checking(name, "registered", "task"):
+        found = get_task(name)
+        require(isinstance(task, str) or found is task, name, "registered", "get_task() finds another task of that "
+                "name: register it (a lit_embed.tasks entry point)", "task")
+    task = found
+    with checking(name, "labels", "task"):
+        if task.regression:
+            low, high = task.value_range or (0.0, 1.0)
+            require(low < high, name, "labels", f"value_range {task.value_range} is empty", "task")
+        else:
+            labels = task.labels
+            require(len(labels) >= 2 and len(set(labels)) == len(labels) and all(isinstance(x, str) and x for x in labels),
+                    name, "labels", f"labels {labels!r} are not two or more distinct names", "task")
+            require(task.source_labels is None or sorted(task.source_labels) == sorted(labels), name, "labels",
+                    f"source_labels {task.source_labels!r} are not the labels {labels!r} in another order", "task")
+    with checking(name, "metrics", "task"):
+        check_metrics(task.metrics, None if task.regression else task.num_outputs, f"task {name!r}")
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        batch, model = _task_batch(task, tokenizer, data_dir, batch_size)
+        _fit_batch(task, model, batch, steps)
+    return task
+
+
+def _task_batch(task: Task, tokenizer: str, data_dir: str | None, batch_size: int) -> tuple[dict, SequenceClassifier]:
+    name, prop = task.name, "data"
+    with checking(name, prop, "task"):
+        model = SequenceClassifier(name, encoder=_tiny_encoder(16), embedding=DenseEmbedding,
+                                   vocab_size=len(load_tokenizer(tokenizer)))
+        data = TaskDataModule(name, tokenizer=tokenizer, data_dir=data_dir, batch_size=batch_size, max_length=32)
+        wire(model, data)
+        data.prepare_data()
+        data.setup("fit")
+        names = data.eval_set_names("val")
+        require(names == list(task.validation), name, prop, f"the validation sets are {names}, the task names "
+                f"{list(task.validation)}", "task")
+        batch = next(iter(data.train_dataloader()))
+        codes, labels = batch["codes"], batch["labels"]
+        require(codes.dim() == 2 and len(codes) == len(labels) > 0 and codes.shape[1] <= 32, name, prop,
+                f"a batch's codes are {tuple(codes.shape)} for {len(labels)} labels (max_length 32)", "task")
+        if task.regression:
+            require(labels.is_floating_point(), name, prop, f"a regression's labels are {labels.dtype}, not floats", "task")
+            if task.value_range is not None:
+                low, high = task.value_range
+                require(bool(((labels >= low) & (labels <= high)).all()), name, prop,
+                        f"labels {labels.tolist()} fall outside value_range {task.value_range}", "task")
+        else:
+            require(labels.dtype == torch.long, name, prop, f"labels are {labels.dtype}, not class ids", "task")
+            require(bool(((labels >= 0) & (labels < task.num_outputs)).all()), name, prop,
+                    f"labels {labels.tolist()} are not class ids below {task.num_outputs} ({list(task.labels)})", "task")
+    return batch, model
+
+
+def _fit_batch(task: Task, model: SequenceClassifier, batch: dict, steps: int) -> None:
+    name, prop = task.name, "fits one batch"
+    with checking(name, prop, "task"):
+        model.eval()  # no dropout: the batch is fitted, not the task learned
+        optimiser = torch.optim.Adam(model.parameters(), lr=1e-2)
+        first = last = None
+        for _ in range(steps):
+            loss = model.losses(model(batch), batch["labels"]).mean()
+            first = loss.item() if first is None else first
+            last = loss.item()
+            if last < first / 2:
+                break
+            optimiser.zero_grad(set_to_none=True)
+            loss.backward()
+            optimiser.step()
+        require(last < first / 2, name, prop, f"a tiny classifier's loss on one batch went from {first:.4g} to "
+                f"{last:.4g} in {steps} steps: the labels do not follow the text, or the loss ignores them", "task")
+        with torch.no_grad():
+            outputs = model(batch)
+        preds = outputs.float() if task.regression else outputs.float().softmax(-1)
+        evaluation = TaskEvaluation(task.metrics, None if task.regression else task.num_outputs)
+        evaluation.update(0, torch.arange(len(preds)), preds, batch["labels"], model.losses(outputs, batch["labels"]))
+        values = evaluation.compute()[0]
+        single = len(set(batch["labels"].tolist())) < 2
+        for metric in task.metrics:
+            if single and needs_two_values(metric):
+                continue
+            value = values[metric]
+            require(value.numel() == 1 and bool(torch.isfinite(value)), name, prop,
+                    f"metric {metric!r} is {value.tolist()} on the fitted batch, not one finite number", "task")
+
+
+# -- the command contract ------------------------------------------------------------------------------
+
+
+def check_command(name: str) -> None:
+    """Check the command ``name`` (lit-embed's or a plugin's, found in the ``lit_embed.commands`` group) against the
+    command contract (see this module)."""
+    with checking(name, "declared", "command"):
+        commands = table()
+        require(name in commands, name, "declared", f"no lit_embed.commands entry point names it (found: "
+                f"{', '.join(commands)})", "command")
+        require(bool(commands[name].summary), name, "declared", f"its function ({commands[name].target}) has no "
+                f"docstring, whose first paragraph is its line in lit-embed --help", "command")
+    status, out, err = _run_command(name, "help", [name, "--help"])
+    require(status in (0, None) and "usage:" in out, name, "help",
+            f"--help exits {status} printing {out[:200]!r}{err[-300:]!r}", "command")
+    status, _, said = _run_command(name, "bad arguments", [name, "--no-such-option-of-the-contract"])
+    said = said.strip()
+    require(status == 2 and said.startswith("lit-embed") and "error:" in said.splitlines()[0] and "Traceback" not in said,
+            name, "bad arguments", f"an unknown option exits {status} saying {said[-500:]!r}: exit 2 with one line "
+            f"saying the error (lit_embed.commands.parsing.ArgumentParser does)", "command")
+
+
+def _run_command(name: str, prop: str, argv: list[str]) -> tuple[int | str | None, str, str]:
+    """``lit-embed ARGV`` in this process: its exit status, stdout and stderr."""
+    out, err = io.StringIO(), io.StringIO()
+    with checking(name, prop, "command"), redirect_stdout(out), redirect_stderr(err):
+        try:
+            status = main(argv)
+        except SystemExit as stop:
+            status = stop.code
+    return status, out.getvalue(), err.getvalue()
+
+
 # -- compression methods -----------------------------------------------------------------------------
 
 
@@ -356,7 +593,7 @@ def check_compression_method(
     name = cls.__name__
 
     def need(condition: bool, prop: str, detail: str) -> None:
-        require(condition, name, prop, detail, contract="compression method")
+        require(condition, name, prop, detail, kind="compression method")
 
     with checking(name, "options", "compression method"):
         need(dataclasses.is_dataclass(cls.Options), "options", f"Options ({cls.Options!r}) is not a dataclass")
@@ -421,4 +658,4 @@ def modules_inside(obj: object) -> list[str]:
     return found
 
 
-__all__ = ["TEXTS", "check_compression_method", "check_strategy"]
+__all__ = ["TEXTS", "check_command", "check_compression_method", "check_strategy", "check_task"]

@@ -74,14 +74,14 @@ def test_touched_row_adamw_peer_is_adamw_on_the_rows_it_touches(monkeypatch):
 
 
 def test_results_say_when_no_gpu_figures_exist(monkeypatch, tmp_path):
-    run = bench_module(monkeypatch, "run")
+    record = bench_module(monkeypatch, "record")
     environment = {"cpu_count": 2, "torch_threads": 2, "torch": "2"}
     payload = {"title": "T", "description": "D", "date": "2026-01-01", "command": "c", "environment": environment,
                "rows": [{"what": "x", "seconds": 1.0}]}
     (tmp_path / "x.cpu.json").write_text(json.dumps(payload))
-    assert "No GPU results" in run.render(tmp_path)
+    assert "No GPU results" in record.render(tmp_path)
     (tmp_path / "x.cuda.json").write_text(json.dumps({**payload, "environment": {**environment, "gpu": "H100"}}))
-    assert "No GPU results" not in run.render(tmp_path)
+    assert "No GPU results" not in record.render(tmp_path)
 
 
 def test_a_measurement_in_a_child_process_comes_back_as_its_row(monkeypatch):
@@ -282,7 +282,7 @@ def test_the_gpu_kit_refuses_a_budget_too_short_to_run_anything(monkeypatch, tmp
 def test_headlines_name_their_peer_and_input_and_follow_the_rows(monkeypatch, tmp_path):
     """A headline is read from the rows of a result file: lit-embed's figure, its peer's of the same run, the input
     and the ratio with its range; a headline whose rows are missing is left out rather than guessed."""
-    run = bench_module(monkeypatch, "run")
+    run, record = bench_module(monkeypatch, "run"), bench_module(monkeypatch, "record")
     environment = {"cpu_count": 2, "torch_threads": 2, "torch": "2", "load average": 3.5}
     expert = "HuggingFace *ForMaskedLM, LM head on masked positions (expert peer)"
     rows = [{"model": "RoBERTa_S", "strategy": "subspace f=3", "ids": "real-text ids", "batch": "32x128",
@@ -290,7 +290,7 @@ def test_headlines_name_their_peer_and_input_and_follow_the_rows(monkeypatch, tm
             {"model": "RoBERTa_S", "strategy": expert, "ids": "real-text ids", "batch": "32x128", "seconds per step": 6.05}]
     payload = {"title": "T", "description": "D", "date": "2026-01-01", "command": "c", "environment": environment}
     (tmp_path / "pretrain_step.cpu.json").write_text(json.dumps({**payload, "rows": rows}))
-    text = run.render(tmp_path)
+    text = record.render(tmp_path)
     line = next(line for line in text.splitlines() if line.startswith("| RoBERTa_S MLM step, subspace f=3, 32x128"))
     assert "| real-text ids | 5 s |" in line and f"{expert}: 6.05 s" in line and "1.21x (1.1-1.3)" in line and "load 3.5" in line
     assert "XLM-R_S" not in text.split("## Headlines")[1].split("No GPU results")[0]  # no rows, no claim
@@ -305,7 +305,7 @@ def test_headlines_name_their_peer_and_input_and_follow_the_rows(monkeypatch, tm
               {"strategy": "HashFormer-MD-Proj, S+R", "ids": "real-text ids", "ms per sample": 16.0,
                "speed-up vs BERT-MLM (HF)": 1.06, "vs BERT-MLM (HF) range": "1.01-1.1"}]
     (tmp_path / "table3.cpu.json").write_text(json.dumps({**payload, "rows": table3}))
-    lines = run.render(tmp_path).splitlines()
+    lines = record.render(tmp_path).splitlines()
     line = next(line for line in lines if line.startswith("| data pipeline"))
     assert "| real English prose" in line and "run_mlm way (map + group + collator): 1e+05 tokens/s" in line
     line = next(line for line in lines if line.startswith("| HashFormers' Table 3"))
@@ -313,6 +313,6 @@ def test_headlines_name_their_peer_and_input_and_follow_the_rows(monkeypatch, tm
     for name in ("pipeline", "table3"):
         (tmp_path / f"{name}.cpu.json").unlink()
     (tmp_path / "pretrain_step.cpu.json").write_text(json.dumps({**payload, "rows": rows[:1]}))
-    assert "## Headlines" not in run.render(tmp_path)  # its peer's row is missing: the claim goes
+    assert "## Headlines" not in record.render(tmp_path)  # its peer's row is missing: the claim goes
     with pytest.raises(SystemExit):
         run.main(["--headlines", "cluster"])

@@ -11,6 +11,7 @@ probe plugins that register nothing lasting.
 from __future__ import annotations
 
 import dataclasses
+import gc
 import json
 import os
 import re
@@ -23,6 +24,7 @@ import pytest
 from lit_embed import plugins
 from lit_embed.commands import main
 from lit_embed.data import tasks
+from lit_embed.embeddings import EmbeddingStrategy
 from lit_embed.errors import ConfigError, PluginError
 from tests.helpers import CONFIGS, REPO
 
@@ -93,8 +95,9 @@ trainer:
 """
 
 
-def write_distribution(root: Path, name: str, version: str, points: dict[str, str], modules: dict[str, str]) -> Path:
-    """An installed distribution under ``root``: its modules and a dist-info declaring ``points``."""
+def write_distribution(root: Path, name: str, version: str, points: dict[str, str], modules: dict[str, str],
+                       group: str = plugins.GROUP) -> Path:
+    """An installed distribution under ``root``: its modules and a dist-info declaring ``points`` in ``group``."""
     root.mkdir(parents=True, exist_ok=True)
     for module, source in modules.items():
         (root / f"{module}.py").write_text(source)
@@ -102,7 +105,7 @@ def write_distribution(root: Path, name: str, version: str, points: dict[str, st
     info.mkdir()
     (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
     lines = [f"{point} = {value}" for point, value in points.items()]
-    (info / "entry_points.txt").write_text("\n".join(["[lit_embed.plugins]", *lines, ""]))
+    (info / "entry_points.txt").write_text("\n".join([f"[{group}]", *lines, ""]))
     return root
 
 
@@ -167,6 +170,9 @@ def fresh(monkeypatch):
     yield monkeypatch
     for name in [name for name in sys.modules if name.startswith(("probe_", "litembed_"))]:
         del sys.modules[name]
+    if any(cls.__module__.startswith("probe_") for cls in plugins._subclasses(EmbeddingStrategy)):
+        gc.collect()  # a probe's strategy leaves the subclasses jsonargparse resolves short names among
+    assert not [cls for cls in plugins._subclasses(EmbeddingStrategy) if cls.__module__.startswith("probe_")]
 
 
 def test_plugins_load_once_by_distribution_then_name(fresh, tmp_path):
@@ -231,6 +237,93 @@ def test_LIT_EMBED_PLUGINS_0_imports_no_plugin(fresh, demo_site, capsys):
     fresh.setattr(plugins, "_loaded", None)
     fresh.setenv(plugins.SWITCH, "maybe")
     with pytest.raises(ConfigError, match="LIT_EMBED_PLUGINS='maybe' is not known: set it to 0"):
+        plugins.load_plugins()
+
+
+# -- the typed groups: one name, one object, one owner ------------------------------------------------------
+
+TASK = "import dataclasses\nfrom lit_embed.data.tasks import TASKS\nTASK = dataclasses.replace(TASKS['topics'], name='{name}')\n"
+COMMAND = 'def run(argv):\n    """Say hello."""\n    print("hello", *argv)\n    return 0\n'
+
+
+def test_two_plugins_giving_one_name_are_refused_naming_both(fresh, tmp_path, capsys):
+    site = tmp_path / "site"
+    for dist, module in (("probe-one", "probe_one"), ("probe-two", "probe_two")):
+        write_distribution(site, dist, "1.0", {"probe_task": f"{module}:TASK"}, {module: TASK.format(name="probe_task")},
+                           group=plugins.TASKS)
+    fresh.syspath_prepend(str(site))
+    with pytest.raises(PluginError, match=r"^probe-one 1.0 \(probe_one:TASK\) and probe-two 1.0 \(probe_two:TASK\) both "
+                                          r"declare the task 'probe_task': uninstall one of them"):
+        plugins.load_plugins()
+    assert "probe_one" not in sys.modules and "probe_task" not in tasks.TASKS  # refused before anything was imported
+    assert main(["params", "--config", str(CONFIGS / "demo.yaml")]) == 2
+    assert "both declare the task 'probe_task'" in capsys.readouterr().err
+
+
+def test_a_plugin_command_never_takes_a_built_in_or_another_plugins_name(fresh, tmp_path, capsys):
+    site = tmp_path / "site"
+    write_distribution(site, "probe-fit", "1.0", {"fit": "probe_fit:run"}, {"probe_fit": COMMAND}, group=plugins.COMMANDS)
+    fresh.syspath_prepend(str(site))
+    assert main(["--help"]) == 2 and main(["report", "--help"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == err[1] == ("lit-embed: error: probe-fit 1.0 declares the command 'fit' (probe_fit:run), which is "
+                                "lit-embed's own (lit_embed.commands.lightning:fit): a plugin cannot "
+                                "replace a built-in command; rename it in probe-fit's entry points, uninstall probe-fit, "
+                                "or set LIT_EMBED_PLUGINS=0")
+    fresh.setenv(plugins.SWITCH, "0")  # the way out it names
+    assert main(["--help"]) == 0 and "probe_fit" not in sys.modules
+
+
+def test_two_plugins_giving_one_command_name_are_refused_naming_both(fresh, tmp_path, capsys):
+    site = tmp_path / "site"
+    for dist, module in (("probe-a", "probe_a"), ("probe-b", "probe_b")):
+        write_distribution(site, dist, "1.0", {"hello": f"{module}:run"}, {module: COMMAND}, group=plugins.COMMANDS)
+    fresh.syspath_prepend(str(site))
+    assert main(["hello"]) == 2
+    assert "probe-a 1.0 (probe_a:run) and probe-b 1.0 (probe_b:run) both declare the command 'hello'" in \
+        capsys.readouterr().err
+
+
+def test_a_plugin_command_runs_and_a_broken_one_is_named(fresh, tmp_path, capsys):
+    site = tmp_path / "site"
+    write_distribution(site, "probe-hello", "1.0", {"hello": "probe_hello:run", "broken": "probe_broken:run"},
+                       {"probe_hello": COMMAND, "probe_broken": "raise RuntimeError('not today')\n"}, group=plugins.COMMANDS)
+    fresh.syspath_prepend(str(site))
+    assert main(["--help"]) == 0
+    assert "  hello     Say hello." in capsys.readouterr().out.splitlines()  # its docstring, without importing it
+    assert "probe_hello" not in sys.modules
+    assert main(["hello", "world"]) == 0 and capsys.readouterr().out == "hello world\n"
+    assert main(["broken"]) == 2
+    assert capsys.readouterr().err == ("lit-embed: error: command 'broken' (probe_broken:run) of probe-hello failed to "
+                                       "import (RuntimeError: not today): fix or uninstall probe-hello, or set "
+                                       "LIT_EMBED_PLUGINS=0\n")
+    fresh.setenv(plugins.SWITCH, "0")
+    assert main(["hello"]) == 2 and "unknown command 'hello'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("group", "name", "source", "why"), [
+    (plugins.TASKS, "probe_task", "TASK = len\n", "is a builtin_function_or_method, not a lit_embed.data.tasks.Task"),
+    (plugins.TASKS, "other_name", TASK.format(name="probe_task"), "is the task 'probe_task': name the entry point 'probe_task'"),
+    (plugins.TASKS, "topics", TASK.format(name="topics"), "cannot be registered (a task named 'topics' exists already"),
+    (plugins.STRATEGIES, "Probe", "class Probe:\n    pass\nTASK = Probe\n",
+     "is <class 'probe_kind.Probe'>, not a (concrete) subclass of lit_embed.embeddings.base.EmbeddingStrategy"),
+    (plugins.STRATEGIES, "DenseEmbedding", "from lit_embed.embeddings import DenseEmbedding\n"
+                                           "class DenseEmbedding(DenseEmbedding):\n    pass\nTASK = DenseEmbedding\n",
+     "has the class name of lit_embed.embeddings.DenseEmbedding, so configs could not name it short"),
+    (plugins.COMPRESSION_METHODS, "halve", "from lit_embed.compress.methods import UnkBackoff\n"
+                                           "class Halve(UnkBackoff):\n    name = 'half'\nTASK = Halve\n",
+     "is the compression method 'half': name the entry point 'half'"),
+], ids=["not a task", "task under another name", "a taken task", "not a strategy", "a built-in strategy's name",
+        "method under another name"])
+def test_an_entry_point_that_is_not_what_its_group_takes_is_refused(fresh, tmp_path, group, name, source, why):
+    from lit_embed.compress.methods import CompressionMethod
+
+    fresh.setattr(CompressionMethod, "registry", dict(CompressionMethod.registry))
+    site = write_distribution(tmp_path / "site", "probe-kind", "1.0", {name: "probe_kind:TASK"}, {"probe_kind": source},
+                              group=group)
+    fresh.syspath_prepend(str(site))
+    kind = plugins.KIND[group]
+    with pytest.raises(PluginError, match=rf"^{kind} '{name}' \(probe_kind:TASK\) of probe-kind 1.0 {re.escape(why)}"):
         plugins.load_plugins()
 
 

@@ -1,4 +1,5 @@
-"""``lit-embed``: Lightning's fit/validate/test/predict, plus the commands in :data:`COMMANDS`.
+"""``lit-embed``: the commands of the entry-point group ``lit_embed.commands``, lit-embed's own (:data:`COMMANDS`: Lightning's
+fit/validate/test/predict and the others) and the installed plugins' (:func:`table`).
 
 This module imports nothing heavy: ``lit-embed --help``, ``--version`` and the commands that need no model
 (``report``) answer without loading torch or Lightning; the Lightning commands import
@@ -18,10 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lit_embed import __version__
-from lit_embed.commands.helptext import shipped
-from lit_embed.errors import ConfigError, UserError
+from lit_embed.commands.helptext import shipped, summary
+from lit_embed.errors import ConfigError, PluginError, UserError
 from lit_embed.notices import quiet
-from lit_embed.plugins import load_plugins
+from lit_embed.plugins import OWN, SWITCH, builtin_commands, load_plugins, plugin_commands
 from lit_embed.signals import Interrupted, install_signal_handlers, received_signal, restore_signal_handlers
 
 LIGHTNING = "lit_embed.commands.lightning"
@@ -30,48 +31,44 @@ LIGHTNING = "lit_embed.commands.lightning"
 @dataclass(frozen=True)
 class Command:
     """A command: the function that runs it (``"module:function"``, called with the arguments after its name and
-    returning the exit status) and its line of help (here, so that ``--help`` imports no command)."""
+    returning the exit status), and who declares it (``lit-embed``, or a plugin's distribution)."""
 
     target: str
-    summary: str
+    by: str = OWN
+
+    @property
+    def summary(self) -> str:
+        """Its line of help: the first paragraph of the function's docstring, read without importing it."""
+        return summary(self.target)
 
 
-#: Every command: name -> what runs it. The one table of them.
-COMMANDS = {
-    "fit": Command(f"{LIGHTNING}:fit", "train a model from a config (--config FILE): pre-training, fine-tuning; "
-                                       "--ckpt_path last resumes"),
-    "validate": Command(f"{LIGHTNING}:validate", "evaluate a checkpoint (--ckpt_path) on the validation data of a config"),
-    "test": Command(f"{LIGHTNING}:test", "evaluate a checkpoint (--ckpt_path) on the test data of a config"),
-    "predict": Command(f"{LIGHTNING}:predict", "write a checkpoint's predictions to the run folder: labels and "
-                                               "probabilities, scores, or a MaskedLM's <mask> fills"),
-    "params": Command("lit_embed.commands.params:main",
-                      "count a config's parameters against the dense baseline (PCR, PoEP), building the model only"),
-    "report": Command("lit_embed.commands.report:main",
-                      "the papers' tables (scores, memory, speed) from run folders' results.json"),
-    "analyze": Command("lit_embed.commands.analyze:main", "the k-sub-embedding paper's figures (PCA of the embedding, "
-                                                          "layer-wise similarity) of a checkpoint"),
-    "compress": Command("lit_embed.commands.compress:main", "shrink a fine-tuned model's embedding by frequency-aware "
-                                                            "partial sparse coding (or a baseline)"),
-    "data": Command("lit_embed.commands.data_check:main",
-                    "data check --config FILE: whether every hub name a config uses loads, before a long job"),
-    "export": Command("lit_embed.commands.export:main", "a checkpoint as a folder transformers loads alone "
-                                                        "(trust_remote_code=True), to share on the hub"),
-    "sweep": Command("lit_embed.commands.sweep:main", "a sweep file's grids, seeds and stages as runs of their own, "
-                                                      "resumable, locally, on GPUs or SLURM"),
-    "convert": Command("lit_embed.commands.convert:main", "convert --trust IN OUT: rewrite a checkpoint you trust as "
-                                                          "tensors and plain data (unpickling it runs its code)"),
-    "plugins": Command("lit_embed.commands.plugins:main", "the installed plugins and the names each adds"),
-}
+#: lit-embed's own commands, name -> what runs it, as its pyproject.toml declares them in the entry-point group
+#: ``lit_embed.commands`` (a plugin's are added by :func:`table`).
+try:
+    COMMANDS = {name: Command(target) for name, target in builtin_commands().items()}
+except ConfigError as error:  # said by main(), as an error the user can fix
+    COMMANDS, _NOT_INSTALLED = {}, error
+else:
+    _NOT_INSTALLED = None
 #: Lightning's subcommands (:class:`~lit_embed.commands.lightning.LitEmbedCLI`).
 LIGHTNING_COMMANDS = tuple(name for name, command in COMMANDS.items() if command.target.startswith(f"{LIGHTNING}:"))
-#: One line of help for each command (``lit-embed --help``).
-SUMMARIES = {name: command.summary for name, command in COMMANDS.items()}
+
+
+def table() -> dict[str, Command]:
+    """Every command: lit-embed's, then the installed plugins' (a plugin's command named as another's refused). The
+    one table the dispatcher and ``lit-embed --help`` read."""
+    if _NOT_INSTALLED is not None:
+        raise _NOT_INSTALLED
+    builtin = {name: command.target for name, command in COMMANDS.items()}
+    added = {plugin.name: Command(plugin.value, plugin.distribution) for plugin in plugin_commands(builtin)}
+    return {**COMMANDS, **added}
 
 
 def usage() -> str:
     """``lit-embed --help``: every command with one line."""
-    width = max(map(len, SUMMARIES)) + 2
-    lines = [f"  {name:<{width}}{summary}".rstrip() for name, summary in SUMMARIES.items()]
+    commands = table()
+    width = max(map(len, commands)) + 2
+    lines = [f"  {name:<{width}}{command.summary}".rstrip() for name, command in commands.items()]
     return "\n".join([
         "usage: lit-embed COMMAND [options]",
         "",
@@ -103,7 +100,11 @@ def main(argv: list[str] | None = None) -> int:
     """Run a command; the exit status: 0, 2 for an error the user can fix, 128 + N after signal N."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help", "--version"):
-        print(version() if argv and argv[0] == "--version" else usage(), end="", file=sys.stdout if argv else sys.stderr)
+        try:
+            text = version() if argv and argv[0] == "--version" else usage()
+        except UserError as error:
+            return _fail(str(error))
+        print(text, end="", file=sys.stdout if argv else sys.stderr)
         return 0 if argv else 2
     previous, hook = install_signal_handlers(), threading.excepthook
     threading.excepthook = _quiet_full_disk(hook)
@@ -157,10 +158,18 @@ def _run(argv: list[str]) -> int:
 
 def command(name: str):
     """The function that runs command ``name`` (imported now: the command's own imports come with it)."""
-    if name not in COMMANDS:
-        raise ConfigError(f"unknown command {name!r}: one of {', '.join(COMMANDS)} (lit-embed --help lists them)")
-    module, _, function = COMMANDS[name].target.partition(":")
-    return getattr(importlib.import_module(module), function)
+    commands = table()
+    if name not in commands:
+        raise ConfigError(f"unknown command {name!r}: one of {', '.join(commands)} (lit-embed --help lists them)")
+    found = commands[name]
+    module, _, function = found.target.partition(":")
+    try:
+        return getattr(importlib.import_module(module), function)
+    except Exception as error:
+        if found.by == OWN:
+            raise
+        raise PluginError(f"command {name!r} ({found.target}) of {found.by} failed to import ({type(error).__name__}: "
+                          f"{error}): fix or uninstall {found.by}, or set {SWITCH}=0") from error
 
 
 def _name(signum: int) -> str:

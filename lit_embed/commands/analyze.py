@@ -27,6 +27,7 @@ from lit_embed.models.base import EmbeddingModule
 
 
 def main(argv: list[str]) -> int:
+    """The k-sub-embedding paper's figures (PCA of the embedding, layer-wise similarity) of a checkpoint."""
     parser = ArgumentParser(
         allow_abbrev=False,
         prog="lit-embed analyze",

@@ -375,6 +375,8 @@ def _argument_help(name: str) -> str:
 
 
 def main(argv: list[str]) -> int:
+    """Shrink a model's embedding post hoc: partial sparse coding and its baselines, svd, int8/int4, pq, or --method fit.
+    """
     parsing = parser(named_method(argv))
     arguments = vars(instantiate(parsing, parsing.parse_args(argv)))
     own = method_class(arguments["method"]).option_names()

@@ -8,6 +8,7 @@ from lit_embed.commands.parsing import ArgumentParser
 
 
 def main(argv: list[str]) -> int:
+    """convert --trust IN OUT: rewrite a checkpoint you trust as tensors and plain data (unpickling it runs its code)."""
     parser = ArgumentParser(prog="lit-embed convert", allow_abbrev=False,
                                      description="Rewrite a checkpoint you trust as tensors and plain data: unpickle IN "
                                                  "trusting it (this runs whatever code it holds) and write OUT.")

@@ -18,6 +18,7 @@ from lit_embed.tables import Table, render
 
 
 def main(argv: list[str]) -> int:
+    """data check --config FILE: whether every hub name a config uses loads, before a long job."""
     if argv[:1] in (["-h"], ["--help"]) or argv[1:2] in (["-h"], ["--help"]):
         print(f"usage: {USAGE}\n")
         print(hub_names.__doc__.split("\n\n")[1])  # what it checks (the rest of the docstring is for maintainers)

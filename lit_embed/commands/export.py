@@ -9,6 +9,7 @@ from lit_embed.export.folder import export
 
 
 def main(argv: list[str]) -> int:
+    """A checkpoint as a folder transformers loads alone (trust_remote_code=True), to share on the hub."""
     parser = ArgumentParser(prog="lit-embed export", allow_abbrev=False, description=(
         "Write a checkpoint as a folder that transformers loads without lit-embed: "
         "AutoModel (or AutoModelForSequenceClassification).from_pretrained(OUT, trust_remote_code=True)."))

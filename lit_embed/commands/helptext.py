@@ -10,11 +10,16 @@ the live help, so a change of options that forgets to write them again fails the
 
 from __future__ import annotations
 
+import ast
+import functools
+import importlib.machinery
+import importlib.util
 import os
-from importlib.metadata import PackageNotFoundError, entry_points, version
+import sys
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
-from lit_embed.plugins import GROUP
+from lit_embed.plugins import installed
 
 FOLDER = Path(__file__).with_name("help")
 #: The width the copies are written at (argparse wraps help to the terminal's width).
@@ -46,7 +51,46 @@ def shipped(argv: list[str]) -> str | None:
     name = key(argv)  # first: every command asks, and only a --help reads the installed packages' metadata
     if name is None or not (path := FOLDER / f"{name}.txt").is_file():
         return None
-    if os.environ.get("LIT_EMBED_PLUGINS") != "0" and entry_points(group=GROUP):
+    if os.environ.get("LIT_EMBED_PLUGINS") != "0" and installed():
         return None
     header, _, text = path.read_text().partition("\n")
     return text if header == f"# {versions()}" else None
+
+
+def summary(target: str) -> str:
+    """The line of help of a command's function (``"module:function"``): the first paragraph of its docstring, read
+    from its source without importing it (a command's module imports torch; ``lit-embed --help`` must not); empty
+    where the source cannot be read."""
+    module, _, function = target.partition(":")
+    path = _source(module.strip())
+    if path is None:
+        return ""
+    return _docstrings(path).get(function.strip(), "").split("\n\n")[0].replace("\n", " ").strip()
+
+
+def _source(module: str) -> Path | None:
+    """The ``.py`` file of ``module``, found as the import system would find it, without running any of its packages."""
+    parts = module.split(".")
+    loaded = sys.modules.get(module)
+    spec = getattr(loaded, "__spec__", None) if loaded is not None else None
+    try:
+        if spec is None:
+            spec = importlib.util.find_spec(parts[0])  # a top-level name: found, nothing run
+            for end in range(1, len(parts)):
+                spec = spec and importlib.machinery.PathFinder.find_spec(".".join(parts[: end + 1]),
+                                                                          spec.submodule_search_locations)
+    except (ImportError, ValueError):
+        return None
+    origin = getattr(spec, "origin", None)
+    return Path(origin) if origin and origin.endswith(".py") else None
+
+
+@functools.cache
+def _docstrings(path: Path) -> dict[str, str]:
+    """The docstrings of a source file's top-level functions, by name."""
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, ValueError):
+        return {}
+    return {node.name: ast.get_docstring(node) or "" for node in tree.body
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}

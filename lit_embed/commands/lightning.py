@@ -398,14 +398,26 @@ class ModelOnlyCLI(LitEmbedCLI):
 
 
 
-def _subcommand(name: str):
-    def run(argv: list[str]) -> int:
-        LitEmbedCLI(args=[name, *argv])
-        return 0
-
-    run.__name__ = run.__qualname__ = name
-    run.__doc__ = f"``lit-embed {name}``: LightningCLI's {name} of a lit-embed config."
-    return run
+def fit(argv: list[str]) -> int:
+    """Train a model from a config (--config FILE): pre-training, fine-tuning; --ckpt_path last resumes."""
+    return _run("fit", argv)
 
 
-fit, validate, test, predict = map(_subcommand, SUBCOMMANDS)
+def validate(argv: list[str]) -> int:
+    """Evaluate a checkpoint (--ckpt_path) on the validation data of a config."""
+    return _run("validate", argv)
+
+
+def test(argv: list[str]) -> int:
+    """Evaluate a checkpoint (--ckpt_path) on the test data of a config."""
+    return _run("test", argv)
+
+
+def predict(argv: list[str]) -> int:
+    """Write a checkpoint's predictions to the run folder: labels and probabilities, scores, or a MaskedLM's <mask> fills."""
+    return _run("predict", argv)
+
+
+def _run(subcommand: str, argv: list[str]) -> int:
+    LitEmbedCLI(args=[subcommand, *argv])
+    return 0

@@ -22,6 +22,7 @@ options:
 
 
 def main(argv: list[str]) -> int:
+    """Count a config's parameters against the dense baseline (PCR, PoEP), building the model only."""
     if {"-h", "--help"} & set(argv):
         print(HELP, end="")
         return 0

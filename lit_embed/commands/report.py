@@ -27,6 +27,7 @@ FIGURE = "pareto.png"
 
 
 def main(argv: list[str]) -> int:
+    """The papers' tables (scores, memory, speed) from run folders' results.json."""
     parser = ArgumentParser(
         allow_abbrev=False,
         prog="lit-embed report",

@@ -46,6 +46,7 @@ def parser() -> ArgumentParser:
 
 
 def main(argv: list[str]) -> int:
+    """A sweep file's grids, seeds and stages as runs of their own, resumable, locally, on GPUs or SLURM."""
     args = parser().parse_args(argv)
     if args.gpus_per_run is not None and args.gpus_per_run < 0:
         raise ConfigError(f"--gpus-per-run {args.gpus_per_run}: give 0 or more")

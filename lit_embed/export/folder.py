@@ -55,9 +55,8 @@ def export(ckpt: str, out: str, overwrite: bool = False, tokenizer: str | None =
     module.eval()
     strategy = module.embedding
     name = type(strategy).__name__
-    if name in UNSUPPORTED or not type(strategy).__module__.startswith("lit_embed.embeddings."):
-        reason = UNSUPPORTED.get(name, "it is not one of lit-embed's strategies (a plugin's code cannot be carried)")
-        raise ConfigError(f"checkpoint {str(path)!r} uses {name}, which export does not support: {reason}")
+    if name in UNSUPPORTED:
+        raise ConfigError(f"checkpoint {str(path)!r} uses {name}, which export does not support: {UNSUPPORTED[name]}")
     tokenizer = tokenizer or recorded_tokenizer(checkpoint)
     if tokenizer is None and strategy.reads_tokenizer:
         raise CheckpointError(f"checkpoint {str(path)!r} records no tokenizer: give the one it was trained with (--tokenizer NAME)")

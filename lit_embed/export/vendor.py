@@ -1,7 +1,8 @@
 """The strategy's own source, as one module an exported folder carries (``modeling_lit_embed.py``).
 
 An export must load where lit-embed is not installed, so it carries the code that defines its strategy:
-the lit-embed modules the strategy's module imports (transitively), concatenated in dependency order,
+the strategy's module (lit-embed's, or a plugin's) and the lit-embed modules it imports (transitively, a name
+imported through a package taken from the module that defines it), concatenated in dependency order,
 with their ``lit_embed`` imports taken out (the names live in the one module). What an export never runs
 (the hub, downloading a matrix, writing files: :mod:`lit_embed.files`, :mod:`lit_embed.cache`) is not carried: its
 names become functions saying lit-embed is needed. After the code comes :data:`DECLARED`: the classes the export's
@@ -54,6 +55,15 @@ def _tree(module: str) -> tuple[str, ast.Module]:
     return source, ast.parse(source)
 
 
+def _defining(module: str, name: str) -> str:
+    """The carried module that defines what ``from module import name`` gives (a package re-exports its modules'
+    names: ``from lit_embed.embeddings import EmbeddingStrategy`` is ``lit_embed.embeddings.base``'s), else ``module``."""
+    if _is_carried(module):
+        return module
+    defined_in = getattr(getattr(importlib.import_module(module), name, None), "__module__", None)
+    return defined_in if isinstance(defined_in, str) and _is_carried(defined_in) else module
+
+
 def _dependency_order(root: str) -> list[str]:
     """``root`` and the carried modules it imports at module level, each after what it imports."""
     order: list[str] = []
@@ -62,8 +72,10 @@ def _dependency_order(root: str) -> list[str]:
         if module in order:
             return
         for node in _tree(module)[1].body:
-            if isinstance(node, ast.ImportFrom) and node.module and _is_carried(node.module):
-                visit(node.module)
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "lit_embed":
+                for found in {_defining(node.module, alias.name) for alias in node.names}:
+                    if _is_carried(found):
+                        visit(found)
         order.append(module)
 
     visit(root)
@@ -82,14 +94,24 @@ def _carried_source(module: str, carried: set[str]) -> tuple[str, list[str]]:
     for node in ast.walk(tree):
         lit = isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "lit_embed"
         future = isinstance(node, ast.ImportFrom) and node.module == "__future__"
-        if not (lit or future):
+        modules = isinstance(node, ast.Import) and any(alias.name.split(".")[0] == "lit_embed" for alias in node.names)
+        if not (lit or future or modules):
             continue
         indent = " " * node.col_offset
-        if future or node in tree.body and node.module in carried:
+        if future:
             new: list[str] = []
-        elif node in tree.body:
-            new = [f"def {alias.asname or alias.name}(*args, **kwargs):  # from {node.module}\n    {NEEDS_LIT_EMBED}"
+        elif modules:  # ``import lit_embed.x as y``: a module's namespace is not carried, its names need lit-embed
+            others = [alias for alias in node.names if alias.name.split(".")[0] != "lit_embed"]
+            kept = [indent + ast.unparse(ast.Import(names=others))] if others else []
+            new = kept + ([f"def {alias.asname or alias.name.split('.')[0]}(*args, **kwargs):  # import {alias.name}\n"
+                           f"    {NEEDS_LIT_EMBED}" for alias in node.names if alias not in others]
+                          if node in tree.body else [indent + NEEDS_LIT_EMBED])
+        elif node in tree.body:  # a carried name lives in the one module (under its own name); the rest need lit-embed
+            new = [f"{alias.asname} = {alias.name}" if alias.asname and alias.asname != alias.name else ""
+                   if _defining(node.module, alias.name) in carried else
+                   f"def {alias.asname or alias.name}(*args, **kwargs):  # from {node.module}\n    {NEEDS_LIT_EMBED}"
                    for alias in node.names]
+            new = [line for line in new if line]
         else:
             new = [indent + NEEDS_LIT_EMBED]
         replaced[node.lineno] = (node.end_lineno, new)

@@ -40,6 +40,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from record import save
+
 from harness import REPO, checkout_env
 
 HERE = Path(__file__).resolve().parent
@@ -175,8 +177,6 @@ def copy_out(out: Path | None, results: Path, log: Log) -> None:
 
 def main(budget: float | None, out: str | None, results: Path) -> int:
     """The kit (see the module's docstring), its results in the folder ``results``; its exit status."""
-    import run
-
     from harness import Context, environment
 
     budget = DEFAULT_BUDGET if budget is None else budget
@@ -193,7 +193,7 @@ def main(budget: float | None, out: str | None, results: Path) -> int:
                "environment": environment(Context(device="cuda"))}
 
     def record(rows: list[dict], complete: bool = False) -> None:
-        run.save(results / "gpu_kit.cuda.json", payload, rows, complete=complete)
+        save(results / "gpu_kit.cuda.json", payload, rows, complete=complete)
         copy_out(target, results, log)
 
     rows = run_parts(parts(gpus), budget, log, after=record)
