@@ -23,7 +23,7 @@ from lit_embed.commands import main
 from lit_embed.compress.methods import CompressionMethod
 from lit_embed.compress.model_io import load_compact
 from lit_embed.data import tasks
-from lit_embed.testing import check_command, check_strategy, check_task
+from lit_embed.testing import check_command, check_compression_method, check_strategy, check_task
 from tests.helpers import CONFIGS, REPO
 
 tomllib = pytest.importorskip("tomllib")
@@ -119,6 +119,8 @@ def test_its_pieces_pass_the_contract_tests(plugin):
     check_strategy(FoldedEmbedding, vocab_size=30522)  # export included: the folder carries the plugin's code
     assert check_task("sample_topics").source == "litembed-testplugin"
     check_command("vocab")
+    fitted = check_compression_method("fold")  # found by its entry point's name
+    assert type(fitted[None]) is FoldedEmbedding
 
 
 def test_fit_with_its_strategy_and_task(plugin, tmp_path, monkeypatch):
