@@ -19,6 +19,7 @@ from pathlib import Path
 
 from lit_embed import __version__
 from lit_embed.commands.helptext import shipped
+from lit_embed.commands.parsing import check_names
 from lit_embed.errors import ConfigError, UserError
 from lit_embed.notices import quiet
 from lit_embed.plugins import load_plugins
@@ -133,6 +134,8 @@ def _run(argv: list[str]) -> int:
         return 0
     quiet(argv[0])
     try:
+        if argv[0] in COMMANDS:
+            check_names(argv)  # a typo answers before the command's (and the plugins') heavy imports
         if argv[0] != "plugins":  # it lists them, a broken one included
             load_plugins()  # before parsing: configs name the plugins' classes and tasks
         check_yaml_files(argv)
