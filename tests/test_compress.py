@@ -170,13 +170,14 @@ def compress(*args: str) -> int:
 
 @pytest.fixture(scope="module")
 def compressed(finetuned, tmp_path_factory):
-    """``method -> output folder`` of the fine-tuned MiniLM compressed at retention 0.5 with k=2 (each once)."""
+    """``method -> output folder`` of the fine-tuned MiniLM (given as its run folder) compressed at retention 0.5 with
+    k=2 (each once)."""
     folders: dict[str, Path] = {}
 
     def get(method: str) -> Path:
         if method not in folders:
             out = tmp_path_factory.mktemp("compressed") / method
-            assert compress("--ckpt", str(finetuned), "--method", method, "--retention", "0.5", "--k", "2",
+            assert compress("--ckpt", str(finetuned.parent.parent), "--method", method, "--retention", "0.5", "--k", "2",
                             "--aq.max_steps", "3", "--out", str(out)) == 0
             folders[method] = out
         return folders[method]
@@ -196,10 +197,14 @@ def load_compressed(out: Path):
 
 
 @pytest.mark.parametrize("method", ["sparse_coding", "unk", "pca", "aq"])
-def test_each_method_end_to_end(method, compressed, tmp_path, monkeypatch, capsys):
+def test_each_method_end_to_end(method, compressed, finetuned, tmp_path, monkeypatch, capsys):
     out = compressed(method)
     assert sorted(p.name for p in out.iterdir()) == ["config.yaml", "model.ckpt", "report.json", "report.md"]
     report = read_report(out)
+    run = finetuned.parent.parent
+    best = json.loads((run / "results.json").read_text())["checkpoint"]["best"]  # by val/score, at its one validation
+    assert {"what": "checkpoint", "given": str(run), "file": str(run / best), "step": 3,
+            "why": "the best checkpoint by val/score its run reported"} in report["checkpoints_taken"]
     vocab, d, common, rare = (report["vocabulary"][key] for key in ("size", "hidden", "common", "rare"))
     expected = {"sparse_coding": common * d + 5 * rare, "unk": common * d, "pca": common * d + 3 * d + 2 * rare,
                 "aq": 32 * 16 * d + 32 * vocab}[method]
@@ -226,6 +231,8 @@ def test_each_method_end_to_end(method, compressed, tmp_path, monkeypatch, capsy
                  "--trainer.limit_val_batches", "2", *QUIET]) == 0
     results = json.loads((out / "version_0" / "results.json").read_text())  # runs of the compressed model log beside it
     assert results["parameters"]["embedding_params"] == expected
+    assert {"what": "--ckpt_path checkpoint", "given": str(out / "model.ckpt"), "file": str(out / "model.ckpt"),
+            "step": None, "why": "the file given"} in results["checkpoints_taken"]
     capsys.readouterr()
     assert main(["report", str(out)]) == 0
     assert "Sentence coverage of the test data only by V_C (%)" in capsys.readouterr().out
@@ -316,6 +323,8 @@ def test_offline_example_chooses_k_on_validation_and_tests(finetuned, tmp_path, 
     assert compress("--config", str(CONFIGS / "compress/sparse_coding.yaml"), "--ckpt", str(finetuned),
                     "--limit_val_batches", "2", "--out", str(out)) == 0
     report = read_report(out)
+    assert {"what": "checkpoint", "given": str(finetuned), "file": str(finetuned), "step": 3,  # the run's last step
+            "why": "the file given"} in report["checkpoints_taken"]
     validation = report["validation"]
     assert sorted(validation["scores"]) == ["1", "2", "3", "4", "5"]
     best = max(validation["scores"].values())
@@ -338,7 +347,9 @@ def test_offline_example_chooses_k_on_validation_and_tests(finetuned, tmp_path, 
     monkeypatch.chdir(tmp_path)
     assert main(["test", "--config", str(out / "config.yaml"), "--ckpt_path", str(out / "model.ckpt"),
                  "--trainer.limit_test_batches", "2", *QUIET]) == 0
-    assert "test/score" in json.loads((out / "version_0" / "results.json").read_text())["metrics"]
+    results = json.loads((out / "version_0" / "results.json").read_text())
+    assert "test/score" in results["metrics"] and results["command"] == "test"
+    assert [r["file"] for r in results["checkpoints_taken"] if r["what"] == "--ckpt_path checkpoint"] == [str(out / "model.ckpt")]
 
 
 def test_a_checkpoint_without_its_config_takes_model_config(tmp_path, capsys):

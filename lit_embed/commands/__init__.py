@@ -128,6 +128,9 @@ def _quiet_full_disk(hook):
 
 
 def _run(argv: list[str]) -> int:
+    folders = sys.modules.get("lit_embed.folders")  # where not imported yet, nothing was taken before
+    if folders is not None:
+        folders.new_command()
     shipped_help = shipped(argv)
     if shipped_help is not None:  # before anything heavy is imported (helptext)
         print(shipped_help, end="")
