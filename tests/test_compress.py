@@ -6,6 +6,7 @@ from __future__ import annotations
 import errno
 import json
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -15,15 +16,16 @@ import torch
 import yaml
 from torch.nn import functional as F
 
+from lit_embed import progress
 from lit_embed.accounting import human
 from lit_embed.checkpoints import build_from_config
 from lit_embed.commands import main
 from lit_embed.commands.compress import parser
-from lit_embed.compress import AQOptions, load_compact
+from lit_embed.compress import AQOptions, load_compact, methods
 from lit_embed.compress.methods import additive_quantize, pca_code, sparse_code, unk_backoff
 from lit_embed.compress.model_io import load_source
 from lit_embed.compress.summary import tensor_bytes
-from lit_embed.compress.vocabulary import coverage, split_vocabulary
+from lit_embed.compress.vocabulary import count_tokens, coverage, split_vocabulary
 from lit_embed.embeddings import AdditiveQuantizedEmbedding, PCAEmbedding, SparseCodedEmbedding, UnkEmbedding
 from lit_embed.files import device_of
 from lit_embed.reporting import compress_reports, cosine_tables, coverage_tables
@@ -121,6 +123,29 @@ def test_additive_quantization_learns_codes_that_rebuild_the_table():
     short = AQOptions(codebooks=4, codewords=8, max_steps=5)
     first, again = (additive_quantize(table, short, seed=1) for _ in range(2))
     assert torch.equal(again.codes, first.codes) and torch.equal(again.codebooks, first.codebooks)  # seeded
+
+
+def test_the_fitting_loops_say_their_progress_in_a_log(monkeypatch, capsys):
+    """stderr no terminal (pytest's capture): AQ's steps with the loss, sparse coding's rare rows (a block at a time),
+    the texts counted; here every update (a line every INTERVAL seconds otherwise), and a closing line each."""
+    monkeypatch.setattr(progress, "INTERVAL", 0.0)
+    monkeypatch.setattr(methods, "BLOCK_BYTES", 4 * 10 * 3)  # 3 rare rows a block: 10 rows, 4 blocks
+    table = torch.randn(20, 8)
+    additive_quantize(table, AQOptions(codebooks=2, codewords=4, epochs=3, batch_size=8), seed=0)  # 3 steps an epoch
+    sparse_code(table, torch.arange(10), [2])
+    count_tokens((f"{i % 10} 1" for i in range(25)), WordIds(), 10, batch_size=10)
+    lines = capsys.readouterr().err.splitlines()
+    aq = [line for line in lines if line.startswith("AQ step")]
+    assert [re.match(r"AQ step (\d+)/9 ", line).group(1) for line in aq] == [str(n) for n in range(1, 10)]
+    assert all(re.search(r", loss \d", line) for line in aq) and ", ETA " in aq[0] and ", done in " in aq[-1]
+    assert [line.split(" (")[0] for line in lines if line.startswith("sparse coding")] == [
+        "sparse coding, rare row 3/10", "sparse coding, rare row 6/10", "sparse coding, rare row 9/10",
+        "sparse coding, rare row 10/10"]
+    assert [line.split(",")[1] for line in lines if line.startswith("counting tokens")] == [" text 10", " text 20",
+                                                                                         " text 25", " text 25"]
+    monkeypatch.setattr(progress.sys.stderr, "isatty", lambda: True)  # a terminal: nothing extra
+    sparse_code(table, torch.arange(10), [2])
+    assert capsys.readouterr().err == ""
 
 
 def test_vocabulary_split_keeps_the_most_frequent_and_the_specials():
@@ -317,12 +342,18 @@ def test_huggingface_input_writes_a_huggingface_folder(minilm_path, minilm_matri
     assert report["files"]["hf/compressed_embedding.safetensors"] == compact
 
 
-def test_offline_example_chooses_k_on_validation_and_tests(finetuned, tmp_path, monkeypatch):
-    """configs/experiments/sparse_coding/minilm_topics.yaml (fitted above), then configs/compress/sparse_coding.yaml."""
+def test_offline_example_chooses_k_on_validation_and_tests(finetuned, tmp_path, monkeypatch, capsys):
+    """configs/experiments/sparse_coding/minilm_topics.yaml (fitted above), then configs/compress/sparse_coding.yaml;
+    its progress in a log (stderr no terminal), here every line."""
+    monkeypatch.setattr(progress, "INTERVAL", 0.0)
     out = tmp_path / "sparse_coding_r0.5"
     assert compress("--config", str(CONFIGS / "compress/sparse_coding.yaml"), "--ckpt", str(finetuned),
                     "--limit_val_batches", "2", "--out", str(out)) == 0
     report = read_report(out)
+    said = [line for line in capsys.readouterr().err.splitlines() if line.startswith("choosing k")]
+    assert [line.split(" (")[0] for line in said] == [f"choosing k, validation {n}/6" for n in (1, 2, 3, 4, 5, 6)]
+    assert [re.search(r", k (\d), val/score [\d.]+$", line).group(1) for line in said[:5]] == ["1", "2", "3", "4", "5"]
+    assert re.search(r"done in \d+\w, original model's val/score [\d.]+$", said[-1])
     assert {"what": "checkpoint", "given": str(finetuned), "file": str(finetuned), "step": 3,  # the run's last step
             "why": "the file given"} in report["checkpoints_taken"]
     validation = report["validation"]

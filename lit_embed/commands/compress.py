@@ -41,6 +41,7 @@ from lit_embed.files import atomic_folder, check_output, write_atomic, write_jso
 from lit_embed.folders import checkpoints_taken
 from lit_embed.hub import trusting_remote_code
 from lit_embed.interfaces import TaskData, TaskModel, provides, wire
+from lit_embed.progress import Progress
 from lit_embed.recorded import name_user_classes
 
 CONFIG_SUFFIXES = (".yaml", ".yml")
@@ -196,9 +197,13 @@ def choose_k(source: Source, candidates: dict, data: Data, accelerator: str, lim
         trainer.validate(module, datamodule=data.module, verbose=False)
         return float(trainer.callback_metrics["val/score"])
 
+    progress, scores = Progress("choosing k,", "validation", len(candidates) + 1), {}
     try:
-        scores = {k: score(strategy) for k, strategy in candidates.items()}
+        for k, strategy in candidates.items():
+            scores[k] = score(strategy)
+            progress.update(len(scores), {"k": k, "val/score": scores[k]})
         baseline = score(original)
+        progress.update(len(scores) + 1, {"original model's val/score": baseline}, final=True)
     finally:
         module.embedding = original
     best = max(scores, key=lambda k: (scores[k], -k))
