@@ -130,6 +130,7 @@ def test_every_option_a_command_lists_passes_the_early_check(command, copies_hol
     ["fit", "--print_config=skip_null", "--config", DEMO],
     ["predict", "--config", DEMO, "--", "--not_an_option"],
     ["fit", "--config", "dmeo.yaml", "--help"],  # the help answers
+    ["params", "--config", DEMO, "--json", "--data.init_args.batch_size", "4"],  # its help is written by hand
 ])
 def test_what_a_parser_takes_passes_the_early_check(argv, copies_hold):
     """Keys below an option that takes a class or a mapping, configs inline, and anything after ``--`` are the

@@ -137,8 +137,7 @@ def _run(argv: list[str]) -> int:
         return 0
     quiet(argv[0])
     try:
-        if argv[0] in COMMANDS:
-            check_names(argv)  # a typo answers before the command's (and the plugins') heavy imports
+        check_names(argv)  # a typo answers before the command's (and the plugins') heavy imports
         if argv[0] != "plugins":  # it lists them, a broken one included
             load_plugins()  # before parsing: configs name the plugins' classes and tasks
         check_yaml_files(argv)

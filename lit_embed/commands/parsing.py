@@ -74,6 +74,11 @@ class ArgumentParser(argparse.ArgumentParser):
         report_error(self.prog, message, option_strings(self))
 
 
+#: The commands :func:`check_names` checks: those that import torch or Lightning before parsing and whose shipped help
+#: is their parser's own (``params``' is written by hand: its ``--model.*`` stands for every option ``fit`` takes).
+CHECKED = ("fit", "validate", "test", "predict", "analyze", "compress", "export", "data")
+
+
 def check_names(argv: list[str]) -> None:
     """Refuse ``lit-embed ARGV`` where its command does not take one of the options it names, or its ``--config``
     file does not exist, with the line its parser would print, before the command imports torch and Lightning
@@ -82,8 +87,8 @@ def check_names(argv: list[str]) -> None:
     contents are the parser's, after the import. Where no copy holds (other versions, a plugin installed) the parser
     says it all."""
     name, words = argv[0], argv[1:]
-    if "-h" in words or "--help" in words:
-        return  # the help says it
+    if name not in CHECKED or "-h" in words or "--help" in words:
+        return  # the command's parser says it; the help says it
     prog = f"lit-embed {name}"
     if name == "data":
         prog, words = "lit-embed data check", argv[2:]
