@@ -323,6 +323,8 @@ def save_analysis(result: dict, out_dir: str | os.PathLike, writer=None, step: i
         "similarity": {k: v for k, v in result["similarity"].items() if k not in ("layer_pca", "highlighted")},
         "layer_pca": layer_pca_summary(result["similarity"]),
     }
+    if "checkpoints_taken" in result:  # lit-embed analyze's: which checkpoint file it took, and why
+        summary["checkpoints_taken"] = result["checkpoints_taken"]
     paths.append(write_json_atomic(out / "analysis.json", summary))
     if writer is not None:
         with writing(writer.log_dir):  # TensorBoard's event file, appended to

@@ -198,7 +198,7 @@ def start_checkpoint(name: str | os.PathLike, what: str = "checkpoint", newest: 
     """
     path = Path(name).expanduser()
     if path.is_file():
-        return path
+        return taken(what, name, path, "the file given")
     if not path.is_dir():
         raise MissingFileError(f"{what} {str(name)!r} does not exist: give a .ckpt file, a run folder or an experiment folder")
     if (path / CHECKPOINTS).is_dir() or (path / RESULTS_FILE).is_file():
@@ -227,7 +227,45 @@ def _said(what: str, name, checkpoint: Path, why: str) -> Path:
         step = re.search(r"step=(\d+)", checkpoint.name)
         at = f" (step {step.group(1)})" if step else ""
         print(f"lit-embed: {what} {str(name)!r} is {checkpoint}{at}: {why}", file=sys.stderr, flush=True)
+    return taken(what, name, checkpoint, why)
+
+
+#: The checkpoints the command running took, oldest first (:func:`checkpoints_taken`); per command, as :data:`_SAID`.
+_TAKEN: contextvars.ContextVar[tuple] = contextvars.ContextVar("checkpoints_taken", default=())
+
+
+def taken(what: str, name, checkpoint: Path, why: str) -> Path:
+    """Record that the command running took ``checkpoint`` as its ``what``, given ``name``, and why; returns it."""
+    record = {"what": what, "given": str(name), "file": str(checkpoint.absolute()), "step": _step(checkpoint), "why": why}
+    if record not in _TAKEN.get():
+        _TAKEN.set((*_TAKEN.get(), record))
     return checkpoint
+
+
+def new_command() -> None:
+    """Forget what was taken and said before the command starting now (by a caller of this module outside any command,
+    whose context the command's copies): each command records and says its own."""
+    _SAID.set(frozenset())
+    _TAKEN.set(())
+
+
+def checkpoints_taken() -> list[dict]:
+    """Which checkpoints the command running took (:func:`start_checkpoint`), for its outputs to record: for each,
+    what it was for, the name given (a file, a run or an experiment folder), the file, its training step where its
+    name or its run's results say it, and why that file (the file given, the best its run reported, its newest)."""
+    return [dict(record) for record in _TAKEN.get()]
+
+
+def _step(checkpoint: Path) -> int | None:
+    """The step ``checkpoint`` was saved at: as its name says (``step=N``), or, for a run's ``last`` checkpoint, as the
+    run's results do (the step the run ended at)."""
+    found = re.search(r"step=(\d+)", checkpoint.name)
+    if found:
+        return int(found.group(1))
+    if checkpoint.parent.name == CHECKPOINTS and checkpoint == _newest(checkpoint.parent.glob("last*.ckpt")):
+        step = _results(checkpoint.parent.parent).get("global_step")
+        return step if isinstance(step, int) else None
+    return None
 
 
 def _checkpoint_of_run(run: Path, what: str, newest: bool) -> tuple[Path, str]:
@@ -285,5 +323,5 @@ def _number(path: Path) -> int:
     return int(suffix) if suffix.isdigit() and path.name.startswith("version_") else -1
 
 
-__all__ = ["CHECKPOINTS", "LAST", "LOCK_FILE", "claim_version", "discard_unstarted", "held", "hold", "newest_checkpoint", "run_of",
-           "start_checkpoint", "version_folders"]
+__all__ = ["CHECKPOINTS", "LAST", "LOCK_FILE", "checkpoints_taken", "claim_version", "discard_unstarted", "held", "hold", "new_command", "newest_checkpoint", "run_of",
+           "start_checkpoint", "taken", "version_folders"]

@@ -94,16 +94,19 @@ def test_the_analysis_callback_saves_plots_and_sends_them_to_tensorboard(demo_ru
 
 
 def test_analyze_a_checkpoint_from_the_command_line(demo_runs, tmp_path, capsys):
-    ckpt = next((demo_runs["subspace"] / "checkpoints").glob("*.ckpt"))
+    run = demo_runs["subspace"]
     out = tmp_path / "plots"
-    assert main(["analyze", "--ckpt", str(ckpt), "--max-texts", "20", "--points", "500", "--out", str(out),
+    assert main(["analyze", "--ckpt", str(run), "--max-texts", "20", "--points", "500", "--out", str(out),
                  "--no-tensorboard"]) == 0
     assert_png(out / "embedding_pca.png")
     assert_png(out / "similarity.png")
     assert_png(out / "layer_pca.png")
     printed = capsys.readouterr().out
     assert '"strategy": "SubspaceEmbedding"' in printed and "wrote" in printed
-    assert json.loads((out / "analysis.json").read_text())["texts"] == 20
+    summary = json.loads((out / "analysis.json").read_text())
+    assert summary["texts"] == 20
+    assert {"what": "checkpoint", "given": str(run), "file": str(run / "checkpoints/epoch=0-step=10.ckpt"), "step": 10,
+            "why": "the run's only checkpoint"} in summary["checkpoints_taken"]  # which file the run folder gave
 
 
 @pytest.mark.parametrize(

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 
-from lit_embed.commands import main
-from lit_embed.commands.parsing import close_match
+from lit_embed.commands import helptext, main
+from lit_embed.commands.parsing import check_names, close_match
 from tests.helpers import CONFIGS
 
 DEMO = str(CONFIGS / "demo.yaml")
@@ -52,3 +56,93 @@ def test_nothing_close_suggests_nothing(capsys):
 ])
 def test_close_match_guesses_only_what_is_close(message, options, expected):
     assert close_match(message, options) == expected
+
+
+WRITTEN_FOR = (helptext.FOLDER / "fit.txt").read_text().partition("\n")[0].removeprefix("# ")
+same_versions = pytest.mark.skipif(WRITTEN_FOR != helptext.versions(), reason=(
+    f"the help copies are written for {WRITTEN_FOR}; this machine has {helptext.versions()} (the parsers say it all)"))
+#: One of each kind of argument error, for every command that imports torch or Lightning: (argv, first line of stderr).
+EARLY = [
+    (["fit", "--trainer.max_step", "3", "--config", DEMO], "lit-embed fit: error: unrecognized arguments: --trainer.max_step 3"),
+    (["validate", "--config", DEMO, "--ckpt_pth=x.ckpt"], "lit-embed validate: error: unrecognized arguments: --ckpt_pth=x.ckpt"),
+    (["test", "--modle.init_args.lr", "1"], "lit-embed test: error: unrecognized arguments: --modle.init_args.lr 1"),
+    (["predict", "--config", TYPO], f"lit-embed predict: error: Parser key \"config\": File does not exist: '{TYPO}'"),
+    (["fit", "-c", "dmeo.yaml"], "lit-embed fit: error: Parser key \"config\": File does not exist: "),
+    (["analyze", "--ckpt", "x.ckpt", "--max_texts", "3"], "lit-embed analyze: error: unrecognized arguments: --max_texts 3"),
+    (["compress", "--ckpt", "x", "--out", "y", "--retension", "0.5"],
+     "lit-embed compress: error: unrecognized arguments: --retension 0.5"),
+    (["compress", f"--config={TYPO}"], f"lit-embed compress: error: Parser key \"config\": File does not exist: '{TYPO}'"),
+    (["export", "--ckp", "x.ckpt", "--out", "y"], "lit-embed export: error: unrecognized arguments: --ckp x.ckpt"),
+    (["data", "check", "--config", DEMO, "--trainer.max_step", "3"],
+     "lit-embed data check: error: unrecognized arguments: --trainer.max_step 3"),
+    (["data", "check", "--config", TYPO], "lit-embed data check: error: Parser key \"config\": File does not exist: "),
+    (["data", "chek", "--config", DEMO], "lit-embed: error: usage: lit-embed data check --config FILE"),
+    (["fitt", "--config", DEMO], "lit-embed: error: unknown command 'fitt': one of fit, validate"),
+]
+
+
+@same_versions
+def test_argument_errors_answer_before_torch_or_lightning_is_imported():
+    """Every case in one fresh process (none imports anything heavy, so none changes what the next one finds)."""
+    code = f"""
+import contextlib, io, sys
+from lit_embed.commands import main
+for argv in {[argv for argv, _ in EARLY]!r}:
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        try:
+            status = main(argv)
+        except SystemExit as stopped:
+            status = stopped.code
+    heavy = sorted(m for m in ('torch', 'pytorch_lightning', 'lightning', 'transformers') if m in sys.modules)
+    print(status, heavy, err.getvalue().splitlines()[0])
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=CONFIGS.parent,
+                          env={**os.environ, "LIT_EMBED_PLUGINS": "0"})  # none installed, as on a fresh machine
+    lines = done.stdout.splitlines()
+    assert len(lines) == len(EARLY), done.stderr[-2000:]
+    for line, (argv, expected) in zip(lines, EARLY):
+        assert line.startswith(f"2 [] {expected}"), (argv, line)
+
+
+@pytest.fixture
+def copies_hold(monkeypatch):
+    """The help copies answer here (a test plugin installed beside these tests would send every case to the parser)."""
+    monkeypatch.setenv("LIT_EMBED_PLUGINS", "0")
+    if helptext.copy("fit") is None:
+        pytest.skip(f"the help copies are written for {WRITTEN_FOR}, this machine has {helptext.versions()}")
+
+
+@pytest.mark.parametrize("command", ["fit", "validate", "test", "predict", "analyze", "compress", "export"])
+def test_every_option_a_command_lists_passes_the_early_check(command, copies_hold):
+    for flag in helptext.options(helptext.copy(command)):
+        if flag not in ("--help", "--config"):
+            check_names([command, flag, "1"])
+            check_names([command, f"{flag}=1"])
+
+
+@pytest.mark.parametrize("argv", [
+    ["fit", "--config", DEMO, "--model.init_args.learning_rate", "1e-3", "--data.init_args.batch_size=4"],
+    ["fit", "--model.encoder.hidden_size", "8", "--trainer.callbacks+=LearningRateMonitor",
+     "--trainer.callbacks.logging_interval", "step", "--trainer.logger.init_args.name", "x"],
+    ["compress", "--aq.epochs", "2", "--data.init_args.batch_size", "4", "--k+", "3", "--no_untie"],
+    ["fit", "-c", "{trainer: {max_steps: 3}}", "--config={seed_everything: 1}"],  # a config given inline
+    ["fit", "--print_config=skip_null", "--config", DEMO],
+    ["predict", "--config", DEMO, "--", "--not_an_option"],
+    ["fit", "--config", "dmeo.yaml", "--help"],  # the help answers
+    ["params", "--config", DEMO, "--json", "--data.init_args.batch_size", "4"],  # its help is written by hand
+])
+def test_what_a_parser_takes_passes_the_early_check(argv, copies_hold):
+    """Keys below an option that takes a class or a mapping, configs inline, and anything after ``--`` are the
+    parser's to judge, after the import."""
+    check_names(argv)
+
+
+def test_where_a_plugin_is_installed_or_the_copies_are_for_other_versions_the_parser_judges(copies_hold, monkeypatch):
+    typo = ["fit", "--trainer.max_step", "3"]
+    monkeypatch.setattr(helptext, "plugins_installed", lambda: True)  # its classes may take options the copy lacks
+    check_names(typo)
+    monkeypatch.undo()
+    monkeypatch.setattr(helptext, "versions", lambda: "lit-embed 0.0.0, pytorch-lightning 0.0, jsonargparse 0.0")
+    check_names(typo)
+    check_names(["data", "chek"])

@@ -173,7 +173,8 @@ def test_a_fine_tuned_model_rebuilt_from_its_checkpoint_keeps_its_own_weights(tm
     state = model.state_dict()
     assert all(torch.equal(state[k], v) for k, v in checkpoint["state_dict"].items())
     start.unlink()  # and without the starting point at all
-    assert main(["analyze", "--ckpt", str(LEGACY / "finetune.ckpt"), "--max-texts", "10", "--points", "200"]) == 0
+    assert main(["analyze", "--ckpt", str(LEGACY / "finetune.ckpt"), "--max-texts", "10", "--points", "200",
+                 "--out", str(tmp_path / "analysis")]) == 0  # not beside the checkpoint, in the repository
 
 
 def test_fine_tuning_from_a_checkpoint_of_another_backbone_is_refused_naming_it(tmp_path, monkeypatch, capsys):

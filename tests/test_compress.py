@@ -6,6 +6,7 @@ from __future__ import annotations
 import errno
 import json
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,15 +17,16 @@ import torch
 import yaml
 from torch.nn import functional as F
 
+from lit_embed import progress
 from lit_embed.accounting import human
 from lit_embed.checkpoints import build_from_config
 from lit_embed.commands import main
 from lit_embed.commands.compress import named_method, parser
-from lit_embed.compress import AQOptions, load_compact
+from lit_embed.compress import AQOptions, load_compact, methods
 from lit_embed.compress.methods import additive_quantize, pca_code, sparse_code, unk_backoff
 from lit_embed.compress.model_io import load_source
 from lit_embed.compress.summary import tensor_bytes
-from lit_embed.compress.vocabulary import coverage, split_vocabulary
+from lit_embed.compress.vocabulary import count_tokens, coverage, split_vocabulary
 from lit_embed.embeddings import AdditiveQuantizedEmbedding, PCAEmbedding, SparseCodedEmbedding, UnkEmbedding
 from lit_embed.errors import ConfigError
 from lit_embed.files import device_of
@@ -125,6 +127,29 @@ def test_additive_quantization_learns_codes_that_rebuild_the_table():
     assert torch.equal(again.codes, first.codes) and torch.equal(again.codebooks, first.codebooks)  # seeded
 
 
+def test_the_fitting_loops_say_their_progress_in_a_log(monkeypatch, capsys):
+    """stderr no terminal (pytest's capture): AQ's steps with the loss, sparse coding's rare rows (a block at a time),
+    the texts counted; here every update (a line every INTERVAL seconds otherwise), and a closing line each."""
+    monkeypatch.setattr(progress, "INTERVAL", 0.0)
+    monkeypatch.setattr(methods, "BLOCK_BYTES", 4 * 10 * 3)  # 3 rare rows a block: 10 rows, 4 blocks
+    table = torch.randn(20, 8)
+    additive_quantize(table, AQOptions(codebooks=2, codewords=4, epochs=3, batch_size=8), seed=0)  # 3 steps an epoch
+    sparse_code(table, torch.arange(10), [2])
+    count_tokens((f"{i % 10} 1" for i in range(25)), WordIds(), 10, batch_size=10)
+    lines = capsys.readouterr().err.splitlines()
+    aq = [line for line in lines if line.startswith("AQ step")]
+    assert [re.match(r"AQ step (\d+)/9 ", line).group(1) for line in aq] == [str(n) for n in range(1, 10)]
+    assert all(re.search(r", loss \d", line) for line in aq) and ", ETA " in aq[0] and ", done in " in aq[-1]
+    assert [line.split(" (")[0] for line in lines if line.startswith("sparse coding")] == [
+        "sparse coding, rare row 3/10", "sparse coding, rare row 6/10", "sparse coding, rare row 9/10",
+        "sparse coding, rare row 10/10"]
+    assert [line.split(",")[1] for line in lines if line.startswith("counting tokens")] == [" text 10", " text 20",
+                                                                                         " text 25", " text 25"]
+    monkeypatch.setattr(progress.sys.stderr, "isatty", lambda: True)  # a terminal: nothing extra
+    sparse_code(table, torch.arange(10), [2])
+    assert capsys.readouterr().err == ""
+
+
 def test_vocabulary_split_keeps_the_most_frequent_and_the_specials():
     counts = torch.tensor([0, 5, 0, 9, 1, 5, 0, 2]).numpy()
     split = split_vocabulary(counts, 0.5, special_ids=[0, 2])
@@ -176,14 +201,16 @@ def compress(*args: str) -> int:
 
 @pytest.fixture(scope="module")
 def compressed(finetuned, tmp_path_factory):
-    """``method -> output folder`` of the fine-tuned MiniLM compressed at retention 0.5 with k=2 (each once)."""
+    """``method -> output folder`` of the fine-tuned MiniLM (given as its run folder) compressed at retention 0.5 with
+    k=2 (each once)."""
     folders: dict[str, Path] = {}
 
     def get(method: str) -> Path:
         if method not in folders:
             out = tmp_path_factory.mktemp("compressed") / method
             own = {"sparse_coding": ["--k", "2"], "pca": ["--k", "2"], "aq": ["--max_steps", "3"]}.get(method, [])
-            assert compress("--ckpt", str(finetuned), "--method", method, "--retention", "0.5", *own, "--out", str(out)) == 0
+            assert compress("--ckpt", str(finetuned.parent.parent), "--method", method, "--retention", "0.5", *own,
+                            "--out", str(out)) == 0
             folders[method] = out
         return folders[method]
 
@@ -202,10 +229,14 @@ def load_compressed(out: Path):
 
 
 @pytest.mark.parametrize("method", ["sparse_coding", "unk", "pca", "aq"])
-def test_each_method_end_to_end(method, compressed, tmp_path, monkeypatch, capsys):
+def test_each_method_end_to_end(method, compressed, finetuned, tmp_path, monkeypatch, capsys):
     out = compressed(method)
     assert sorted(p.name for p in out.iterdir()) == ["config.yaml", "model.ckpt", "report.json", "report.md"]
     report = read_report(out)
+    run = finetuned.parent.parent
+    best = json.loads((run / "results.json").read_text())["checkpoint"]["best"]  # by val/score, at its one validation
+    assert {"what": "checkpoint", "given": str(run), "file": str(run / best), "step": 3,
+            "why": "the best checkpoint by val/score its run reported"} in report["checkpoints_taken"]
     vocab, d, common, rare = (report["vocabulary"][key] for key in ("size", "hidden", "common", "rare"))
     expected = {"sparse_coding": common * d + 5 * rare, "unk": common * d, "pca": common * d + 3 * d + 2 * rare,
                 "aq": 32 * 16 * d + 32 * vocab}[method]
@@ -232,6 +263,8 @@ def test_each_method_end_to_end(method, compressed, tmp_path, monkeypatch, capsy
                  "--trainer.limit_val_batches", "2", *QUIET]) == 0
     results = json.loads((out / "version_0" / "results.json").read_text())  # runs of the compressed model log beside it
     assert results["parameters"]["embedding_params"] == expected
+    assert {"what": "--ckpt_path checkpoint", "given": str(out / "model.ckpt"), "file": str(out / "model.ckpt"),
+            "step": None, "why": "the file given"} in results["checkpoints_taken"]
     capsys.readouterr()
     assert main(["report", str(out)]) == 0
     assert "Sentence coverage of the test data only by V_C (%)" in capsys.readouterr().out
@@ -354,12 +387,20 @@ def test_huggingface_input_writes_a_huggingface_folder(minilm_path, minilm_matri
     assert report["files"]["hf/compressed_embedding.safetensors"] == compact
 
 
-def test_offline_example_chooses_k_on_validation_and_tests(finetuned, tmp_path, monkeypatch):
-    """configs/experiments/sparse_coding/minilm_topics.yaml (fitted above), then configs/compress/sparse_coding.yaml."""
+def test_offline_example_chooses_k_on_validation_and_tests(finetuned, tmp_path, monkeypatch, capsys):
+    """configs/experiments/sparse_coding/minilm_topics.yaml (fitted above), then configs/compress/sparse_coding.yaml;
+    its progress in a log (stderr no terminal), here every line."""
+    monkeypatch.setattr(progress, "INTERVAL", 0.0)
     out = tmp_path / "sparse_coding_r0.5"
     assert compress("--config", str(CONFIGS / "compress/sparse_coding.yaml"), "--ckpt", str(finetuned),
                     "--limit_val_batches", "2", "--out", str(out)) == 0
     report = read_report(out)
+    said = [line for line in capsys.readouterr().err.splitlines() if line.startswith("choosing k")]
+    assert [line.split(" (")[0] for line in said] == [f"choosing k, validation {n}/6" for n in (1, 2, 3, 4, 5, 6)]
+    assert [re.search(r", k (\d), val/score [\d.]+$", line).group(1) for line in said[:5]] == ["1", "2", "3", "4", "5"]
+    assert re.search(r"done in \d+\w, original model's val/score [\d.]+$", said[-1])
+    assert {"what": "checkpoint", "given": str(finetuned), "file": str(finetuned), "step": 3,  # the run's last step
+            "why": "the file given"} in report["checkpoints_taken"]
     validation = report["validation"]
     assert sorted(validation["scores"]) == ["1", "2", "3", "4", "5"]
     best = max(validation["scores"].values())
@@ -382,7 +423,9 @@ def test_offline_example_chooses_k_on_validation_and_tests(finetuned, tmp_path, 
     monkeypatch.chdir(tmp_path)
     assert main(["test", "--config", str(out / "config.yaml"), "--ckpt_path", str(out / "model.ckpt"),
                  "--trainer.limit_test_batches", "2", *QUIET]) == 0
-    assert "test/score" in json.loads((out / "version_0" / "results.json").read_text())["metrics"]
+    results = json.loads((out / "version_0" / "results.json").read_text())
+    assert "test/score" in results["metrics"] and results["command"] == "test"
+    assert [r["file"] for r in results["checkpoints_taken"] if r["what"] == "--ckpt_path checkpoint"] == [str(out / "model.ckpt")]
 
 
 def test_a_checkpoint_without_its_config_takes_model_config(tmp_path, capsys):

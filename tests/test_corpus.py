@@ -167,6 +167,10 @@ def test_predict_fills_in_masks_with_a_masked_lm(demo_runs, tmp_path):
     rows = [json.loads(line) for line in (tmp_path / "fill" / "version_0" / "predictions.jsonl").read_text().splitlines()]
     assert [row["text"] for row in rows] == texts.read_text().splitlines()
     assert [len(row["fills"]) for row in rows] == [1, 2]
+    results = json.loads((tmp_path / "fill" / "version_0" / "results.json").read_text())  # which model predicted
+    ckpt = _checkpoint(demo_runs["subspace"])
+    assert results["command"] == "predict" and {"what": "--ckpt_path checkpoint", "given": str(ckpt), "file": str(ckpt),
+                                                "step": 10, "why": "the file given"} in results["checkpoints_taken"]
     module, checkpoint = load_model(_checkpoint(demo_runs["subspace"]))
     tokenizer = AutoTokenizer.from_pretrained(resolve_pretrained("all-MiniLM-L6-v2"))
     ids = tokenizer(["The cat sat on the [MASK]."], return_tensors="pt")["input_ids"]  # the tokenizer's own specials

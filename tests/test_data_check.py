@@ -92,7 +92,11 @@ def test_a_script_a_remote_code_tokenizer_and_a_missing_name_exit_2_naming_each(
     assert "| sample-corpus | data.files | local (shipped) | text | no | - |" in out
     assert "| missing.txt | data.files | no: missing | text | no | - |" in out
     assert "| acme/nothing@v2 | data.datasets | not found | ? | ? | v2 |" in out
-    assert err.startswith("lit-embed: error: data check: 4 name(s) cannot be used as configured")
+    said = [line for line in err.splitlines() if line.startswith("data check name")]  # stderr no terminal: a log
+    assert [line.split(" (")[0] for line in said] == [f"data check name {n}/6" for n in range(1, 7)]  # one a name
+    assert said[0].endswith(", checked acme/wiki:20240101.en, reachable yes") and ", ETA " in said[0]
+    assert said[-1].endswith(", checked acme/ja, reachable yes") and ", done in " in said[-1]
+    assert err.splitlines()[len(said)].startswith("lit-embed: error: data check: 4 name(s) cannot be used as configured")
     for expected in ("missing.txt: missing (relative paths are read from", "acme/books: a loading script (books.py), which datasets 4+ refuses",
                      "acme/nothing@v2: no such repository", "acme/ja: its tokenizer_config.json maps AutoTokenizer",
                      "trust_remote_code"):

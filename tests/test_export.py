@@ -222,6 +222,9 @@ def test_export_refuses_what_it_must_not_replace(exported, tmp_path, capsys):
     before = (again / "model.safetensors").stat().st_mtime_ns
     assert main(["export", "--ckpt", str(checkpoint), "--out", str(again), "--overwrite"]) == 0
     assert (again / "model.safetensors").stat().st_mtime_ns != before
+    taken = json.loads((again / MARKER).read_text())["checkpoints_taken"]  # which file the export was made from
+    assert [(r["what"], r["given"], r["file"], r["why"]) for r in taken] == [
+        ("checkpoint", str(checkpoint), str(checkpoint.absolute()), "the file given")]
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []  # no temporary folder left
 
 

@@ -13,9 +13,11 @@ import pytest
 
 from lit_embed.errors import CheckpointError, MissingFileError, RunBusyError
 from lit_embed.folders import (
+    checkpoints_taken,
     claim_version,
     discard_unstarted,
     hold,
+    new_command,
     newest_checkpoint,
     run_of,
     start_checkpoint,
@@ -164,6 +166,38 @@ def test_a_command_given_a_folder_says_which_checkpoint_it_took_and_why_once(tmp
         f"lit-embed: checkpoint {str(tmp_path / 'exp')!r} is {run}/checkpoints/last.ckpt: its newest state, step 8 "
         f"(asked for); version_0 is the newest finished run of {str(tmp_path / 'exp')!r}",
     ]
+
+
+def test_a_command_records_which_checkpoints_it_took_for_its_outputs(tmp_path):
+    """A file, a run's best, an experiment's newest run's last (its step from the run's results), each once; the next
+    command starts with none."""
+    run = tmp_path / "exp/version_0"
+    last, best = touch(run / "checkpoints/last.ckpt"), touch(run / "checkpoints/epoch=0-step=2.ckpt", age=10)
+    stale = touch(run / "checkpoints/last-v1.ckpt", age=20)  # older than last.ckpt: the run's results are not its own
+    reported(run, "checkpoints/epoch=0-step=2.ckpt", "val/score")
+
+    def command() -> list[dict]:
+        new_command()  # as lit_embed.commands.main starts one: in a context of its own, with nothing taken yet
+        start_checkpoint(run, "--ckpt_path checkpoint")
+        start_checkpoint(run, "--ckpt_path checkpoint")  # asked again: recorded once
+        start_checkpoint(tmp_path / "exp", "pre-training checkpoint", newest=True)
+        start_checkpoint(stale)
+        start_checkpoint(tmp_path / "exp/version_0/checkpoints/../checkpoints/epoch=0-step=2.ckpt")
+        return checkpoints_taken()
+
+    outside = checkpoints_taken()  # what this process's own calls (other tests') took, outside any command
+    records = contextvars.copy_context().run(command)
+    assert records == [
+        {"what": "--ckpt_path checkpoint", "given": str(run), "file": str(best), "step": 2,
+         "why": "the best checkpoint by val/score its run reported"},
+        {"what": "pre-training checkpoint", "given": str(tmp_path / "exp"), "file": str(last), "step": 8,
+         "why": f"its newest state, step 8 (asked for); version_0 is the newest finished run of {str(tmp_path / 'exp')!r}"},
+        {"what": "checkpoint", "given": str(stale), "file": str(stale), "step": None, "why": "the file given"},
+        {"what": "checkpoint", "given": str(run / "checkpoints/../checkpoints/epoch=0-step=2.ckpt"),
+         "file": str(run / "checkpoints/../checkpoints/epoch=0-step=2.ckpt"), "step": 2, "why": "the file given"},
+    ]
+    assert checkpoints_taken() == outside  # taken in the command's context, not its caller's
+    assert contextvars.copy_context().run(command) == records
 
 
 def test_a_run_folder_whose_reported_model_is_gone_or_which_diverged_is_refused_by_name(tmp_path):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import stat
@@ -17,6 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from lit_embed import progress
 from lit_embed.commands import main
 from lit_embed.data.tasks import BENCHMARK_TABLES
 from lit_embed.errors import ConfigError
@@ -404,6 +406,29 @@ def test_gpus_launcher_runs_one_run_per_visible_gpu_at_a_time(tmp_path, monkeypa
         launch_here(sweep, Launch("gpus", 3), say=lambda line: None)
     (argv,) = commands(sweep.runs[0], Launch("gpus", 2))
     assert argv[-4:] == ["--trainer.accelerator", "gpu", "--trainer.devices", "2"]
+
+
+def test_a_sweep_whose_output_goes_to_a_file_says_its_progress_in_lines(tmp_path, monkeypatch, capsys):
+    """stderr no terminal (pytest's capture): the runs ended of those to run, an ETA from their times and the runs
+    running, while it waits (here at every look) and as each run ends; a closing line; nothing extra on a terminal."""
+    path = sweep_file(tmp_path, {"stages": {"a": {"config": FINETUNE, "search": {"model.init_args.optim.lr": [1, 2, 3]}}}})
+    sweep = load_sweep(path)
+    monkeypatch.setattr(progress, "INTERVAL", 0.0)
+    monkeypatch.setattr("lit_embed.sweeps.launch.POLL_SECONDS", 0)
+    monkeypatch.setattr("lit_embed.sweeps.launch._start", lambda sweep, run, launch, gpus: FakeProcess(polls=2))
+    launch_here(sweep, Launch(), say=lambda line: None)
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("sweep run")]
+    assert lines[0] == "sweep run 0/3 (0.0%), running a/lr=1 for 0s"
+    ended = [line for line in lines if not line.startswith("sweep run 0/")]
+    assert [line.split(" (")[0] for line in ended if ", running none" in line] == ["sweep run 1/3", "sweep run 2/3",
+                                                                                  "sweep run 3/3"]
+    assert re.search(r"^sweep run 1/3 \(33\.3%\), .*, ETA \d+s, running", ended[0])
+    assert re.search(r"^sweep run 3/3 \(100\.0%\), .*, done in \d+s, running none$", lines[-1])
+    for rerun in sweep.runs:
+        shutil.rmtree(rerun.folder, ignore_errors=True)
+    monkeypatch.setattr(progress.sys.stderr, "isatty", lambda: True)
+    launch_here(sweep, Launch(), say=lambda line: None)
+    assert "sweep run" not in capsys.readouterr().err
 
 # -- SLURM -------------------------------------------------------------------------------------------------------
 

@@ -9,21 +9,21 @@ model summary of its own, and does not turn them off):
 * :class:`LayerSummary`: Lightning's model summary without its FLOPs column where nothing was counted
   (Lightning counts FLOPs only by running a module's ``example_input_array``, and prints zeros otherwise).
 * :class:`LogProgress` in place of the bar where stderr is no terminal (``> log 2>&1``, a batch job): a bar
-  redrawn in a file shows nothing until the end, so progress comes as a plain line every ``interval`` seconds.
+  redrawn in a file shows nothing until the end, so progress comes as a plain line every ``interval`` seconds
+  (:mod:`lit_embed.progress`, which the commands without a trainer use too).
 """
 
 from __future__ import annotations
 
 import importlib.util
 import logging
-import math
 import sys
-import time
 from typing import Any
 
 from pytorch_lightning.callbacks import ModelSummary, ProgressBar, RichProgressBar, TQDMProgressBar
 
 from lit_embed._compat import format_summary_table
+from lit_embed.progress import Progress
 
 #: Lightning's model summary prints through this logger, which Lightning shows at level INFO.
 log = logging.getLogger("pytorch_lightning.callbacks.model_summary")
@@ -60,19 +60,17 @@ class LayerSummary(ModelSummary):
         return None
 
 
-PLURAL = {"step": "steps", "batch": "batches"}
-
-
 class LogProgress(ProgressBar):
     """Progress for a log: ``train step 1200/250000 (0.5%), 3.1 steps/s, ETA 22h17m, train/loss 6.412`` on stderr
-    every ``interval`` seconds of each stage (train, validate, test, predict) and once when the stage ends; rank 0
-    only. A Lightning progress bar, so the trainer adds no bar of its own beside it."""
+    every ``interval`` seconds of each stage (train, validate, test, predict) and once when the stage ends
+    (:class:`~lit_embed.progress.Progress`); rank 0 only. A Lightning progress bar, so the trainer adds no bar of its
+    own beside it."""
 
     def __init__(self, interval: float = 30.0) -> None:
         super().__init__()
         self.interval = interval
         self._enabled = True
-        self._train = self._eval = ("", 0.0, 0.0, 0.0)  # stage, total, started, last said
+        self._train = self._eval = Progress("", "step", enabled=False)
         self._first_step = self._batches = 0
 
     def disable(self) -> None:
@@ -81,43 +79,30 @@ class LogProgress(ProgressBar):
     def enable(self) -> None:
         self._enabled = True
 
-    def _say(self, trainer, pl_module, state: tuple, done: int, unit: str, final: bool = False) -> tuple:
-        """Print the line of ``state`` where ``interval`` has passed (or ``final``); the state with its time said."""
-        stage, total, started, said = state
-        now = time.monotonic()
-        if not self._enabled or not trainer.is_global_zero or not (final or now - said >= self.interval):
-            return state
-        elapsed, bounded = now - started, 0 < total < math.inf
-        rate = done / elapsed if elapsed > 0 else 0.0
-        line = f"{stage} {unit} {done}" + (f"/{int(total)} ({100 * done / total:.1f}%)" if bounded else "")
-        line += f", {rate:.3g} {PLURAL[unit]}/s" if rate else ""
-        line += f", done in {_duration(elapsed)}" if final else f", ETA {_duration((total - done) / rate)}" if bounded and rate else ""
-        metrics = {k: v for k, v in self.get_metrics(trainer, pl_module).items() if k != "v_num"}
-        line += "".join(f", {k} {v:.4g}" if isinstance(v, float) else f", {k} {v}" for k, v in metrics.items())
-        print(line, file=sys.stderr, flush=True)
-        return stage, total, started, now
+    def _say(self, trainer, pl_module, progress: Progress, done: int, final: bool = False) -> None:
+        if self._enabled and trainer.is_global_zero:
+            progress.update(done, lambda: {k: v for k, v in self.get_metrics(trainer, pl_module).items() if k != "v_num"},
+                            final)
 
     def on_train_start(self, trainer, pl_module) -> None:
         self._first_step = trainer.global_step  # a resumed run: the rate and ETA count the steps this process takes
-        now = time.monotonic()
-        self._train = ("train", trainer.estimated_stepping_batches - self._first_step, now, now)
+        self._train = Progress("train", "step", trainer.estimated_stepping_batches - self._first_step, self.interval, True)
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        self._train = self._say(trainer, pl_module, self._train, trainer.global_step - self._first_step, "step")
+        self._say(trainer, pl_module, self._train, trainer.global_step - self._first_step)
 
     def on_train_end(self, trainer, pl_module) -> None:
-        self._say(trainer, pl_module, self._train, trainer.global_step - self._first_step, "step", final=True)
+        self._say(trainer, pl_module, self._train, trainer.global_step - self._first_step, final=True)
 
     def _eval_start(self, stage: str, total: float) -> None:
-        now = time.monotonic()
-        self._eval, self._batches = (stage, total, now, now), 0
+        self._eval, self._batches = Progress(stage, "batch", total, self.interval, True), 0
 
     def _eval_batch(self, trainer, pl_module) -> None:
         self._batches += 1
-        self._eval = self._say(trainer, pl_module, self._eval, self._batches, "batch")
+        self._say(trainer, pl_module, self._eval, self._batches)
 
     def _eval_end(self, trainer, pl_module) -> None:
-        self._say(trainer, pl_module, self._eval, self._batches, "batch", final=True)
+        self._say(trainer, pl_module, self._eval, self._batches, final=True)
 
     def on_validation_start(self, trainer, pl_module) -> None:
         if trainer.sanity_checking:
@@ -148,12 +133,6 @@ class LogProgress(ProgressBar):
 
     def on_predict_end(self, trainer, pl_module) -> None:
         self._eval_end(trainer, pl_module)
-
-
-def _duration(seconds: float) -> str:
-    seconds = int(round(seconds))
-    hours, rest = divmod(seconds, 3600)
-    return f"{hours}h{rest // 60:02d}m" if hours else f"{rest // 60}m{rest % 60:02d}s" if rest >= 60 else f"{rest}s"
 
 
 def progress_bar():

@@ -18,6 +18,7 @@ from lit_embed.accounting import parameter_report, performance_retention, speed_
 from lit_embed.callbacks.efficiency import EfficiencyMonitor
 from lit_embed.errors import ConfigError, DivergedError, UserError
 from lit_embed.files import write_json_atomic, writing
+from lit_embed.folders import checkpoints_taken
 from lit_embed.interfaces import TaskModel, provides
 from lit_embed.models.base import EmbeddingModule
 from lit_embed.models.metrics import higher_is_better
@@ -205,6 +206,7 @@ class ResultsWriter(pl.Callback):
             "baseline": self._comparison(efficiency, scores),
             "global_step": trainer.global_step,
             "checkpoint": _best_checkpoint(trainer, run_dir),
+            "checkpoints_taken": checkpoints_taken(),  # which the command started from (--ckpt_path, a run folder)
             "config": _config(trainer, pl_module, run_dir),
             "versions": versions(),
             "written_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),

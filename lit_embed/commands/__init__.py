@@ -20,6 +20,7 @@ from pathlib import Path
 
 from lit_embed import __version__
 from lit_embed.commands.helptext import shipped, summary
+from lit_embed.commands.parsing import check_names
 from lit_embed.errors import ConfigError, PluginError, UserError
 from lit_embed.notices import quiet
 from lit_embed.plugins import OWN, SWITCH, builtin_commands, load_plugins, plugin_commands
@@ -128,12 +129,16 @@ def _quiet_full_disk(hook):
 
 
 def _run(argv: list[str]) -> int:
+    folders = sys.modules.get("lit_embed.folders")  # where not imported yet, nothing was taken before
+    if folders is not None:
+        folders.new_command()
     shipped_help = shipped(argv)
     if shipped_help is not None:  # before anything heavy is imported (helptext)
         print(shipped_help, end="")
         return 0
     quiet(argv[0])
     try:
+        check_names(argv)  # a typo answers before the command's (and the plugins') heavy imports
         if argv[0] != "plugins":  # it lists them, a broken one included
             load_plugins()  # before parsing: configs name the plugins' classes and tasks
         check_yaml_files(argv)

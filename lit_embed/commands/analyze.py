@@ -21,7 +21,7 @@ from lit_embed.checkpoints import load_model, recorded_tokenizer
 from lit_embed.commands.parsing import ArgumentParser
 from lit_embed.errors import ConfigError
 from lit_embed.files import atomic_folder, check_output, writing
-from lit_embed.folders import start_checkpoint
+from lit_embed.folders import checkpoints_taken, start_checkpoint
 from lit_embed.hub import trusting_remote_code
 from lit_embed.models.base import EmbeddingModule
 
@@ -62,6 +62,7 @@ def main(argv: list[str]) -> int:
         raise ConfigError(f"--text {args.text} holds no text: give a file with at least one non-empty line")
     with trusting_remote_code(args.trust_remote_code, "--trust_remote_code"):
         result = analyse(model, texts, tokenizer, points=args.points)
+    result["checkpoints_taken"] = checkpoints_taken()
     # The folder appears whole (a stop or a full disk midway leaves the earlier one, or none), then the figures go to
     # TensorBoard, only inside the run's own event folder: anywhere else they would show as a stray run.
     figures = draw(result)

@@ -45,8 +45,10 @@ from lit_embed.embeddings.state import public_class_path
 from lit_embed.embeddings.text import VocabTextEncoder
 from lit_embed.errors import ConfigError, MissingFileError
 from lit_embed.files import atomic_folder, check_output, write_atomic, write_json_atomic
+from lit_embed.folders import checkpoints_taken
 from lit_embed.hub import trusting_remote_code
 from lit_embed.interfaces import TaskData, TaskModel, provides, wire
+from lit_embed.progress import Progress
 from lit_embed.recorded import name_user_classes
 
 CONFIG_SUFFIXES = (".yaml", ".yml")
@@ -167,6 +169,7 @@ def compress(
         "cosine_by_k": {str(k): c for k, c in cosines.items() if k is not None},  # one output gives Table 9's k=1 to 5
         "coverage": None if chosen.module is None else coverage(chosen.module.test_examples(), encoder, split.common_ids),
         "validation": validation,
+        "checkpoints_taken": checkpoints_taken(),  # which file a run or experiment folder gave, and why
     }
 
     def fill(folder: Path) -> None:
@@ -203,9 +206,13 @@ def choose_k(source: Source, candidates: dict, data: Data, accelerator: str, lim
         trainer.validate(module, datamodule=data.module, verbose=False)
         return float(trainer.callback_metrics["val/score"])
 
+    progress, scores = Progress("choosing k,", "validation", len(candidates) + 1), {}
     try:
-        scores = {k: score(strategy) for k, strategy in candidates.items()}
+        for k, strategy in candidates.items():
+            scores[k] = score(strategy)
+            progress.update(len(scores), {"k": k, "val/score": scores[k]})
         baseline = score(original)
+        progress.update(len(scores) + 1, {"original model's val/score": baseline}, final=True)
     finally:
         module.embedding = original
     best = max(scores, key=lambda k: (scores[k], -k))

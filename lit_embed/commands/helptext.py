@@ -15,6 +15,7 @@ import functools
 import importlib.machinery
 import importlib.util
 import os
+import re
 import sys
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -49,9 +50,15 @@ def key(argv: list[str]) -> str | None:
 def shipped(argv: list[str]) -> str | None:
     """The shipped help that answers ``argv``, where one exists for these versions."""
     name = key(argv)  # first: every command asks, and only a --help reads the installed packages' metadata
-    if name is None or not (path := FOLDER / f"{name}.txt").is_file():
-        return None
-    if os.environ.get("LIT_EMBED_PLUGINS") != "0" and installed():
+    return None if name is None else copy(name)
+
+
+def copy(name: str, plugins_checked: bool = True) -> str | None:
+    """The shipped help of ``name`` (``fit``, ``data_check``) where it holds for these versions and no plugin is
+    installed. ``plugins_checked=False`` leaves out the plugins' check (reading every installed package's metadata):
+    for a caller that checks :func:`plugins_installed` only where it needs the answer."""
+    path = FOLDER / f"{name}.txt"
+    if not path.is_file() or (plugins_checked and plugins_installed()):
         return None
     header, _, text = path.read_text().partition("\n")
     return text if header == f"# {versions()}" else None
@@ -94,3 +101,18 @@ def _docstrings(path: Path) -> dict[str, str]:
         return {}
     return {node.name: ast.get_docstring(node) or "" for node in tree.body
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
+
+
+def plugins_installed() -> bool:
+    """Whether a plugin is installed and switched on (the live help lists the classes it adds)."""
+    return os.environ.get("LIT_EMBED_PLUGINS") != "0" and bool(installed())
+
+
+OPTION = re.compile(r"^  (-.*?)(?: {2,}|$)", re.MULTILINE)
+
+
+def options(text: str) -> list[str]:
+    """The long options a help text lists: those on each option's own line (``  -c CONFIG, --config CONFIG``), not
+    those its descriptions mention."""
+    words = (part.split()[0] for line in OPTION.findall(text) for part in line.split(", ") if part.strip())
+    return [word for word in words if word.startswith("--")]

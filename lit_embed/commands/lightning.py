@@ -46,7 +46,7 @@ from lit_embed.data import CorpusDataModule, TaskDataModule, XNLIDataModule  # n
 from lit_embed.data.tasks import get_task
 from lit_embed.errors import CheckpointError, ConfigError, MissingFileError
 from lit_embed.files import write_atomic
-from lit_embed.folders import CHECKPOINTS, newest_checkpoint, run_of, start_checkpoint
+from lit_embed.folders import CHECKPOINTS, newest_checkpoint, run_of, start_checkpoint, taken
 from lit_embed.interfaces import TaskData, provides, wire
 from lit_embed.models import MaskedLM, SequenceClassifier, ShuffleRandom  # noqa: F401
 from lit_embed.recorded import name_user_classes, recorded_config, run_config_hints, written_by_lit_embed
@@ -184,15 +184,18 @@ class LitEmbedCLI(LightningCLI):
                 raise MissingFileError(f"--ckpt_path last: no checkpoint under {root}: give a checkpoint file or run folder")
             if found is None:
                 log.warning("--ckpt_path last: no checkpoint under %s yet, so the run starts afresh", root)
+            else:
+                taken("--ckpt_path checkpoint", ckpt_path, found, f"the newest checkpoint under {root}")
             config.ckpt_path = ckpt_path = None if found is None else str(found)
+        elif ckpt_path not in (None, "best", "hpc", "registry") and Path(ckpt_path).exists():
+            # a file, a run folder or an experiment folder, as every other command takes them: fit resumes the newest
+            # state; an evaluation takes the model the run reported (its best, where monitored)
+            config.ckpt_path = ckpt_path = str(start_checkpoint(ckpt_path, "--ckpt_path checkpoint", newest=subcommand == "fit"))
         if ckpt_path in ("best", "hpc", "registry") and subcommand != "fit":
             raise ConfigError(f"--ckpt_path {ckpt_path} names a checkpoint of a fit in this process (lit-embed {subcommand} "
                               f"runs none): give a checkpoint file, a run folder or an experiment folder")
         if ckpt_path is None or ckpt_path in ("best", "hpc", "registry"):
             return
-        if Path(ckpt_path).is_dir():  # a run folder or an experiment folder, as every other command takes them
-            # fit resumes the newest state; an evaluation takes the model the run reported (its best, where monitored)
-            config.ckpt_path = ckpt_path = str(start_checkpoint(ckpt_path, "--ckpt_path checkpoint", newest=subcommand == "fit"))
         checkpoint = read_checkpoint(ckpt_path, "--ckpt_path checkpoint")
         if subcommand == "fit" and "optimizer_states" not in checkpoint:
             raise CheckpointError(

@@ -2,7 +2,8 @@
 help is, without argparse's usage block above it (fifty lines of options buried the one line that mattered).
 
 Both kinds of parser the commands use get it: :class:`ArgumentParser` for the argparse commands, and
-:class:`ConciseErrors` mixed into jsonargparse's (LightningCLI's, compress's).
+:class:`ConciseErrors` mixed into jsonargparse's (LightningCLI's, compress's). :func:`check_names` says the same
+before a command imports torch and Lightning, for an option it does not take or a ``--config`` file that is not there.
 """
 
 from __future__ import annotations
@@ -14,6 +15,9 @@ import sys
 from collections.abc import Iterable
 from pathlib import Path
 from typing import NoReturn
+
+from lit_embed.commands import helptext
+from lit_embed.errors import ConfigError
 
 UNKNOWN_OPTION = re.compile(r"unrecognized arguments?:\s*(--?[\w.\-]+)", re.IGNORECASE)
 MISSING_FILE = re.compile(r"(?:File does not exist|does not exist|can't open)[^']*'([^']+)'", re.IGNORECASE)
@@ -68,3 +72,76 @@ class ArgumentParser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         report_error(self.prog, message, option_strings(self))
+
+
+#: The commands :func:`check_names` checks: those that import torch or Lightning before parsing and whose shipped help
+#: is their parser's own (``params``' is written by hand: its ``--model.*`` stands for every option ``fit`` takes).
+CHECKED = ("fit", "validate", "test", "predict", "analyze", "compress", "export", "data")
+
+
+def check_names(argv: list[str]) -> None:
+    """Refuse ``lit-embed ARGV`` where its command does not take one of the options it names, or its ``--config``
+    file does not exist, with the line its parser would print, before the command imports torch and Lightning
+    (seconds, a minute on a busy machine, to say a typo). Names only, read from the command's shipped help
+    (:mod:`~lit_embed.commands.helptext`; ``data check`` parses a config as ``fit`` does): the values and the configs'
+    contents are the parser's, after the import. Where no copy holds (other versions, a plugin installed) the parser
+    says it all."""
+    name, words = argv[0], argv[1:]
+    if name not in CHECKED or "-h" in words or "--help" in words:
+        return  # the command's parser says it; the help says it
+    prog = f"lit-embed {name}"
+    if name == "data":
+        prog, words = "lit-embed data check", argv[2:]
+        if argv[1:2] != ["check"] or not any(w == "--config" or w.startswith("--config=") for w in words):
+            usage = helptext.copy("data_check", plugins_checked=False)
+            if usage is not None:
+                raise ConfigError(usage.partition("\n")[0])
+            return
+    text = helptext.copy("fit" if name == "data" else name, plugins_checked=False)
+    if text is None or not any(w.startswith("-") for w in words):
+        return
+    flags = helptext.options(text)
+    problem = _unknown_option(words, flags) or (_missing_config(words) if "--config" in flags else None)
+    if problem is not None and not helptext.plugins_installed():  # a plugin's classes may take more: its parser says
+        report_error(prog, problem, flags)
+
+
+def _unknown_option(words: list[str], flags: list[str]) -> str | None:
+    """argparse's line for the first option in ``words`` that is none of ``flags``. An option that takes a class or
+    a mapping (``--model``, ``--trainer.callbacks``) takes any key below it (``--model.init_args.NAME``): those are
+    the parser's to judge."""
+    known = set(flags)
+    open_ = [flag for flag in known if not any(other.startswith(f"{flag}.") and other != f"{flag}.help" for other in known)]
+    for number, word in enumerate(words):
+        if word == "--":
+            return None
+        option = word.partition("=")[0].rstrip("+")
+        if not word.startswith("--") or option in known or any(option.startswith(f"{flag}.") for flag in open_):
+            continue
+        values = [w for w in words[number + 1:number + 2] if "=" not in word and not w.startswith("-")]
+        return f"unrecognized arguments: {' '.join([word, *values])}"
+    return None
+
+
+def _missing_config(words: list[str]) -> str | None:
+    """jsonargparse's line for a ``--config`` (``-c``) file that does not exist (a value that is YAML of a mapping is
+    a config given inline)."""
+    import yaml
+
+    for number, word in enumerate(words):
+        if word.startswith("--config="):
+            value = word.partition("=")[2]
+        elif word in ("--config", "-c") and number + 1 < len(words):
+            value = words[number + 1]
+        else:
+            continue
+        if not Path(value).expanduser().exists() and isinstance(_yaml(yaml, value), str):
+            return f"Parser key \"config\": File does not exist: '{Path(value).absolute()}'"
+    return None
+
+
+def _yaml(yaml, value: str):
+    try:
+        return yaml.safe_load(value)
+    except yaml.YAMLError:
+        return None

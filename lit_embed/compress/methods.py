@@ -45,6 +45,7 @@ from lit_embed.embeddings.sparse_coded import (
     rare_ids_of,
 )
 from lit_embed.errors import ConfigError, MissingFileError
+from lit_embed.progress import Progress
 
 #: Ridge added to each k x k local Gram matrix, relative to its mean eigenvalue: it only matters when the
 #: matrix is singular (a rare vector in the affine span of its neighbours, or duplicate neighbours).
@@ -64,12 +65,14 @@ def nearest_common(weight: Tensor, common_ids: Tensor, rare_ids: Tensor, ks: lis
     chunk = max(1, BLOCK_BYTES // (4 * max(1, len(common))))
     neighbours = torch.empty(len(rare), max(ks), dtype=torch.long)
     weights = {k: torch.empty(len(rare), k, dtype=torch.float64) for k in ks}
+    progress = Progress("sparse coding,", "rare row", len(rare))
     for start in range(0, len(rare), chunk):
         targets = rare[start : start + chunk]
         picked = (targets @ common.T).topk(max(ks), dim=1).indices
         neighbours[start : start + chunk] = picked
         for k in ks:
             weights[k][start : start + chunk] = lle_weights(targets, common[picked[:, :k]])
+        progress.update(min(start + chunk, len(rare)), final=start + chunk >= len(rare))
     return neighbours, weights
 
 
@@ -210,6 +213,8 @@ def additive_quantize(weight: Tensor, options: AQOptions, seed: int = 0, device:
     optimizer = torch.optim.Adam(learner.parameters(), lr=options.lr)
     order = torch.Generator().manual_seed(seed)
     steps = 0
+    total = options.epochs * math.ceil(vocab / options.batch_size)
+    progress = Progress("AQ", "step", total if options.max_steps is None else min(total, options.max_steps))
     for _ in range(options.epochs):
         for batch in torch.randperm(vocab, generator=order).split(options.batch_size):
             target = rows[batch.to(device)]
@@ -219,6 +224,7 @@ def additive_quantize(weight: Tensor, options: AQOptions, seed: int = 0, device:
             nn.utils.clip_grad_norm_(learner.parameters(), options.clip_norm)
             optimizer.step()
             steps += 1
+            progress.update(steps, lambda loss=loss: {"loss": float(loss)}, final=steps == progress.total)
             if options.max_steps is not None and steps >= options.max_steps:
                 break
         if options.max_steps is not None and steps >= options.max_steps:

@@ -68,8 +68,8 @@ def load_source(name: str, model_config: dict | None = None, untie: bool = False
     """A lit-embed checkpoint (a file, a run folder or an experiment folder: see
     :func:`~lit_embed.folders.start_checkpoint`) or a HuggingFace model (a folder with ``config.json``, or a hub name)."""
     path = Path(name).expanduser()
-    if path.is_dir() and not (path / "config.json").is_file():
-        path = start_checkpoint(path)
+    if path.is_file() or (path.is_dir() and not (path / "config.json").is_file()):
+        path = start_checkpoint(path)  # which file, and why, goes to the report
     if path.is_file():
         return _load_checkpoint(path, model_config, untie)
     if path.suffix == ".ckpt" or (name.startswith((".", "/", "~")) and not path.exists()):

@@ -11,6 +11,7 @@ import torch
 
 from lit_embed.embeddings.text import VocabTextEncoder
 from lit_embed.errors import ConfigError
+from lit_embed.progress import Progress
 
 
 @dataclass(frozen=True)
@@ -34,10 +35,14 @@ class VocabularySplit:
 def count_tokens(texts: Iterable[str], encoder: VocabTextEncoder, vocab_size: int, batch_size: int = 1000) -> np.ndarray:
     """How often each id occurs in ``texts`` tokenized by ``encoder`` (no special tokens added)."""
     counts = np.zeros(vocab_size, dtype=np.int64)
+    progress, done = Progress("counting tokens,", "text"), 0  # a stream: how many is not known ahead
     for batch in _batches(texts, batch_size):
         ids = [row for row in encoder.encode(batch) if len(row)]
         if ids:
             counts += np.bincount(np.concatenate(ids), minlength=vocab_size)[:vocab_size]
+        done += len(batch)
+        progress.update(done)
+    progress.update(done, final=True)
     return counts
 
 

@@ -31,6 +31,7 @@ from lit_embed.data.finetune import TaskDataModule
 from lit_embed.data.sources import SAMPLES, SCRIPT_DATASETS, file_kind, parse_hub_name
 from lit_embed.errors import UserError
 from lit_embed.hub import PACKAGED_MINILM, offline_cause, require_hub, resolve_pretrained
+from lit_embed.progress import Progress
 
 #: Seconds to wait for the hub's answer on one name.
 TIMEOUT = 10
@@ -186,33 +187,42 @@ def _split_pattern(task, config: str | None, split: str) -> str:
 
 
 def check_all(names: list[Name], trusted: bool) -> str | None:
-    """Fill in each name's row; the reason the hub could not be reached, if it could not."""
+    """Fill in each name's row; the reason the hub could not be reached, if it could not. In a log (stderr no
+    terminal), a line as each name is checked."""
     down: str | None = None
-    for name in names:
-        if name.kind == "file":
-            _check_file(name)
-            continue
-        if name.kind == "model" and _check_local_model(name, trusted):
-            continue
-        known = SCRIPT_DATASETS.get(name.repo.lower()) if name.kind == "dataset" and not name.files_only else None
-        if down is None:
-            require_hub()  # one probe of a few seconds at most, not a lookup's timeout, where the hub does not answer
-            try:
-                repo = lookup(name.repo, name.kind, name.revision)
-            except NotFound as error:
-                name.reachable, name.resolved, name.problem = "not found", name.revision or "main", str(error)
-                continue
-            except HubDown as error:
-                down = str(error)
-            else:
-                name.reachable = "yes"
-                _inspect(name, repo, trusted)
-                continue
-        name.reachable = f"no ({down})"
-        name.resolved = name.revision or "main (unresolved)"
-        if known is not None:
-            name.format, name.remote_code = "script (known)", "yes: loading script"
-            name.problem = f"a loading script on the hub, which datasets 4+ refuses: {known}"
+    progress = Progress("data check", "name", len(names), interval=0)
+    for number, name in enumerate(names, 1):
+        down = _check(name, trusted, down)
+        progress.update(number, {"checked": name.shown, "reachable": name.reachable}, final=number == len(names))
+    return down
+
+
+def _check(name: Name, trusted: bool, down: str | None) -> str | None:
+    """Fill in ``name``'s row, asking the hub only while it answers (``down``: why it did not); what ``down`` is now."""
+    if name.kind == "file":
+        _check_file(name)
+        return down
+    if name.kind == "model" and _check_local_model(name, trusted):
+        return down
+    known = SCRIPT_DATASETS.get(name.repo.lower()) if name.kind == "dataset" and not name.files_only else None
+    if down is None:
+        require_hub()  # one probe of a few seconds at most, not a lookup's timeout, where the hub does not answer
+        try:
+            repo = lookup(name.repo, name.kind, name.revision)
+        except NotFound as error:
+            name.reachable, name.resolved, name.problem = "not found", name.revision or "main", str(error)
+            return down
+        except HubDown as error:
+            down = str(error)
+        else:
+            name.reachable = "yes"
+            _inspect(name, repo, trusted)
+            return down
+    name.reachable = f"no ({down})"
+    name.resolved = name.revision or "main (unresolved)"
+    if known is not None:
+        name.format, name.remote_code = "script (known)", "yes: loading script"
+        name.problem = f"a loading script on the hub, which datasets 4+ refuses: {known}"
     return down
 
 

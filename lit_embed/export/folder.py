@@ -26,7 +26,7 @@ from lit_embed.errors import CheckpointError, ConfigError, OutputExistsError
 from lit_embed.export.configuration_lit_embed import LitEmbedConfig
 from lit_embed.export.vendor import module_source
 from lit_embed.files import atomic_folder, check_output, write_atomic, write_json_atomic
-from lit_embed.folders import start_checkpoint
+from lit_embed.folders import checkpoints_taken, start_checkpoint
 from lit_embed.hub import load_tokenizer, trusting_remote_code
 from lit_embed.interfaces import TaskModel, provides
 from lit_embed.recorded import class_paths
@@ -94,7 +94,8 @@ def _fill(folder: Path, module, checkpoint: dict, path: Path, tokenizer: str | N
         _save_tokenizer(tokenizer, folder)
     recorded = checkpoint.get("lit_embed") or {}
     provenance = {"format": 1, "source": str(path.absolute()), "run_dir": recorded.get("run_dir"),
-                  "trained_with": recorded.get("versions"), "exported_with": versions(), "tokenizer": tokenizer}
+                  "trained_with": recorded.get("versions"), "exported_with": versions(), "tokenizer": tokenizer,
+                  "checkpoints_taken": checkpoints_taken()}
     write_json_atomic(folder / MARKER, provenance)
     write_atomic(folder / "README.md", model_card(module, provenance, classifier))
 

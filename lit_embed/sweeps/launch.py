@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from lit_embed.errors import ConfigError, RunBusyError
 from lit_embed.files import write_json_atomic, writing
 from lit_embed.folders import hold
+from lit_embed.progress import Progress, duration
 from lit_embed.signals import received_signal, stop_if_signalled
 from lit_embed.sweeps.outcomes import (
     OUTPUT_FILE,
@@ -181,8 +182,14 @@ def launch_here(sweep: Sweep, launch: Launch, say: Callable[[str], None] = print
     claim_sweep_folder(sweep)
     outcomes = {run.id: outcome(run) for run in sweep.runs}
     todo = [run for run in sweep.runs if outcomes[run.id].state in ("left", "failed")]
-    total, started = len(todo), 0
+    total, started, ended = len(todo), 0, 0
     running: dict[subprocess.Popen, tuple[Run, list[str], float]] = {}
+    progress = Progress("sweep", "run", total)  # in a log: the runs ended, an ETA from their times, the runs running
+
+    def running_now() -> dict[str, str]:
+        now = time.monotonic()
+        return {"running": ", ".join(f"{run.id} for {duration(now - began)}" for run, _, began in running.values()) or "none"}
+
     try:
         while todo or running:
             ours = {run.id for run, _, _ in running.values()}
@@ -208,8 +215,9 @@ def launch_here(sweep: Sweep, launch: Launch, say: Callable[[str], None] = print
                 for run in todo:  # what they wait for runs elsewhere (another launch, a cluster): not ours to wait on
                     outcomes[run.id] = Outcome("left", detail="waits for runs that run elsewhere")
                 break
-            finished = _wait_any(running)
+            finished = _wait_any(running, lambda ended=ended: progress.update(ended, running_now))
             run, gpus, began = running.pop(finished)
+            ended += 1
             free[:] = [gpu for gpu in visible if gpu in free or gpu in gpus]
             outcomes[run.id] = outcome(run)
             took = f"{time.monotonic() - began:.0f} s"
@@ -220,6 +228,7 @@ def launch_here(sweep: Sweep, launch: Launch, say: Callable[[str], None] = print
                 say(f"killed {run.id} by {signal.Signals(-finished.returncode).name} ({took}): {found.detail}")
             else:
                 say(f"{found.state} {run.id} ({took}): {found.detail}")
+            progress.update(ended, running_now, final=ended == total)
     except BaseException:
         _stop(running)
         raise
@@ -275,11 +284,13 @@ def run_argv(sweep: Sweep, run: Run, launch: Launch) -> list[str]:
     return argv
 
 
-def _wait_any(running: dict[subprocess.Popen, tuple]) -> subprocess.Popen:
+def _wait_any(running: dict[subprocess.Popen, tuple], waiting: Callable[[], object]) -> subprocess.Popen:
+    """The first of ``running`` to end, calling ``waiting`` at each look until one has."""
     while True:
         for process in running:
             if process.poll() is not None:
                 return process
+        waiting()
         time.sleep(POLL_SECONDS)
 
 
