@@ -77,7 +77,7 @@ EARLY = [
      "lit-embed data check: error: unrecognized arguments: --trainer.max_step 3"),
     (["data", "check", "--config", TYPO], "lit-embed data check: error: Parser key \"config\": File does not exist: "),
     (["data", "chek", "--config", DEMO], "lit-embed: error: usage: lit-embed data check --config FILE"),
-    (["fitt", "--config", DEMO], "lit-embed: error: unknown command 'fitt': one of fit, validate"),
+    (["fitt", "--config", DEMO], "lit-embed: error: unknown command 'fitt': one of analyze, compress, convert, data, export, fit, params, plugins, predict, report, sweep, test, validate"),
 ]
 
 
@@ -125,7 +125,9 @@ def test_every_option_a_command_lists_passes_the_early_check(command, copies_hol
     ["fit", "--config", DEMO, "--model.init_args.learning_rate", "1e-3", "--data.init_args.batch_size=4"],
     ["fit", "--model.encoder.hidden_size", "8", "--trainer.callbacks+=LearningRateMonitor",
      "--trainer.callbacks.logging_interval", "step", "--trainer.logger.init_args.name", "x"],
-    ["compress", "--aq.epochs", "2", "--data.init_args.batch_size", "4", "--k+", "3", "--no_untie"],
+    ["compress", "--data.init_args.batch_size", "4", "--k+", "3", "--no_untie"],
+    ["compress", "--method", "aq", "--epochs", "2"],  # a method's own options: its parser knows them
+    ["compress", "--method=pq", "--groups", "2", "--backend", "torch"],
     ["fit", "-c", "{trainer: {max_steps: 3}}", "--config={seed_everything: 1}"],  # a config given inline
     ["fit", "--print_config=skip_null", "--config", DEMO],
     ["predict", "--config", DEMO, "--", "--not_an_option"],

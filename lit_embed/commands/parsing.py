@@ -101,7 +101,10 @@ def check_names(argv: list[str]) -> None:
     if text is None or not any(w.startswith("-") for w in words):
         return
     flags = helptext.options(text)
-    problem = _unknown_option(words, flags) or (_missing_config(words) if "--config" in flags else None)
+    names_method = name == "compress" and any(w.partition("=")[0] in ("--method", "--config", "-c") for w in words)
+    # compress takes the options of the method it runs, which its copy lists for the default method only
+    problem = (None if names_method else _unknown_option(words, flags)) or \
+        (_missing_config(words) if "--config" in flags else None)
     if problem is not None and not helptext.plugins_installed():  # a plugin's classes may take more: its parser says
         report_error(prog, problem, flags)
 
