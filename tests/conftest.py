@@ -14,20 +14,6 @@ from tests.helpers import CONFIGS, go_offline
 os.environ["HF_HUB_OFFLINE"] = os.environ["HF_DATASETS_OFFLINE"] = "1"
 
 
-def pytest_collection_modifyitems(items):
-    """Under pytest-xdist's ``--dist loadgroup`` (addopts), the tests that use a module- or session-scoped fixture of
-    their own module run in one worker, so that fixture (a training, a matrix of CLI runs) is built once, not once per
-    worker; every other test goes to whichever worker is free. A test that names its own ``xdist_group`` keeps it."""
-    for item in items:
-        info = getattr(item, "_fixtureinfo", None)
-        if info is None or item.get_closest_marker("xdist_group"):
-            continue
-        module = item.module.__name__
-        if any(definition.scope in ("module", "session") and definition.func.__module__ == module
-               for definitions in info.name2fixturedefs.values() for definition in definitions):
-            item.add_marker(pytest.mark.xdist_group(module))
-
-
 @pytest.fixture(autouse=True)
 def offline(monkeypatch, tmp_path_factory):
     go_offline(monkeypatch, tmp_path_factory)

@@ -29,10 +29,6 @@ from lit_embed.embeddings import Assignment
 from tests.helpers import CONFIGS, REPO
 from tests.helpers.ddp_probe import load
 
-# One worker of pytest-xdist runs them all, one after another: two DDP runs at once would be four processes on
-# CI's two cores, and two ranks' rendezvous ports picked at the same moment could collide.
-pytestmark = pytest.mark.xdist_group("ddp")
-
 DDP_CPU = str(CONFIGS / "trainer" / "ddp_cpu.yaml")
 STEPS = 6
 #: 8 blocks per optimiser step: one process takes all 8, each of 2 ranks takes 4.
