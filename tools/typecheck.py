@@ -62,7 +62,8 @@ def run_mypy() -> str:
     try:
         from mypy import api
     except ImportError:
-        sys.exit("tools/typecheck.py: mypy is not installed: pip install -e '.[test]'")
+        print("tools/typecheck.py: mypy is not installed: pip install -e '.[test]'", file=sys.stderr)
+        sys.exit(2)
     out, err, status = api.run(["--config-file", str(REPO / "pyproject.toml")])
     if status not in (0, 1) or (status == 1 and not errors(out)):  # mypy itself failed, not the code
         sys.stderr.write(out + err)
