@@ -46,7 +46,7 @@ class DiskFullError(UserError, OSError):
         super().__init__(errno.ENOSPC, f"no space left on {device} writing {path}: free space or write elsewhere", path)
 
     def __str__(self) -> str:
-        return self.strerror
+        return str(self.strerror)
 
 
 class RunBusyError(UserError, RuntimeError):

@@ -89,10 +89,10 @@ def fit_budget(cls: type, vocab_size: int | None, hidden_size: int, budget: Budg
     dense = None if vocab_size is None else vocab_size * hidden_size
     name = cls.size_parameter
     if name is None:
-        count = cls.count_parameters(vocab_size, hidden_size, **arguments)
-        if abs(count - target) <= TOLERANCE * target:
-            return Sizing(budget, target, None, None, count, dense)
-        raise BudgetError(f"{owner} has one size, {count:,} parameters{_share(count, dense)}, which is not budget={budget} "
+        size = cls.count_parameters(vocab_size, hidden_size, **arguments)
+        if abs(size - target) <= TOLERANCE * target:
+            return Sizing(budget, target, None, None, size, dense)
+        raise BudgetError(f"{owner} has one size, {size:,} parameters{_share(size, dense)}, which is not budget={budget} "
                           f"({target:,}{_share(target, dense)}): leave the budget unset, or use a strategy that compresses")
     low, high = cls.size_range(vocab_size, hidden_size, **arguments)
     if low > high:
