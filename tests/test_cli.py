@@ -46,10 +46,6 @@ def offline_overrides(path: Path, minilm_path: str) -> list[str]:
     config = yaml.safe_load(path.read_text())
     overrides = []
     encoder = config["model"]["init_args"].get("encoder")
-    if encoder is None and "checkpoint" in config["model"]["init_args"]:  # a sweep stage (the zoo's fine-tuning):
-        # the checkpoint its sweep names brings the encoder and strategy; built here on the zoo's tiny encoder
-        overrides += ["--model.init_args.encoder", str(CONFIGS / "backbone" / "tiny.yaml"),
-                      "--model.init_args.vocab_size", "30522"]
     if encoder == "../../backbone/canine_c.yaml":  # google/canine-c: a tiny CANINE in its place
         overrides += ["--model.init_args.encoder", TINY_CANINE, "--model.init_args.embedding", TINY_CANINE_TABLES]
     if isinstance(encoder, dict) and encoder.get("init_args", {}).get("pretrained"):

@@ -277,10 +277,10 @@ def budgets(tmp_path: Path) -> Path:
                   "albert": {"model.init_args.embedding": str(CONFIGS / "embedding" / "albert_factorized.yaml")},
                   "broken": {"model.init_args.embedding": str(tmp_path / "nowhere.yaml")}}
     return sweep_file(tmp_path, {"stages": {
-        "pretrain": {"config": str(CONFIGS / "experiments" / "zoo" / "demo_pretrain.yaml"),
+        "pretrain": {"config": str(CONFIGS / "sweeps" / "zoo" / "demo_pretrain.yaml"),
                      "axes": {"strategy": strategies, "budget": {"1pct": {"model.init_args.embedding.init_args.budget": 19534}}},
                      "seeds": [0]},
-        "finetune": {"config": str(CONFIGS / "experiments" / "zoo" / "demo_finetune.yaml"),
+        "finetune": {"config": str(CONFIGS / "sweeps" / "zoo" / "demo_finetune.yaml"),
                      "set": {"model.init_args.checkpoint": "${pretrain.checkpoint}"},
                      "axes": {"strategy": {name: {} for name in strategies}, "budget": {"1pct": {}}}, "seeds": [0, 1]},
     }})
