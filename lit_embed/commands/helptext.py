@@ -14,13 +14,13 @@ import ast
 import functools
 import importlib.machinery
 import importlib.util
-import os
 import re
 import sys
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
-from lit_embed.plugins import installed
+from lit_embed.errors import ConfigError
+from lit_embed.plugins import enabled, installed
 
 FOLDER = Path(__file__).with_name("help")
 #: The width the copies are written at (argparse wraps help to the terminal's width).
@@ -104,8 +104,13 @@ def _docstrings(path: Path) -> dict[str, str]:
 
 
 def plugins_installed() -> bool:
-    """Whether a plugin is installed and switched on (the live help lists the classes it adds)."""
-    return os.environ.get("LIT_EMBED_PLUGINS") != "0" and bool(installed())
+    """Whether a plugin is installed and switched on (the live help lists the classes it adds). A switch value
+    :func:`~lit_embed.plugins.enabled` does not know counts as on: the live path then says what is wrong with it."""
+    try:
+        switched_on = enabled()
+    except ConfigError:
+        return True
+    return switched_on and bool(installed())
 
 
 OPTION = re.compile(r"^  (-.*?)(?: {2,}|$)", re.MULTILINE)
