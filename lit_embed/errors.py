@@ -8,6 +8,7 @@ traceback. A message names the value or file at fault and says how to fix it.
 
 from __future__ import annotations
 
+import difflib
 import errno
 import re
 
@@ -71,6 +72,13 @@ class PluginError(UserError, ImportError):
 
 
 __all__ = ["CheckpointError", "ConfigError", "DiskFullError", "DivergedError", "HubError", "MissingFileError", "OutputExistsError", "PluginError", "RunBusyError", "UserError"]
+
+
+def not_known(label: str, name: str, known) -> ConfigError:
+    """``label=name`` is none of ``known``: the error, with a close match where one exists."""
+    near = difflib.get_close_matches(name, list(known), n=1)
+    hint = f"did you mean {near[0]!r}? " if near else ""
+    return ConfigError(f"{label}={name!r} is not known: {hint}use one of {sorted(known)}")
 
 
 def pickled_type(error: BaseException) -> str | None:

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from lit_embed.commands import helptext, main
+from lit_embed.commands import compress, helptext, main
 from lit_embed.commands.parsing import check_names, close_match
 from tests.helpers import CONFIGS
 
@@ -72,6 +72,11 @@ EARLY = [
     (["compress", "--ckpt", "x", "--out", "y", "--retension", "0.5"],
      "lit-embed compress: error: unrecognized arguments: --retension 0.5"),
     (["compress", f"--config={TYPO}"], f"lit-embed compress: error: Parser key \"config\": File does not exist: '{TYPO}'"),
+    (["compress", "--method", "svd", "--rank", "3", "--k", "2"], "lit-embed compress: error: unrecognized arguments: "
+     "--k 2 (method 'svd' takes --rank, --budget; --k is an option of --method pca, sparse_coding)"),
+    (["compress", "--config", "configs/compress/unk.yaml", "--k", "2"], "lit-embed compress: error: unrecognized "
+     "arguments: --k 2 (method 'unk' takes no options; --k is an option of --method pca, sparse_coding)"),
+    (["compress", "--method=svdd", "--ckpt", "x"], "lit-embed: error: method='svdd' is not known: did you mean 'svd'?"),
     (["export", "--ckp", "x.ckpt", "--out", "y"], "lit-embed export: error: unrecognized arguments: --ckp x.ckpt"),
     (["data", "check", "--config", DEMO, "--trainer.max_step", "3"],
      "lit-embed data check: error: unrecognized arguments: --trainer.max_step 3"),
@@ -116,9 +121,32 @@ def copies_hold(monkeypatch):
 @pytest.mark.parametrize("command", ["fit", "validate", "test", "predict", "analyze", "compress", "export"])
 def test_every_option_a_command_lists_passes_the_early_check(command, copies_hold):
     for flag in helptext.options(helptext.copy(command)):
-        if flag not in ("--help", "--config"):
+        if flag not in ("--help", "--config", "--method"):  # a method's name is checked (below): "1" is none
             check_names([command, flag, "1"])
             check_names([command, f"{flag}=1"])
+
+
+def test_every_option_a_compression_method_lists_passes_the_early_check(copies_hold):
+    methods = helptext.copied_methods()
+    assert {"sparse_coding", "svd", "fit", "pq"} <= set(methods)
+    for method in methods:
+        for flag in helptext.options(helptext.copy(f"compress_method_{method}")):
+            if flag not in ("--help", "--config", "--method"):
+                check_names(["compress", "--method", method, flag, "1"])
+
+
+@pytest.mark.parametrize("argv", [
+    ["compress", "--method", "svd", "--rank", "3", "--k", "2"],
+    ["compress", "--method", "unk", "--rank", "3"],
+    ["compress", "--method", "fit", "--strategy", "x.yaml", "--k", "3"],
+])
+def test_the_early_line_for_a_method_option_is_the_parsers(argv, copies_hold, capsys):
+    with pytest.raises(SystemExit):
+        check_names(argv)
+    early = capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        compress.main([*argv[1:], "--ckpt", "x", "--out", "y"])  # the command's own parser, after the import
+    assert capsys.readouterr().err.splitlines()[0] == early.splitlines()[0]
 
 
 @pytest.mark.parametrize("argv", [

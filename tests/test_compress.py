@@ -21,7 +21,8 @@ from lit_embed import progress
 from lit_embed.accounting import human
 from lit_embed.checkpoints import build_from_config
 from lit_embed.commands import main
-from lit_embed.commands.compress import named_method, parser
+from lit_embed.commands.compress import parser
+from lit_embed.commands.parsing import named_method
 from lit_embed.compress import AQOptions, load_compact, methods
 from lit_embed.compress.methods import additive_quantize, pca_code, sparse_code, unk_backoff
 from lit_embed.compress.model_io import load_source

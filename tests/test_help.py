@@ -37,7 +37,8 @@ def test_each_shipped_help_is_what_the_command_says(argv, written, monkeypatch):
 
 
 @same_versions
-@pytest.mark.parametrize("argv", [["fit", "--help"], ["compress", "-h"], ["data", "check", "--help"]])
+@pytest.mark.parametrize("argv", [["fit", "--help"], ["compress", "-h"], ["data", "check", "--help"],
+                                  ["compress", "--method", "svd", "--help"], ["compress", "--method=fit", "-h"]])
 def test_help_answers_without_importing_torch_or_lightning(argv):
     code = (f"import sys; from lit_embed.commands import main; status = main({argv!r}); "
             "heavy = sorted(m for m in ('torch', 'pytorch_lightning', 'transformers') if m in sys.modules); "

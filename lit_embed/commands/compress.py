@@ -28,7 +28,7 @@ from jsonargparse import ActionConfigFile, ActionYesNo, ArgumentParser
 from lit_embed._compat import instantiate
 from lit_embed.checkpoints import build_from_config
 from lit_embed.commands.lightning import ModelOnlyCLI
-from lit_embed.commands.parsing import UNKNOWN_OPTION, ConciseErrors
+from lit_embed.commands.parsing import UNKNOWN_OPTION, ConciseErrors, named_method
 from lit_embed.compress.methods import CompressionMethod, Job, method_class, method_named
 from lit_embed.compress.model_io import (
     Source,
@@ -342,31 +342,6 @@ def parser(method: str | None = None):
         group = parsing.add_argument_group(f"options of --method {method} ({cls.Options.__name__})")
         group.add_class_arguments(cls.Options, nested_key=None, as_group=False)
     return parsing
-
-
-def named_method(argv: list[str]) -> str | None:
-    """The method ``argv`` names (``--method NAME``, or a ``--config`` file's ``method:``; the last one given wins),
-    read before parsing: the method's options are arguments only once it is known."""
-    found = None
-    for i, arg in enumerate(argv):
-        flag, _, value = arg.partition("=")
-        if flag not in ("--method", "--config"):
-            continue
-        value = value or (argv[i + 1] if i + 1 < len(argv) else "")
-        if flag == "--config":
-            value = _config_method(value)
-        found = value or found
-    return found
-
-
-def _config_method(path: str) -> str | None:
-    """The ``method:`` a compress config names (``None`` where it names none or cannot be read: the parser says why)."""
-    try:
-        document = yaml.safe_load(Path(path).expanduser().read_text())
-    except (OSError, yaml.YAMLError):
-        return None
-    method = document.get("method") if isinstance(document, dict) else None
-    return method if isinstance(method, str) else None
 
 
 def _argument_help(name: str) -> str:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from lit_embed.commands import COMMANDS, command
 from lit_embed.commands.helptext import COLUMNS, FOLDER, key, versions
+from lit_embed.compress.methods import CompressionMethod
 
 
 def live(argv: list[str]) -> str:
@@ -33,8 +34,11 @@ def live(argv: list[str]) -> str:
 
 
 def helped() -> list[list[str]]:
-    """Every ``--help`` a copy is shipped for: each command's (and ``data check``'s)."""
-    return [[name, "--help"] for name in COMMANDS if name != "data"] + [["data", "check", "--help"]]
+    """Every ``--help`` a copy is shipped for: each command's (and ``data check``'s), and ``compress``'s for each of
+    lit-embed's own compression methods (each takes options of its own)."""
+    own = sorted(name for name, cls in CompressionMethod.registry.items() if cls.__module__.startswith("lit_embed."))
+    methods = [["compress", "--method", name, "--help"] for name in own]
+    return [[name, "--help"] for name in COMMANDS if name != "data"] + [["data", "check", "--help"]] + methods
 
 
 def write(folder: Path = FOLDER) -> None:

@@ -40,11 +40,21 @@ def versions() -> str:
 
 
 def key(argv: list[str]) -> str | None:
-    """The copy that answers ``lit-embed ARGV`` (``fit --help``, ``data check -h``), ``None`` for anything else."""
+    """The copy that answers ``lit-embed ARGV`` (``fit --help``, ``data check -h``, ``compress --method svd --help``),
+    ``None`` for anything else."""
     if len(argv) < 2 or argv[-1] not in ("-h", "--help"):
         return None
     words = argv[:-1]
-    return "_".join(words) if len(words) == 1 or words == ["data", "check"] else None
+    if len(words) == 1 or words == ["data", "check"]:
+        return "_".join(words)
+    method = words[2:] if words[:2] == ["compress", "--method"] else [words[1].removeprefix("--method=")] \
+        if words[0] == "compress" and len(words) == 2 and words[1].startswith("--method=") else []
+    return f"compress_method_{method[0]}" if len(method) == 1 and method[0].isidentifier() else None
+
+
+def copied_methods() -> list[str]:
+    """The compression methods whose help is shipped: lit-embed's own."""
+    return sorted(path.stem.removeprefix("compress_method_") for path in FOLDER.glob("compress_method_*.txt"))
 
 
 def shipped(argv: list[str]) -> str | None:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from lit_embed.commands import helptext
-from lit_embed.errors import ConfigError
+from lit_embed.errors import ConfigError, not_known
 
 UNKNOWN_OPTION = re.compile(r"unrecognized arguments?:\s*(--?[\w.\-]+)", re.IGNORECASE)
 MISSING_FILE = re.compile(r"(?:File does not exist|does not exist|can't open)[^']*'([^']+)'", re.IGNORECASE)
@@ -97,16 +97,64 @@ def check_names(argv: list[str]) -> None:
             if usage is not None:
                 raise ConfigError(usage.partition("\n")[0])
             return
-    text = helptext.copy("fit" if name == "data" else name, plugins_checked=False)
+    copy_name = "fit" if name == "data" else name
+    method = named_method(words) if name == "compress" else None
+    if method is not None:  # compress takes the options of the method it runs: that method's copy lists them
+        copy_name = f"compress_method_{method}"
+        registered_here = "lit_embed.compress.methods" in sys.modules  # code of this process may have added methods
+        if helptext.copy(copy_name, plugins_checked=False) is None and helptext.copy("compress", plugins_checked=False) \
+                is not None and not registered_here and not helptext.plugins_installed():
+            raise not_known("method", method, helptext.copied_methods())  # no copy of these versions: none built in
+    text = helptext.copy(copy_name, plugins_checked=False)
     if text is None or not any(w.startswith("-") for w in words):
         return
     flags = helptext.options(text)
-    names_method = name == "compress" and any(w.partition("=")[0] in ("--method", "--config", "-c") for w in words)
-    # compress takes the options of the method it runs, which its copy lists for the default method only
-    problem = (None if names_method else _unknown_option(words, flags)) or \
-        (_missing_config(words) if "--config" in flags else None)
+    problem = _unknown_option(words, flags)
+    if problem is not None and method is not None:
+        problem += _method_options(problem, method)
+    problem = problem or (_missing_config(words) if "--config" in flags else None)
     if problem is not None and not helptext.plugins_installed():  # a plugin's classes may take more: its parser says
         report_error(prog, problem, flags)
+
+
+def _method_options(problem: str, method: str) -> str:
+    """What compress's parser adds to an unknown option: the options ``method`` takes, and the methods whose option
+    it is (read from the methods' copies: the options all of them list are the command's own)."""
+    flags = {name: set(helptext.options(helptext.copy(f"compress_method_{name}", plugins_checked=False) or ""))
+             for name in helptext.copied_methods()}
+    common = set.intersection(*flags.values())
+    option = problem.removeprefix("unrecognized arguments: ").split()[0].partition("=")[0]
+    own = [flag for flag in helptext.options(helptext.copy(f"compress_method_{method}", plugins_checked=False) or "")
+           if flag not in common]
+    owners = [name for name, taken in sorted(flags.items()) if option in taken - common]
+    where = f"; {option} is an option of --method {', '.join(owners)}" if owners else ""
+    return f" (method {method!r} takes {', '.join(own) if own else 'no options'}{where})"
+
+
+def named_method(words: list[str]) -> str | None:
+    """The compression method ``lit-embed compress WORDS`` names (``--method NAME``, or a ``--config`` file's
+    ``method:``; the last one given wins), read before parsing: the method's options are arguments only once it is
+    known."""
+    found: str | None = None
+    for number, word in enumerate(words):
+        flag, _, value = word.partition("=")
+        if flag not in ("--method", "--config"):
+            continue
+        value = value or (words[number + 1] if number + 1 < len(words) else "")
+        found = (value if flag == "--method" else _config_method(value)) or found
+    return found
+
+
+def _config_method(path: str) -> str | None:
+    """The ``method:`` a compress config names (``None`` where it names none or cannot be read: the parser says why)."""
+    import yaml
+
+    try:
+        document = yaml.safe_load(Path(path).expanduser().read_text())
+    except (OSError, yaml.YAMLError):
+        return None
+    method = document.get("method") if isinstance(document, dict) else None
+    return method if isinstance(method, str) else None
 
 
 def _unknown_option(words: list[str], flags: list[str]) -> str | None:

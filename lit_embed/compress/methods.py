@@ -44,7 +44,7 @@ from lit_embed.embeddings.sparse_coded import (
     UnkEmbedding,
     rare_ids_of,
 )
-from lit_embed.errors import ConfigError, MissingFileError
+from lit_embed.errors import ConfigError, MissingFileError, not_known
 from lit_embed.progress import Progress
 
 #: Ridge added to each k x k local Gram matrix, relative to its mean eigenvalue: it only matters when the
@@ -580,9 +580,7 @@ class CompressionMethod(ABC):
 def method_class(name: str) -> type[CompressionMethod]:
     """The method registered as ``name``; a clear error naming the known ones otherwise."""
     if name not in CompressionMethod.registry:
-        near = difflib.get_close_matches(name, CompressionMethod.registry, n=1)
-        hint = f"did you mean {near[0]!r}? " if near else ""
-        raise ConfigError(f"method={name!r} is not known: {hint}use one of {sorted(CompressionMethod.registry)}")
+        raise not_known("method", name, CompressionMethod.registry)
     return CompressionMethod.registry[name]
 
 
