@@ -45,12 +45,13 @@ def rows(composed) -> tuple[list[tuple], bool]:
     return [(n.shown, n.kind, n.uses, n.repo, n.revision, n.needs, n.files_only) for n in names], trusted
 
 
-def full(argv: list[str]):
-    """fit's own parser's answer, or the error it gives."""
+def full(argv: list[str]) -> tuple[dict, object] | type[BaseException]:
+    """fit's own parser's composed config and what data check finds in it, or the error it gives."""
     try:
-        return rows(parse_config(argv, light=False))
+        composed = parse_config(argv, light=False)
     except (UserError, SystemExit) as error:
         return type(error)
+    return composed[0], rows(composed)
 
 
 def light(argv: list[str]):
@@ -69,16 +70,17 @@ def test_the_copy_is_the_classes_signatures():
 @pytest.mark.parametrize("config", SHIPPED)
 def test_every_shipped_config_gives_the_parsers_names_without_it(config):
     argv = ["--config", str(CONFIGS / config)]
-    expected = full(argv)
+    parsed = full(argv)
     if config.startswith("data/"):  # a data piece: checked as the data of a config
         assert light_config.piece(yaml.safe_load((CONFIGS / config).read_text())) is not None
-        assert rows(parse_config(argv)) == expected
+        assert isinstance(parsed, tuple) and rows(parse_config(argv)) == parsed[1]
         return
     found = light(argv)
-    if not isinstance(expected, tuple):
-        assert found is None, f"the parser refuses {config} ({expected.__name__}); the light path must not answer"
+    if not isinstance(parsed, tuple):
+        assert found is None, f"the parser refuses {config} ({parsed.__name__}); the light path must not answer"
         return
-    if isinstance(parse_config(argv, light=False)[0]["data"]["init_args"].get("task"), dict):
+    composed, expected = parsed
+    if isinstance(composed["data"]["init_args"].get("task"), dict):
         assert found is None  # a task of the config's own: its labels and metrics are checked as fit checks them
     else:
         assert found == expected
@@ -112,7 +114,7 @@ def test_overrides_and_nested_files_compose_as_the_parser_composes_them(tmp_path
     ]
     for argv in cases:
         found = light(argv)
-        assert found is not None and found == full(argv), argv
+        assert found is not None and found == full(argv)[1], argv
     names = [row[0] for row in light(cases[0])[0]]
     assert {"acme/bert", "acme/wiki:en", "acme/matrix", "sample-corpus"} <= set(names)
 
@@ -121,6 +123,8 @@ def test_overrides_and_nested_files_compose_as_the_parser_composes_them(tmp_path
 @pytest.mark.parametrize("why, argv", [
     ("a class it does not know", ["--data.class_path", "tests.test_data_check_light.OwnTaskData"]),
     ("a short class name", ["--model.init_args.embedding", "DenseEmbedding"]),
+    ("a class where another kind is taken", ["--model.init_args.encoder", "{class_path: lit_embed.embeddings.DenseEmbedding}"]),
+    ("a model where the data is", ["--data", "{class_path: lit_embed.models.MaskedLM}"]),
     ("an argument its class does not take", ["--data.init_args.tokenizr", "acme/bert"]),
     ("a value of another type than the names need", ["--data.init_args.tokenizer", "123"]),
     ("a nested file that is not there", ["--model.init_args.encoder", "no/such/backbone.yaml"]),
@@ -132,7 +136,7 @@ def test_what_it_cannot_be_sure_of_the_parser_answers(why, argv, tmp_path, monke
     base = ["--config", str(CONFIGS / "experiments/finetune/glue/rte.yaml")]
     assert light(base + argv) is None, why
     if why == "a class it does not know":  # the parser builds it, and its own sources are what is checked
-        (glue,) = [row for row in full(base + argv)[0] if row[1] == "dataset"]
+        (glue,) = [row for row in full(base + argv)[1][0] if row[1] == "dataset"]
         assert glue[5] == ["rte/train-*", "rte/validation-*", "rte/test-*"]
         monkeypatch.chdir(tmp_path)
         assert main(["data", "check", *base, *argv]) == 2  # offline: the hub's names are not checked

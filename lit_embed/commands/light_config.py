@@ -41,6 +41,8 @@ DATA_TYPES = {"datasets": (list, type(None)), "files": (list, type(None)), "toke
               "trust_remote_code": (bool,), "task": (str,), "data_dir": (str, type(None)), "protocol": (str,),
               "mode": (str,), "train_languages": (list, type(None)), "val_languages": (list, type(None)),
               "test_languages": (list, type(None))}
+#: What each section of a config takes: the kinds of class (:func:`signatures_of_classes`).
+ROLES = {"model": ("model",), "data": ("data", "task", "xnli", "own")}
 #: The packages whose classes the copy holds.
 PACKAGES = ("lit_embed.models", "lit_embed.embeddings", "lit_embed.data")
 
@@ -69,9 +71,9 @@ def piece(data: dict) -> tuple[bool, TaskReads | None] | None:
     if signatures is None:
         return None
     try:
-        if _spec(data["class_path"], signatures)["kind"] == "other":
+        if _spec(data["class_path"], signatures)["kind"] not in ROLES["data"]:
             return False, None
-        node = _merge_node(None, data, Path.cwd(), signatures)
+        node = _merge_node(None, data, Path.cwd(), signatures, ROLES["data"])
         if node is None:
             raise Unsure("no data")
         _complete(node, signatures)
@@ -165,8 +167,8 @@ def _file(base: Path, name: str) -> Path:
 
 def _merge_config(config: dict, document: dict, base: Path, signatures: dict) -> None:
     for key, value in document.items():
-        if key in ("model", "data"):
-            config[key] = _merge_node(config.get(key), value, base, signatures)
+        if key in ROLES:
+            config[key] = _merge_node(config.get(key), value, base, signatures, ROLES[key])
         elif key == "trainer":
             if isinstance(value, str):
                 _file(base, value)
@@ -176,9 +178,11 @@ def _merge_config(config: dict, document: dict, base: Path, signatures: dict) ->
             raise Unsure(key)
 
 
-def _merge_node(node: dict | None, given: object, base: Path, signatures: dict) -> dict | None:
+def _merge_node(node: dict | None, given: object, base: Path, signatures: dict,
+                takes: collections.abc.Collection[str]) -> dict | None:
     """``node`` (``class_path`` and ``init_args``) with ``given`` merged in: the same class's arguments are merged, a
-    class changed keeps those the new class takes too (jsonargparse's rule), a string is a config file."""
+    class changed keeps those the new class takes too (jsonargparse's rule), a string is a config file. ``takes``: the
+    classes the place takes (their paths, or the kinds of data module or model it takes)."""
     if given is None:
         return None
     if isinstance(given, str):
@@ -192,6 +196,8 @@ def _merge_node(node: dict | None, given: object, base: Path, signatures: dict) 
         spec = signatures[node["class_path"]]
     else:
         raise Unsure("init_args without a class_path")
+    if spec["path"] not in takes and spec["kind"] not in takes:
+        raise Unsure(f"{spec['path']} where it is not taken")  # the parser refuses it, saying what is
     init_args = dict(node["init_args"]) if node is not None else {}
     if node is not None and node["class_path"] != spec["path"]:
         init_args = {key: value for key, value in init_args.items() if key in spec["defaults"] or key in spec["required"]}
@@ -203,7 +209,9 @@ def _merge_node(node: dict | None, given: object, base: Path, signatures: dict) 
     for key, value in given_args.items():
         if key not in spec["defaults"] and key not in spec["required"]:
             raise Unsure(f"{spec['path']} takes no {key}")
-        init_args[key] = _merge_node(init_args.get(key), value, base, signatures) if key in spec["classes"] else value
+        taken = spec["classes"].get(key)
+        init_args[key] = value if taken is None else _merge_node(init_args.get(key), value, base, signatures,
+                                                                 taken["takes"])
     return {"class_path": spec["path"], "init_args": init_args}
 
 
@@ -230,10 +238,10 @@ def _complete(node: dict | None, signatures: dict, given: int = 0) -> None:
             if name in spec["classes"] and default is not None:
                 raise Unsure(f"{spec['path']}.{name}: a class given by default")
             node["init_args"][name] = copy.deepcopy(default)
-    for name, passes in spec["classes"].items():
+    for name, taken in spec["classes"].items():
         child = node["init_args"].get(name)
         if isinstance(child, dict):
-            _complete(child, signatures, passes)
+            _complete(child, signatures, taken["given"])
         elif child is not None:
             raise Unsure(f"{spec['path']}.{name}")
 
@@ -304,9 +312,10 @@ def _task_reads(data: dict, signatures: dict) -> TaskReads | None:
 
 
 def signatures_of_classes() -> dict:
-    """The signatures of every class of :data:`PACKAGES` a config may name (imports them all: torch, Lightning):
-    its path, the paths lit-embed exports it under, its arguments' defaults, those it requires, those that take a
-    class (a string there is a config file), and what kind of data module it is."""
+    """The signatures of every class of :data:`PACKAGES` a config may name (imports them all: torch, Lightning): the
+    models and data modules, and each class an argument of theirs takes (and so on). For each: its path, the paths
+    lit-embed exports it under, its arguments' defaults, those it requires, those that take a class (a string there
+    is a config file), and what kind of data module it is."""
     import importlib
     import inspect
     import pkgutil
@@ -318,13 +327,16 @@ def signatures_of_classes() -> dict:
     packages = [importlib.import_module(package) for package in PACKAGES]
     modules = packages + [importlib.import_module(f"{package.__name__}.{info.name}") for package in packages
                           for info in pkgutil.iter_modules(package.__path__)]
-    found: dict[str, type] = {}
-    for module in modules:
-        for value in vars(module).values():
-            if isinstance(value, type) and value.__module__.startswith("lit_embed.") and "<" not in value.__qualname__:
-                found[f"{value.__module__}.{value.__qualname__}"] = value
+    found = {value for module in modules for value in vars(module).values()
+             if isinstance(value, type) and value.__module__.startswith("lit_embed.") and "<" not in value.__qualname__}
+    wanted = [cls for cls in found if issubclass(cls, (pl.LightningModule, pl.LightningDataModule))]
+    seen: set[type] = set()
     classes = {}
-    for path, cls in sorted(found.items()):
+    while wanted:
+        cls = wanted.pop()
+        if cls in seen:
+            continue
+        seen.add(cls)
         try:
             parameters = list(inspect.signature(cls).parameters.values())
             defaults = json.loads(json.dumps(  # as the copy holds them (a tuple is a list)
@@ -333,45 +345,54 @@ def signatures_of_classes() -> dict:
             continue  # no signature, or a default no config can hold: not one the copy answers for
         if any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in parameters):
             continue
-        aliases = [f"{package.__name__}.{cls.__name__}" for package in packages  # what lit-embed exports it as
-                   if getattr(package, cls.__name__, None) is cls]
-        kind = "other"
-        if isinstance(cls, type) and issubclass(cls, pl.LightningDataModule):
+        kind = "model" if issubclass(cls, pl.LightningModule) else "other"
+        if issubclass(cls, pl.LightningDataModule):
             kind = "data"
             if issubclass(cls, TaskDataModule):
                 methods = {name: getattr(cls, name) for name in ("train_sources", "validation_sources", "test_sources")}
                 kind = next((name for name, base in (("xnli", XNLIDataModule), ("task", TaskDataModule))
                              if all(m is getattr(base, n) for n, m in methods.items())), "own")
+        taken = {p.name: found_ for p in parameters if (found_ := _class_argument(cls, p.name)) is not None}
+        path = _path(cls)
         classes[path] = {
-            "path": path, "aliases": sorted(set(aliases)), "kind": kind, "defaults": defaults,
+            "path": path, "kind": kind, "defaults": defaults,
+            "aliases": sorted({f"{package.__name__}.{cls.__name__}" for package in packages  # as lit-embed exports it
+                               if getattr(package, cls.__name__, None) is cls}),
             "required": [p.name for p in parameters if p.default is inspect.Parameter.empty],
             "parameters": [p.name for p in parameters],
-            "classes": {p.name: given for p in parameters if (given := _class_argument(cls, p.name)) is not None},
+            "classes": {name: {"given": given, "takes": sorted(_path(c) for c in found if issubclass(c, tuple(bases)))}
+                        for name, (given, bases) in taken.items()},
         }
-    return classes
+        wanted += [other for _, bases in taken.values() for other in found if issubclass(other, tuple(bases))]
+    return dict(sorted(classes.items()))
 
 
-def _class_argument(cls: typing.Any, name: str) -> int | None:
+def _path(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _class_argument(cls: typing.Any, name: str) -> tuple[int, list[type]] | None:
     """Where argument ``name`` of ``cls`` takes a class (its config: ``class_path`` and ``init_args``, or a file of
-    them, where the parser is given a string), how many of that class's first arguments the taker gives it (a
-    factory, ``Callable[[int], Hasher]``: 1); ``None`` where it takes plain values (a string is a string)."""
+    them, where the parser is given a string): how many of that class's first arguments the taker gives it (a
+    factory, ``Callable[[int], Hasher]``: 1), and the classes it takes; ``None`` where it takes plain values."""
     try:
         hint = typing.get_type_hints(cls.__init__).get(name)
     except Exception:  # a hint naming what its module does not import: the copy cannot tell, so strings are files
-        return 0
+        return 0, []
     top = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
-    return None if str in top else _given(hint)
+    return None if str in top else _taken(hint)
 
 
-def _given(hint: object) -> int | None:
+def _taken(hint: object) -> tuple[int, list[type]] | None:
     if isinstance(hint, type) and typing.get_origin(hint) is None:  # a dataclass is a group of plain values
         plain = (str, int, float, bool, type(None), dict, list, tuple, set, Path, object)
-        return None if hint in plain or dataclasses.is_dataclass(hint) else 0
+        return None if hint in plain or dataclasses.is_dataclass(hint) else (0, [hint])
     arguments = typing.get_args(hint)
     if typing.get_origin(hint) is collections.abc.Callable and len(arguments) == 2 and isinstance(arguments[0], list):
-        return None if _given(arguments[1]) is None else len(arguments[0])
-    found = [given for argument in arguments if (given := _given(argument)) is not None]
-    return max(found) if found else None
+        made = _taken(arguments[1])
+        return None if made is None else (len(arguments[0]), made[1])
+    found = [taken for argument in arguments if (taken := _taken(argument)) is not None]
+    return (max(given for given, _ in found), [cls for _, classes in found for cls in classes]) if found else None
 
 
 def write(path: Path = COPY) -> None:
