@@ -120,9 +120,8 @@ def _compose(argv: list[str], signatures: dict) -> dict:
             for part in reversed(parts[:-1]):
                 nested = {part: nested}
             _merge_config(config, nested, Path.cwd(), signatures)
-    data = config.get("data")
-    if data is None or config.get("model") is None:
-        raise Unsure("a config without a model or data")  # a data piece is read by data_check; the parser says what is missing
+    if config.get("data") is None or config.get("model") is None:
+        raise Unsure("a config without a model or data")  # the parser says what is missing
     for section in ("model", "data"):
         _complete(config[section], signatures)
     _check_types(config, signatures)
@@ -200,14 +199,14 @@ def _merge_node(node: dict | None, given: object, base: Path, signatures: dict,
         raise Unsure(f"{spec['path']} where it is not taken")  # the parser refuses it, saying what is
     init_args = dict(node["init_args"]) if node is not None else {}
     if node is not None and node["class_path"] != spec["path"]:
-        init_args = {key: value for key, value in init_args.items() if key in spec["defaults"] or key in spec["required"]}
+        init_args = {key: value for key, value in init_args.items() if key in spec["parameters"]}
         if set(init_args) & {*spec["classes"], *MODEL_NAMES, *DATA_TYPES}:
             raise Unsure("a class changed, keeping an argument the names may depend on")
     given_args = given.get("init_args") or {}
     if not isinstance(given_args, dict):
         raise Unsure("init_args")
     for key, value in given_args.items():
-        if key not in spec["defaults"] and key not in spec["required"]:
+        if key not in spec["parameters"]:
             raise Unsure(f"{spec['path']} takes no {key}")
         taken = spec["classes"].get(key)
         init_args[key] = value if taken is None else _merge_node(init_args.get(key), value, base, signatures,
@@ -229,12 +228,12 @@ def _complete(node: dict | None, signatures: dict, given: int = 0) -> None:
     if node is None:
         return
     spec = signatures[node["class_path"]]
-    taken = spec["parameters"][:given]
-    missing = [name for name in spec["required"] if name not in node["init_args"] and name not in taken]
-    if missing or set(taken) & set(node["init_args"]):
-        raise Unsure(f"{spec['path']}: {missing or taken}")
+    passed = spec["parameters"][:given]
+    missing = [name for name in spec["required"] if name not in node["init_args"] and name not in passed]
+    if missing or set(passed) & set(node["init_args"]):
+        raise Unsure(f"{spec['path']}: {missing or passed}")
     for name, default in spec["defaults"].items():
-        if name not in node["init_args"] and name not in taken:
+        if name not in node["init_args"] and name not in passed:
             if name in spec["classes"] and default is not None:
                 raise Unsure(f"{spec['path']}.{name}: a class given by default")
             node["init_args"][name] = copy.deepcopy(default)
@@ -269,7 +268,7 @@ def _check_model(node: dict | None, signatures: dict) -> None:
             if not isinstance(value, (str, type(None))):
                 raise Unsure(f"{spec['path']}.{key}")
         elif _names_inside(value):
-            raise Unsure(f"{spec['path']}.{key}")  # a name in a plain mapping: merged as the parser does? not known
+            raise Unsure(f"{spec['path']}.{key}")  # a name inside plain values: how the parser merges those is not copied
 
 
 def _names_inside(value: object) -> bool:
