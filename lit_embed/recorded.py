@@ -30,8 +30,6 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Literal
 
-import pytorch_lightning as pl
-
 from lit_embed import plugins
 from lit_embed.errors import ConfigError
 from lit_embed.folders import CHECKPOINTS, LOCK_FILE
@@ -148,6 +146,8 @@ def written_by_lit_embed(path: str | os.PathLike) -> bool:
 
 def run_config_hints() -> dict[str, Any]:
     """The types of a full config's top-level keys (a run's or a compress output's ``config.yaml``)."""
+    import pytorch_lightning as pl  # here: data check asks written_by_lit_embed before (and without) Lightning
+
     return {"trainer": pl.Trainer, "model": pl.LightningModule, "data": pl.LightningDataModule, "ckpt_path": str,
             "ckpt_model": str, "seed_everything": Any, "config": Any}
 

@@ -5,13 +5,11 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-import pytorch_lightning as pl
 import yaml
 
-from lit_embed.checkpoints import resolve_class
-from lit_embed.commands.lightning import ModelOnlyCLI
+from lit_embed.commands import light_config
 from lit_embed.data import hub_names
-from lit_embed.data.hub_names import USAGE, Name, check_all, names_in
+from lit_embed.data.hub_names import USAGE, Name, TaskReads, check_all, names_in
 from lit_embed.data.sources import how_to_fetch
 from lit_embed.errors import ConfigError, HubError
 from lit_embed.tables import Table, render
@@ -26,8 +24,7 @@ def main(argv: list[str]) -> int:
     if argv[:1] != ["check"] or not any(arg.startswith("--config") for arg in argv[1:]):
         raise ConfigError(f"usage: {USAGE}")
     start = time.monotonic()
-    config = parse_config(argv[1:])
-    names, trusted = names_in(config)
+    names, trusted = names_in(*parse_config(argv[1:]))
     offline = check_all(names, trusted)
     problems = _problems(names)
     table = Table(
@@ -69,32 +66,69 @@ def _problems(names: list[Name]) -> list[str]:
     ]
 
 
-def parse_config(argv: list[str]) -> dict:
-    """The composed config of ``--config`` files and overrides, as ``fit`` would see it; nothing is built.
+def parse_config(argv: list[str], light: bool = True) -> tuple[dict, TaskReads | None]:
+    """The composed config of ``--config`` files and overrides, as ``fit`` would see it, and what its task's data
+    module reads (``None`` for other data); nothing else is built. Composed without Lightning where
+    :mod:`~lit_embed.commands.light_config` is sure to compose the same (``light``), else by ``fit``'s own parser.
 
     A data piece (``configs/data/*.yaml``: a data module's ``class_path`` and ``init_args`` alone) is checked as
     the data of a config.
     """
-    piece = _data_piece(argv)
+    piece = _data_piece(argv, light)
     if piece is not None:
-        return {"data": piece}
+        return piece
+    composed = light_config.compose(argv) if light else None
+    if composed is not None:
+        return composed
+    from lit_embed.commands.lightning import ModelOnlyCLI  # imports Lightning
 
     class ParseOnly(ModelOnlyCLI):
         def instantiate_classes(self) -> None:
             """Nothing: the check builds only what it asks for."""
 
-    return ParseOnly(args=argv, run=False, prog="lit-embed data check").config.as_dict()
+    config = ParseOnly(args=argv, run=False, prog="lit-embed data check").config.as_dict()
+    return config, _task_reads(config.get("data") or {})
 
 
-def _data_piece(argv: list[str]) -> dict | None:
+def _data_piece(argv: list[str], light: bool) -> tuple[dict, TaskReads | None] | None:
     """The data module config of ``--config PIECE`` where that is all ``argv`` gives and PIECE is a data piece."""
     if len(argv) != 2 or argv[0] != "--config" or not Path(argv[1]).is_file():
         return None
     document = yaml.safe_load(Path(argv[1]).read_text())
     if not isinstance(document, dict) or "class_path" not in document or {"model", "data", "trainer"} & set(document):
         return None
-    cls = resolve_class(document["class_path"])
-    if not (isinstance(cls, type) and issubclass(cls, pl.LightningDataModule)):
+    data = {"class_path": document["class_path"], "init_args": document.get("init_args") or {}}
+    known = light_config.piece(data) if light else None
+    is_data, reads = known if known is not None else _full_piece(data)
+    if not is_data:
         raise ConfigError(f"{argv[1]} is a piece of a config ({document['class_path']}), not a config or its data: give an "
                           f"experiment config that uses it")
-    return {"class_path": document["class_path"], "init_args": document.get("init_args") or {}}
+    return {"data": data}, reads
+
+
+def _full_piece(data: dict) -> tuple[bool, TaskReads | None]:
+    """Whether a data piece's class is a data module's, and what it reads where it is a task's (imports Lightning)."""
+    import pytorch_lightning as pl
+
+    from lit_embed.checkpoints import resolve_class
+
+    cls = resolve_class(data["class_path"])
+    if not (isinstance(cls, type) and issubclass(cls, pl.LightningDataModule)):
+        return False, None
+    return True, _task_reads(data)
+
+
+def _task_reads(data: dict) -> TaskReads | None:
+    """What the config's task data module reads (it is built: that downloads nothing), or ``None`` for other data."""
+    import pytorch_lightning as pl
+
+    from lit_embed.checkpoints import build_from_config, resolve_class
+    from lit_embed.data.finetune import TaskDataModule
+    from lit_embed.data.tasks import TaskSources
+
+    cls = resolve_class(str(data.get("class_path") or ""))
+    if not (isinstance(cls, type) and issubclass(cls, TaskDataModule)):
+        return None  # not a task's data module (the config's own parse has resolved its class)
+    module = build_from_config(pl.LightningDataModule, data, "data")
+    return TaskReads(module.task, module.data_dir,
+                     TaskSources(module.train_sources(), module.validation_sources(), module.test_sources()))

@@ -29,7 +29,18 @@ from lit_embed._compat import dataset_fingerprint
 from lit_embed.data.base import TextDataModule, check_batching
 from lit_embed.data.loading import ResumableLoader
 from lit_embed.data.sources import SAMPLE_DIR, is_script_refusal, load_files, resolve_file, script_refusal
-from lit_embed.data.tasks import SPLITS, XNLI_LANGUAGES, Paper, Task, TaskDefinition, get_task
+from lit_embed.data.tasks import (
+    SPLITS,
+    Paper,
+    Sources,
+    Task,
+    TaskDefinition,
+    TaskSources,
+    get_task,
+    task_sources,
+    xnli_languages,
+    xnli_sources,
+)
 from lit_embed.embeddings.text import TextEncoder
 from lit_embed.errors import ConfigError, HubError, MissingFileError
 from lit_embed.hub import require_hub
@@ -47,8 +58,6 @@ SPLIT_ALIASES = {
     "validation_mismatched": ("dev_mismatched",),
     "validation_out_of_domain": ("out_of_domain_valid",),
 }
-#: Eval-set name -> (hub config, split).
-Sources = dict[str, tuple[str | None, str]]
 
 
 class TaskDataModule(TextDataModule):
@@ -153,16 +162,13 @@ class TaskDataModule(TextDataModule):
     # -- what the task reads ---------------------------------------------------------------------
     def train_sources(self) -> list[tuple[str | None, str]]:
         """The ``(config, split)`` pairs concatenated into the training data."""
-        return [(self.task.config, self.task.train)]
+        return task_sources(self.task, self.protocol).train
 
     def validation_sources(self) -> Sources:
-        return {name: (self.task.config, split) for name, split in self.task.validation.items()}
+        return task_sources(self.task, self.protocol).validation
 
     def test_sources(self) -> Sources:
-        splits = self.task.test or self.task.validation
-        if self.protocol == "split_train":
-            splits = self.task.heldout_test or self.task.validation
-        return {name: (self.task.config, split) for name, split in splits.items()}
+        return task_sources(self.task, self.protocol).test
 
     def eval_set_names(self, stage: str) -> list[str]:
         """Names of the evaluation sets of ``stage`` (``val`` or ``test``) in dataloader order;
@@ -448,29 +454,21 @@ class XNLIDataModule(TaskDataModule):
             split_seed=split_seed, max_length=max_length, batch_size=batch_size,
             eval_batch_size=eval_batch_size, num_workers=num_workers, global_batch_size=global_batch_size, paper=paper,
         )
-        if mode not in ("cross_lingual", "translate_train_all"):
-            raise ConfigError(f"mode={mode!r} is not known: use 'cross_lingual' or 'translate_train_all'")
-        everything = list(XNLI_LANGUAGES)
         self.mode = mode
-        self.train_languages = _languages(train_languages or (["en"] if mode == "cross_lingual" else everything))
-        self.val_languages = _languages(val_languages or (["en"] if mode == "cross_lingual" else everything))
-        self.test_languages = _languages(test_languages or everything)
+        self.train_languages, self.val_languages, self.test_languages = xnli_languages(
+            mode, train_languages, val_languages, test_languages)
+
+    def _sources(self) -> TaskSources:
+        return xnli_sources(self.protocol, self.train_languages, self.val_languages, self.test_languages)
 
     def train_sources(self) -> list[tuple[str | None, str]]:
-        return [(lang, "train") for lang in self.train_languages]
+        return self._sources().train
 
     def validation_sources(self) -> Sources:
-        return {lang: (lang, "validation") for lang in self.val_languages}
+        return self._sources().validation
 
     def test_sources(self) -> Sources:
-        return {lang: (lang, "validation" if self.protocol == "split_train" else "test") for lang in self.test_languages}
-
-
-def _languages(names: list[str]) -> list[str]:
-    unknown = [n for n in names if n not in XNLI_LANGUAGES]
-    if unknown:
-        raise ConfigError(f"XNLI has no language(s) {unknown}: use some of {list(XNLI_LANGUAGES)}")
-    return list(names)
+        return self._sources().test
 
 
 # -- where rows come from ----------------------------------------------------------------------------

@@ -1,13 +1,13 @@
 """``lit-embed data check --config FILE``: before a long job, does every hub name the config uses load?
 
 It reads the composed config (the same ``--config`` files and overrides as ``fit``) and builds nothing but a
-task's data module (which downloads nothing), then looks up every name it uses: the corpus's hub datasets and
-local files, the data's tokenizer, the task's hub dataset at its pinned commit (and the files of each split it
-reads), the encoder's pretrained model and a cluster assignment's source model. For each it prints whether the
-hub answered, the format (a loading script, parquet, json, text; a model's weights: safetensors or bin), whether
-loading it runs code from the hub (a dataset's loading script, which ``datasets`` 4+ refuses; a tokenizer's
-``auto_map`` in ``tokenizer_config.json``, allowed only where the config sets ``trust_remote_code``), and the
-commit it resolves to. Exit 0 when everything loads; 2 naming what does not, or when the hub cannot be reached.
+task data module of your own (to learn which splits it reads: that downloads nothing), then looks up every name it
+uses: the corpus's hub datasets and local files, the data's tokenizer, the task's hub dataset at its pinned commit
+(and the files of each split it reads), the encoder's pretrained model and a cluster assignment's source model. For
+each it prints whether the hub answered, the format (a loading script, parquet, json, text; a model's weights:
+safetensors or bin), whether loading it runs code from the hub (a dataset's loading script, which ``datasets`` 4+
+refuses; a tokenizer's ``auto_map`` in ``tokenizer_config.json``, allowed only where the config sets
+``trust_remote_code``), and the commit it resolves to. Exit 0 when everything loads; 2 naming what does not, or when the hub cannot be reached.
 
 The hub is reached only through :func:`lookup` (one call per name: the repository's file list at a commit, and
 ``tokenizer_config.json`` where a model has one), so tests point it at a folder tree.
@@ -15,20 +15,17 @@ The hub is reached only through :func:`lookup` (one call per name: the repositor
 
 from __future__ import annotations
 
-import importlib
 import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from fnmatch import fnmatch
 from pathlib import Path
 
-import pytorch_lightning as pl
 from huggingface_hub import HfApi, hf_hub_download
 from huggingface_hub.errors import OfflineModeIsEnabled, RepositoryNotFoundError, RevisionNotFoundError
 
-from lit_embed.checkpoints import build_from_config
-from lit_embed.data.finetune import TaskDataModule
 from lit_embed.data.sources import SAMPLES, SCRIPT_DATASETS, file_kind, parse_hub_name
+from lit_embed.data.tasks import Task, TaskSources
 from lit_embed.errors import UserError
 from lit_embed.hub import PACKAGED_MINILM, offline_cause, require_hub, resolve_pretrained
 from lit_embed.progress import Progress
@@ -108,8 +105,18 @@ class Name:
 # -- what the config names -----------------------------------------------------------------------
 
 
-def names_in(config: dict) -> tuple[list[Name], bool]:
-    """Every hub name and local data file the config uses (one row per name), and whether it trusts remote code."""
+@dataclass(frozen=True)
+class TaskReads:
+    """What a task's data module reads: its task, its ``data_dir`` and the ``(config, split)`` pairs of every stage."""
+
+    task: Task
+    data_dir: Path | None
+    sources: TaskSources
+
+
+def names_in(config: dict, reads: TaskReads | None) -> tuple[list[Name], bool]:
+    """Every hub name and local data file the config uses (one row per name), and whether it trusts remote code;
+    ``reads``: what the config's task data module reads (``None`` for other data)."""
     found: dict[tuple[str, str], Name] = {}
 
     def add(shown: str, kind: str, use: str, **details) -> None:
@@ -127,18 +134,17 @@ def names_in(config: dict) -> tuple[list[Name], bool]:
         add(args["tokenizer"], "model", "data.tokenizer", repo=args["tokenizer"])
     for use, shown in _model_names(config.get("model") or {}, "model"):
         add(shown, "model", use, repo=shown)
-    module = _task_data(data)
-    if module is not None:
-        task = module.task
-        if module.data_dir is not None:
-            add(str(module.data_dir), "file", f"task {task.name} (data_dir)")
+    if reads is not None:
+        task = reads.task
+        if reads.data_dir is not None:
+            add(str(reads.data_dir), "file", f"task {task.name} (data_dir)")
         elif task.data_files is not None:  # a task of the config's own, in local files
             for split, files in task.data_files.items():
                 for shown in files:
                     add(shown, "file", f"task {task.name} ({split})")
         elif task.benchmark != "sample":
             shown = f"{task.hub}@{task.revision}" if task.revision else task.hub
-            needs = [_split_pattern(task, config_name, split) for config_name, split in _task_sources(module)]
+            needs = [_split_pattern(task, config_name, split) for config_name, split in reads.sources.all()]
             add(shown, "dataset", f"task {task.name}", repo=task.hub, revision=task.revision, needs=needs,
                 files_only=task.files is not None)
     return list(found.values()), bool(args.get("trust_remote_code"))
@@ -158,25 +164,7 @@ def _model_names(node, where: str) -> Iterator[tuple[str, str]]:
             yield from _model_names(value, f"{where}.{key}")
 
 
-def _task_data(data: dict):
-    """The config's task data module (built: that downloads nothing), or ``None`` for other data."""
-    module_name, _, class_name = str(data.get("class_path") or "").rpartition(".")
-    try:
-        cls = getattr(importlib.import_module(module_name), class_name) if module_name else None
-    except (ImportError, AttributeError):
-        return None  # the config's own parse has resolved it; not one of ours
-    if not (isinstance(cls, type) and issubclass(cls, TaskDataModule)):
-        return None
-    return build_from_config(pl.LightningDataModule, data, "data")
-
-
-def _task_sources(module) -> list[tuple[str | None, str]]:
-    """Every ``(config, split)`` the task data module reads, whichever stage runs."""
-    sources = [*module.train_sources(), *module.validation_sources().values(), *module.test_sources().values()]
-    return list(dict.fromkeys(sources))
-
-
-def _split_pattern(task, config: str | None, split: str) -> str:
+def _split_pattern(task: Task, config: str | None, split: str) -> str:
     """The files of one split in the task's repository: its ``files`` pattern, else the hub's ``<config>/<split>-*``."""
     if task.files is not None:
         return task.files.format(config=config, split=split)

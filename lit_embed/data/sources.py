@@ -8,11 +8,6 @@ import os
 from fnmatch import fnmatch
 from pathlib import Path
 
-import datasets
-import pyarrow
-from datasets.arrow_writer import SchemaInferenceError
-from datasets.exceptions import DatasetGenerationError
-
 from lit_embed.errors import ConfigError, HubError, MissingFileError
 from lit_embed.hub import require_hub
 
@@ -130,6 +125,11 @@ def load_files(files: list[str], split: str = "train", streaming: bool = False, 
         if kind == "text":
             check_utf8(path)
     kwargs = {"delimiter": "\t", "quoting": csv.QUOTE_NONE} if all(p.suffix == ".tsv" for p in paths) else {}
+    import datasets  # here, not above: lit-embed data check reads this module's names without it (a second)
+    import pyarrow
+    from datasets.arrow_writer import SchemaInferenceError
+    from datasets.exceptions import DatasetGenerationError
+
     try:
         return datasets.load_dataset(
             kind, data_files={split: [str(p) for p in paths]}, split=split, streaming=streaming, **kwargs
@@ -174,6 +174,8 @@ def is_script_refusal(error: BaseException) -> bool:
 
 def script_refusal(name: str, route: str, error: BaseException) -> HubError:
     """The error to raise when ``datasets`` refused the loading script of hub dataset ``name``."""
+    import datasets
+
     return HubError(
         f"hub dataset {name!r} is a loading script, which datasets {datasets.__version__} refuses to run: {route}. "
         f"`lit-embed data check --config FILE` finds such names before a run. Cause: {error}"
@@ -185,6 +187,8 @@ def load_hub(name: str, split: str = "train", streaming: bool = False):
     commit to read, ``name@revision[:config]``."""
     path, revision, config = parse_hub_name(name)
     require_hub()
+    import datasets
+
     try:
         return datasets.load_dataset(path, config, split=split, streaming=streaming, revision=revision)
     except RuntimeError as error:

@@ -422,3 +422,65 @@ def get_task(name: str | TaskDefinition | dict) -> Task:
     near = difflib.get_close_matches(key, TASKS, n=1, cutoff=0.5)
     hint = f"did you mean {near[0]!r}? " if near else ""
     raise ConfigError(f"unknown task {name!r}: {hint}known tasks: {', '.join(TASKS)}")
+
+
+# -- what a task's data module reads (one definition: the data modules and ``lit-embed data check``) ------------
+
+#: Eval-set name -> (hub config, split).
+Sources = dict[str, tuple[str | None, str]]
+
+
+@dataclass(frozen=True)
+class TaskSources:
+    """The ``(config, split)`` pairs a task's data module reads: concatenated for training, and each evaluation set's.
+    Plain data, so that ``lit-embed data check`` learns them without building the module (or importing Lightning)."""
+
+    train: list[tuple[str | None, str]]
+    validation: Sources
+    test: Sources
+
+    def all(self) -> list[tuple[str | None, str]]:
+        """Every pair read, whichever stage runs, once each in order."""
+        return list(dict.fromkeys([*self.train, *self.validation.values(), *self.test.values()]))
+
+
+def task_sources(task: Task, protocol: str = "standard") -> TaskSources:
+    """What :class:`~lit_embed.data.finetune.TaskDataModule` reads of ``task`` under ``protocol``: ``test`` scores the
+    labelled test split where the task has one, else the validation split(s); ``split_train`` tests on the original
+    validation split (its ``heldout_test``)."""
+    tests = task.test or task.validation
+    if protocol == "split_train":
+        tests = task.heldout_test or task.validation
+    return TaskSources(
+        [(task.config, task.train)],
+        {name: (task.config, split) for name, split in task.validation.items()},
+        {name: (task.config, split) for name, split in tests.items()},
+    )
+
+
+def xnli_languages(mode: str, train: list[str] | None, validation: list[str] | None,
+                   test: list[str] | None) -> tuple[list[str], list[str], list[str]]:
+    """XNLI's training, validating and tested languages in ``mode`` (``cross_lingual``: English trains and validates;
+    ``translate_train_all``: all of them), where the config leaves them unset."""
+    if mode not in ("cross_lingual", "translate_train_all"):
+        raise ConfigError(f"mode={mode!r} is not known: use 'cross_lingual' or 'translate_train_all'")
+    everything = list(XNLI_LANGUAGES)
+    default = ["en"] if mode == "cross_lingual" else everything
+    return _languages(train or default), _languages(validation or default), _languages(test or everything)
+
+
+def xnli_sources(protocol: str, train: list[str], validation: list[str], test: list[str]) -> TaskSources:
+    """What :class:`~lit_embed.data.finetune.XNLIDataModule` reads: each language is a configuration of the hub's
+    dataset; ``split_train`` tests on the validation split."""
+    return TaskSources(
+        [(lang, "train") for lang in train],
+        {lang: (lang, "validation") for lang in validation},
+        {lang: (lang, "validation" if protocol == "split_train" else "test") for lang in test},
+    )
+
+
+def _languages(names: list[str]) -> list[str]:
+    unknown = [n for n in names if n not in XNLI_LANGUAGES]
+    if unknown:
+        raise ConfigError(f"XNLI has no language(s) {unknown}: use some of {list(XNLI_LANGUAGES)}")
+    return list(names)
