@@ -31,6 +31,7 @@ from lit_embed.checkpoints import (
     strategy_factory,
 )
 from lit_embed.data.collate import TaskCollator
+from lit_embed.data.finetune import labelled
 from lit_embed.data.tasks import Task, TaskDefinition, get_task
 from lit_embed.embeddings.state import fixed_shapes
 from lit_embed.embeddings.text import TextEncoder
@@ -111,7 +112,7 @@ class SequenceClassifier(EmbeddingModule):
             encoder=encoder, embedding=embedding, vocab_size=vocab_size, optim=optim or FINETUNE_OPTIM,
             baseline_vocab_size=baseline_vocab_size, baseline_encoder=baseline_encoder, init=init,
         )
-        self.task: Task = get_task(task)
+        self.task: Task = labelled(get_task(task))
         if self.task.definition is not None:  # plain data with the labels it resolved: the checkpoint predicts alone
             self.hparams["task"] = self.task.definition
         self.checkpoint = checkpoint  # for the record: its weights are loaded where the run is assembled
