@@ -5,6 +5,9 @@ objective's batches); a model reads its data through :class:`TextData` (a task m
 else crosses between them, and :func:`wire` hands each its partner, once, where a command assembles them (no model
 or data module looks the other up through the trainer). :func:`require` checks an object against one without running any of its code (a property
 is not called) and refuses it naming what it lacks.
+
+This module sits below the data modules and models it describes (they import it), so it imports neither: the task
+they share is typed ``Any`` here, a :class:`~lit_embed.data.tasks.Task`.
 """
 
 from __future__ import annotations
@@ -16,7 +19,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 from lit_embed.errors import ConfigError
 
 if TYPE_CHECKING:
-    from lit_embed.data.tasks import Task
     from lit_embed.embeddings.text import TextEncoder
 
 #: Items (``{"codes", ...}`` per example) to a batch of tensors.
@@ -51,7 +53,7 @@ class TextModel(Protocol):
 class TaskModel(TextModel, Protocol):
     """A model trained on one task of the task table (its data must be that task's)."""
 
-    task: Task
+    task: Any
 
 
 class TextData(Protocol):
@@ -65,7 +67,7 @@ class TaskData(TextData, Protocol):
     """What a task model needs from its data (``TaskDataModule``, ``XNLIDataModule``)."""
 
     #: The task of the task table the data is.
-    task: Task
+    task: Any
     #: Whether ``{stage}/average/{metric}`` is logged over the evaluation sets (XNLI's languages).
     average_eval_sets: bool
     #: The paper whose protocol the run follows (``hashformers``...), or ``None``: the task table's per-paper
@@ -100,7 +102,7 @@ class PredictData(Protocol):
     """What ``lit-embed predict`` needs from its data (every lit-embed data module)."""
 
     #: The task of the task table, for task data (its columns are repeated beside each prediction); else None.
-    task: Task | None
+    task: Any
     #: The rows predicted, in order (set up for the ``predict`` stage; None before).
     predict_rows: Any
 

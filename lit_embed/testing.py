@@ -85,8 +85,9 @@ from lit_embed.errors import UserError
 from lit_embed.export.folder import MODEL_CODE, UNSUPPORTED, export
 from lit_embed.hub import load_tokenizer
 from lit_embed.interfaces import wire
+from lit_embed.metric_names import check_metrics, needs_two_values
 from lit_embed.models import Encoder, MaskedLM, SequenceClassifier, ShuffleRandom
-from lit_embed.models.metrics import TaskEvaluation, check_metrics, needs_two_values
+from lit_embed.models.metrics import TaskEvaluation
 from lit_embed.recorded import name_user_classes
 
 #: A few texts with words, punctuation, digits and accents, for the text encoder (and LSH's fitting).

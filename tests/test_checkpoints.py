@@ -144,6 +144,30 @@ def test_a_command_reads_its_ckpt_path_once(command, tmp_path, monkeypatch):
     assert len(loads) == 1
 
 
+@pytest.mark.parametrize("model", ["given", "taken"])
+def test_a_fine_tuning_reads_its_start_checkpoint_once(model, tmp_path, monkeypatch):
+    """model.init_args.checkpoint is read once, where fit assembles the run, whether the config gives the backbone,
+    strategy and vocabulary or takes them from it (the model read it in its constructor, then again when fitting
+    started); the run records which file it took."""
+    monkeypatch.chdir(tmp_path)
+    start = tmp_path / "pretrain.ckpt"
+    shutil.copy(LEGACY / "pretrain.ckpt", start)
+    loads = loads_of(start, monkeypatch)
+    sizes = small() if model == "given" else [*QUIET, *[a for key in ("encoder", "embedding", "vocab_size")
+                                                       for a in (f"--model.init_args.{key}", "null")]]
+    assert main(["fit", "--config", str(CONFIGS / "demo_finetune.yaml"), *sizes, "--model.init_args.checkpoint", str(start),
+                 "--trainer.max_epochs", "1", "--trainer.limit_train_batches", "2", "--trainer.limit_val_batches", "1",
+                 "--trainer.limit_test_batches", "1"]) == 0
+    assert len(loads) == 1
+    run = tmp_path / "runs/demo_finetune/version_0"
+    results = json.loads((run / "results.json").read_text())
+    assert [(t["what"], t["file"]) for t in results["checkpoints_taken"]] == [("pre-training checkpoint", str(start))]
+    finetuned = torch.load(next((run / "checkpoints").glob("*.ckpt")), map_location="cpu", weights_only=False)
+    assert finetuned["hyper_parameters"]["checkpoint"] == str(start)
+    assert finetuned["hyper_parameters"]["encoder"]["init_args"]["hidden_size"] == 16  # rebuilds without the start file
+    assert finetuned["hyper_parameters"]["trained_tokenizer"] == "all-MiniLM-L6-v2"
+
+
 def test_an_old_compressed_model_tests_and_fine_tunes(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     folder = tmp_path / "compressed"

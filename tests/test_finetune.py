@@ -19,6 +19,7 @@ from lit_embed.embeddings import DenseEmbedding, SubspaceEmbedding
 from lit_embed.errors import ConfigError
 from lit_embed.interfaces import wire
 from lit_embed.models import Encoder, MaskedLM, SequenceClassifier
+from lit_embed.models.classifier import fine_tuning_from
 from lit_embed.models.metrics import POOLED, TaskEvaluation, selection_score
 from tests.helpers import CONFIGS, TINY_CANINE, tiny_encoder
 from tests.helpers.tasks import FORMATS, write_split, write_task
@@ -304,34 +305,34 @@ def test_starts_from_a_pretraining_checkpoint_with_its_strategy_state(tmp_path):
     ckpt = pretrain_checkpoint(tmp_path, embedding=subspace)
     state = torch.load(ckpt, map_location="cpu", weights_only=False)
     assert state["lit_embed"]["tokenizer"] == "all-MiniLM-L6-v2"
-    model = SequenceClassifier("topics", tiny_encoder(), vocab_size=30522, embedding=subspace, checkpoint=str(ckpt))
+    model = fine_tuning_from(ckpt, "topics", encoder=tiny_encoder(), vocab_size=30522, embedding=subspace)
+    weight = "encoder.model.encoder.layer.0.attention.self.query.weight"
+    assert torch.equal(model.state_dict()[weight], state["state_dict"][weight])  # loaded before any data is set up
     assert model.expected_tokenizer == "all-MiniLM-L6-v2"  # the data needs no tokenizer of its own
+    assert model.checkpoint == str(ckpt)
+    by_hand = SequenceClassifier("topics", tiny_encoder(), vocab_size=30522, checkpoint=str(tmp_path / "gone.ckpt"))
+    assert by_hand.expected_tokenizer is None  # the model reads no file: its checkpoint argument is for the record
     trainer, dm = fit_topics(model, tmp_path)
     assert dm.tokenizer == "all-MiniLM-L6-v2"
     assert torch.equal(model.embedding.codes, state["state_dict"]["embedding.codes"])
     assert trainer.callback_metrics["val/score"] >= 0 and model.hparams["task"] == "topics"
     assert model.hparams["seed"] is None or isinstance(model.hparams["seed"], int)
-    fresh = SequenceClassifier("topics", tiny_encoder(), vocab_size=30522, embedding=subspace, checkpoint=str(ckpt))
-    fresh.load_pretraining_checkpoint()
-    weight = "encoder.model.encoder.layer.0.attention.self.query.weight"
-    assert torch.equal(fresh.state_dict()[weight], state["state_dict"][weight])
 
 
 def test_a_checkpoint_of_another_strategy_or_vocabulary_is_refused(tmp_path):
-    ckpt = pretrain_checkpoint(tmp_path, embedding=functools.partial(SubspaceEmbedding, num_tables=3))
-    dense = SequenceClassifier("topics", tiny_encoder(), vocab_size=30522, checkpoint=str(ckpt), embedding=DenseEmbedding)
+    subspace = functools.partial(SubspaceEmbedding, num_tables=3)
+    ckpt = pretrain_checkpoint(tmp_path, embedding=subspace)
     with pytest.raises(ValueError, match="trained with strategy lit_embed.embeddings.SubspaceEmbedding but the config builds "
                                          "lit_embed.embeddings.DenseEmbedding"):
-        dense.load_pretraining_checkpoint()
-    unset = SequenceClassifier("topics", tiny_encoder(), checkpoint=str(ckpt))  # the checkpoint's strategy and vocabulary
+        fine_tuning_from(ckpt, "topics", encoder=tiny_encoder(), vocab_size=30522, embedding=DenseEmbedding)
+    unset = fine_tuning_from(ckpt, "topics", encoder=tiny_encoder())  # the checkpoint's strategy and vocabulary
     assert isinstance(unset.embedding, SubspaceEmbedding) and unset.embedding.vocab_size == 30522
-    unset.load_pretraining_checkpoint()
-    other = SequenceClassifier("topics", tiny_encoder(), vocab_size=40000,
-                               embedding=functools.partial(SubspaceEmbedding, num_tables=3), checkpoint=str(ckpt))
     with pytest.raises(ValueError, match="has vocab_size=30522 but the config sets 40000"):
-        other.load_pretraining_checkpoint()
-    model = SequenceClassifier("topics", tiny_encoder(), vocab_size=30522,
-                               embedding=functools.partial(SubspaceEmbedding, num_tables=3), checkpoint=str(ckpt))
+        fine_tuning_from(ckpt, "topics", encoder=tiny_encoder(), vocab_size=40000, embedding=subspace)
+    with pytest.raises(ValueError, match=r"pre-trained as another model .*model\.encoder\.num_heads: checkpoint 2, config 4"):
+        four_heads = Encoder(hidden_size=32, num_layers=1, num_heads=4, intermediate_size=64, max_position_embeddings=66)
+        fine_tuning_from(ckpt, "topics", encoder=four_heads, vocab_size=30522, embedding=subspace)
+    model = fine_tuning_from(ckpt, "topics", encoder=tiny_encoder(), vocab_size=30522, embedding=subspace)
     save_other_tokenizer(tmp_path / "other_tokenizer")
     with pytest.raises(ValueError, match="differs from the model's tokenizer 'all-MiniLM-L6-v2'"):
         fit_topics(model, tmp_path, tokenizer=str(tmp_path / "other_tokenizer"))

@@ -10,7 +10,7 @@ import torch
 import yaml
 
 from lit_embed.commands import main
-from lit_embed.data.finetune import ExampleBuilder, TaskDataModule
+from lit_embed.data.finetune import ExampleBuilder, TaskDataModule, labelled
 from lit_embed.data.tasks import TASKS, TaskDefinition, get_task
 from lit_embed.embeddings.text import VocabTextEncoder
 from lit_embed.errors import ConfigError
@@ -34,10 +34,15 @@ def definition(name: str, files, **kwargs) -> dict:
 
 
 def test_labels_are_read_from_the_training_rows_in_a_stable_order(tmp_path):
-    task = get_task(definition("reviews", write_csv(tmp_path / "r.csv", labels=("music", "food", "sport"))))
+    unread = get_task(definition("reviews", write_csv(tmp_path / "r.csv", labels=("music", "food", "sport"))))
+    assert unread.labels == ()  # the task table reads no data: the data module (and the model) ask for them
+    assert get_task(definition("ghost", str(tmp_path / "missing.csv"))).labels == ()  # nor needs it to exist
+    task = labelled(unread)
     assert task.labels == ("food", "music", "sport") and TASKS["reviews"] is task
+    assert task.definition["labels"] == ["food", "music", "sport"]  # recorded: a checkpoint predicts without the data
+    assert labelled(get_task(definition("reviews", str(tmp_path / "r.csv")))) is task  # read once
     assert task.held_out == ("validation", "test") and task.metrics == ("accuracy",)
-    numbers = get_task(definition("stars", write_csv(tmp_path / "n.csv", labels=(10, 2, 1))))
+    numbers = labelled(get_task(definition("stars", write_csv(tmp_path / "n.csv", labels=(10, 2, 1)))))
     assert numbers.labels == ("1", "2", "10")  # numerically
     given = get_task(definition("given", str(tmp_path / "r.csv"), labels=["sport", "food", "music"]))
     assert given.labels == ("sport", "food", "music")

@@ -69,15 +69,18 @@ def test_an_unstarted_run_leaves_no_folder_it_made_and_a_started_one_keeps_its_o
 
 @pytest.mark.parametrize("runs_there", [False, True], ids=["runs/ made by the run", "runs/ there before"])
 def test_a_run_refused_after_claiming_its_folder_leaves_nothing_it_made(runs_there, tmp_path, monkeypatch, capsys):
-    """A fine-tuning whose pre-training checkpoint is missing is refused after its logger claimed runs/<name>/version_0:
-    neither that nor the runs/<name> (and runs/) made to hold it stay behind; what was there before does."""
+    """A fine-tuning whose model and data name different tasks is refused after its logger claimed
+    runs/<name>/version_0 (when the data is set up): neither that nor the runs/<name> (and runs/) made to hold it stay
+    behind; what was there before does."""
     from lit_embed.commands import main
 
     monkeypatch.chdir(tmp_path)
     if runs_there:
         (tmp_path / "runs" / "other").mkdir(parents=True)
-    assert main(["fit", "--config", str(CONFIGS / "demo_finetune.yaml"), "--trainer.enable_model_summary", "false"]) == 2
-    assert "checkpoint 'runs/demo' does not exist" in capsys.readouterr().err
+    assert main(["fit", "--config", str(CONFIGS / "demo_finetune.yaml"), "--trainer.enable_model_summary", "false",
+                 "--model.init_args.checkpoint", "null", "--data.init_args.tokenizer", "all-MiniLM-L6-v2",
+                 "--model.init_args.task", "sst2"]) == 2
+    assert "the model is built for task 'sst2' but the data is 'topics'" in capsys.readouterr().err
     assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*")) == (["runs", "runs/other"] if runs_there
                                                                                        else [])
 

@@ -20,8 +20,8 @@ from lit_embed.errors import ConfigError, DivergedError, UserError
 from lit_embed.files import write_json_atomic, writing
 from lit_embed.folders import checkpoints_taken
 from lit_embed.interfaces import TaskModel, provides
+from lit_embed.metric_names import higher_is_better
 from lit_embed.models.base import EmbeddingModule
-from lit_embed.models.metrics import higher_is_better
 from lit_embed.results import (
     COMPLETE,
     DIVERGED,

@@ -49,6 +49,7 @@ from lit_embed.files import write_atomic
 from lit_embed.folders import CHECKPOINTS, newest_checkpoint, run_of, start_checkpoint, taken
 from lit_embed.interfaces import TaskData, provides, wire
 from lit_embed.models import MaskedLM, SequenceClassifier, ShuffleRandom  # noqa: F401
+from lit_embed.models.classifier import START, STARTING_ARGUMENTS, load_pretraining, starting_arguments
 from lit_embed.recorded import name_user_classes, recorded_config, run_config_hints, written_by_lit_embed
 from lit_embed.runs import RunLogger
 from lit_embed.signals import stop_if_signalled
@@ -124,6 +125,7 @@ class LitEmbedCLI(LightningCLI):
             super().parse_arguments(parser, args)
             self.link_task()
             self.start_checkpoint()
+            self.pretraining_start()
             return
         super().parse_arguments(parser, [a for a in args if a not in asked])
         self.link_task()
@@ -217,6 +219,30 @@ class LitEmbedCLI(LightningCLI):
                 for logger in _logger_configs(config.trainer):
                     logger.init_args.version = version
 
+    def pretraining_start(self) -> None:
+        """The checkpoint a fine-tuning starts from (``model.init_args.checkpoint``), read once, for ``fit`` alone:
+        resolved (a file, a run or experiment folder's), checked, and what the config leaves unset of the model taken
+        from it (:func:`~lit_embed.models.classifier.starting_arguments`); its weights go into the model once it is
+        built (:meth:`after_instantiate_classes`). validate, test, predict and a resumed fit (``--ckpt_path``, which
+        clears it) take every weight from ``--ckpt_path`` and read no start point."""
+        self.given_start: tuple[str, Path, dict] | None = None
+        if self.config.get("subcommand") != "fit":
+            return
+        model = self.config.fit.model
+        init = model.get("init_args") or Namespace()
+        cls = resolve_class(model.class_path)
+        if init.get("checkpoint") is None or not (isinstance(cls, type) and issubclass(cls, SequenceClassifier)):
+            return
+        name = str(init.checkpoint)
+        path = start_checkpoint(name, START)  # a file, or a run's newest
+        checkpoint = read_checkpoint(path, START)
+        given = {key: init.get(key) for key in (*STARTING_ARGUMENTS, "trained_tokenizer")}
+        filled = starting_arguments(checkpoint, name, given)
+        if filled:
+            update = {"class_path": model.class_path, "init_args": filled}
+            self.config = self.parser.parse_object({"fit": {"model": update}}, self.config)
+        self.given_start = (name, path, checkpoint)
+
     def _check_model(self, config, checkpoint: dict, ckpt_path: str) -> None:
         """Refuse a checkpoint of another model; fill in what the config leaves unset from what it records.
 
@@ -297,6 +323,11 @@ class LitEmbedCLI(LightningCLI):
 
     def after_instantiate_classes(self) -> None:
         if self.subcommand is not None:
+            if self.given_start is not None:  # before the data is set up: its text encoder is the pre-training's
+                name, path, checkpoint = self.given_start
+                load_pretraining(self.model, checkpoint, name)
+                self.model.hparams["checkpoint"] = str(path)  # the run records which file it started from
+                self.given_start = None  # the file's tensors are the model's now
             wire(self.model, self.datamodule)  # the one step that hands model and data each other
             self._hand_over_checkpoint()
             for logger in self.trainer.loggers:

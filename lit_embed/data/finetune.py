@@ -38,6 +38,7 @@ from lit_embed.data.tasks import (
     TaskSources,
     get_task,
     task_sources,
+    with_labels,
     xnli_languages,
     xnli_sources,
 )
@@ -45,7 +46,7 @@ from lit_embed.embeddings.text import TextEncoder
 from lit_embed.errors import ConfigError, HubError, MissingFileError
 from lit_embed.hub import require_hub
 from lit_embed.interfaces import TaskModel, provides
-from lit_embed.models.metrics import needs_two_values
+from lit_embed.metric_names import needs_two_values
 
 PIPELINE_VERSION = 1
 DATA_SUFFIXES = (".parquet", ".csv", ".tsv", ".jsonl", ".json")
@@ -122,7 +123,7 @@ class TaskDataModule(TextDataModule):
     ) -> None:
         super().__init__()
         check_batching(batch_size, num_workers, eval_batch_size=eval_batch_size, global_batch_size=global_batch_size)
-        self.task: Task = get_task(task)
+        self.task: Task = labelled(get_task(task))
         if protocol not in ("standard", "split_train"):
             raise ConfigError(f"protocol={protocol!r} is not known: use 'standard' or 'split_train'")
         if not 0.0 < val_fraction < 1.0:
@@ -555,6 +556,13 @@ def _defined_origin(task: Task, split: str) -> str:
             return ", ".join(task.data_files[split])
         return f"{', '.join(task.data_files['train'])} (its {split} rows, held out of training)"
     return f"{task.hub}@{task.revision} ({split})"
+
+
+def labelled(task: Task) -> Task:
+    """``task`` with its labels: a config-defined classification's read from its training rows (:func:`training_labels`)
+    where its definition leaves them unset; the model and its data both ask, and the first reads them (the task table
+    then holds the task labelled)."""
+    return with_labels(task, training_labels(task)) if task.labels == () else task
 
 
 def training_labels(task: Task) -> tuple[str, ...]:

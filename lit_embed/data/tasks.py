@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Literal, get_args
 
 from lit_embed.errors import ConfigError
+from lit_embed.metric_names import check_metrics
 
 #: The 15 XNLI languages, in the order of the papers' tables.
 XNLI_LANGUAGES = ("en", "fr", "es", "de", "el", "bg", "ru", "tr", "ar", "vi", "th", "zh", "hi", "sw", "ur")
@@ -63,7 +64,8 @@ class Task:
             pattern in the repository with ``{config}`` and ``{split}``.
         train: the split that trains it.
         text_columns: one column (single sentence) or two (a pair).
-        labels: label names in model order; ``None`` for regression.
+        labels: label names in model order; ``None`` for regression; ``()`` for a config-defined classification
+            whose labels its training rows give, not read yet (:func:`lit_embed.data.finetune.labelled` reads them).
         source_labels: the order of the integer labels in the hub's files where it differs from
             ``labels`` (JNLI's hub order is entailment, contradiction, neutral).
         value_range: the scores a regression label may take (STS-B and JSTS: 0 to 5).
@@ -389,18 +391,20 @@ def _task_of(definition: TaskDefinition) -> Task:
         None if definition.regression else tuple(definition.labels) if definition.labels is not None else (),
         metrics, label_column=definition.label_column, value_range=definition.value_range,
         validation={"": sets["validation"]}, test={"": sets["test"]}, source="defined in a config",
-        revision=definition.revision, train=train, data_files=data_files, held_out=held_out,
+        revision=definition.revision, train=train, data_files=data_files, held_out=held_out, definition=definition.plain(),
     )
-    if task.labels == ():  # classification, its labels read from the training split
-        from lit_embed.data.finetune import training_labels
+    return task if task.labels == () else with_labels(task, task.labels)  # () : its training rows give them
 
-        task = dataclasses.replace(task, labels=training_labels(task))
-    from lit_embed.models.metrics import check_metrics  # where metrics are computed
 
-    check_metrics(task.metrics, None if task.regression else task.num_outputs, f"task {name!r}")
-    plain = definition.plain()
-    plain["labels"] = None if task.labels is None else list(task.labels)
-    return dataclasses.replace(task, definition=plain)
+def with_labels(task: Task, labels: tuple[str, ...] | None) -> Task:
+    """A config-defined ``task`` with its ``labels`` (``None``: a regression), its metrics checked against them, and
+    recorded in its definition (a checkpoint predicts with them without the data); the task table holds it so."""
+    task = dataclasses.replace(task, labels=labels)
+    check_metrics(task.metrics, None if task.regression else task.num_outputs, f"task {task.name!r}")
+    definition = {**(task.definition or {}), "labels": None if labels is None else list(labels)}
+    task = dataclasses.replace(task, definition=definition)
+    TASKS[_key(task.name)] = task
+    return task
 
 
 def _same_definition(a: dict, b: dict) -> bool:

@@ -4,7 +4,9 @@ The model starts from one of three places:
 
 * a lit-embed pre-training checkpoint (``checkpoint:``): backbone and strategy weights and the
   strategy's defining buffers (sub-embedding codes, hash seeds) are restored; its strategy,
-  vocabulary and tokenizer must be the ones the config builds;
+  vocabulary and tokenizer must be the ones the config builds. The model itself reads no file: ``lit-embed fit``
+  reads the checkpoint once where it assembles the run (:mod:`lit_embed.commands.lightning`), with
+  :func:`starting_arguments` and :func:`load_pretraining`; in Python, :func:`fine_tuning_from` does the same;
 * a HuggingFace pretrained encoder (``encoder.init_args.pretrained``): its weights, with its word
   embeddings handed to the strategy (the dense strategy copies them); its tokenizer is the data's;
 * scratch (ProFormer): neither of the two.
@@ -16,10 +18,8 @@ import os
 from typing import Any
 
 import torch
-from pytorch_lightning.trainer.states import TrainerFn
 from torch import Tensor, nn
 
-from lit_embed._compat import attached_trainer
 from lit_embed.checkpoints import (
     FACTS,
     build_from_config,
@@ -31,6 +31,7 @@ from lit_embed.checkpoints import (
     strategy_factory,
 )
 from lit_embed.data.collate import TaskCollator
+from lit_embed.data.finetune import labelled
 from lit_embed.data.tasks import Task, TaskDefinition, get_task
 from lit_embed.embeddings.state import fixed_shapes
 from lit_embed.embeddings.text import TextEncoder
@@ -45,6 +46,11 @@ from lit_embed.models.optim import OptimConfig
 #: k-sub-embedding Table 6: peak 2e-5 with 6% warm-up and linear decay; the rest as in pre-training.
 FINETUNE_OPTIM = OptimConfig(lr=2e-5, warmup=0.06)
 STAGES = ("val", "test")
+#: What a fine-tuning's start checkpoint is called in messages and in the checkpoints a command took.
+START = "pre-training checkpoint"
+#: The model arguments a start checkpoint gives where the config leaves them unset: its backbone, strategy and
+#: vocabulary, and the dense baseline the pre-training was counted against (a hash strategy's vocabulary).
+STARTING_ARGUMENTS = ("encoder", "embedding", "vocab_size", "baseline_vocab_size", "baseline_encoder")
 
 
 class SequenceClassifier(EmbeddingModule):
@@ -68,7 +74,8 @@ class SequenceClassifier(EmbeddingModule):
         task: a task of :data:`lit_embed.data.tasks.TASKS`, or a config's own
             (:class:`~lit_embed.data.tasks.TaskDefinition`); must be the data's. A config leaves it unset: the
             CLI gives the model the data's (``data.init_args.task``).
-        checkpoint: a lit-embed pre-training checkpoint to start from.
+        checkpoint: the lit-embed pre-training checkpoint the run starts from, for the record: ``lit-embed fit`` loads
+            its weights where it assembles the run (:func:`fine_tuning_from` in Python); the model reads no file.
         classifier_dropout: dropout before the output layer (default the backbone's hidden dropout).
         optim: default the k-sub-embedding paper's fine-tuning (Table 6).
         seed: the run's seed, for the record: filled in from ``seed_everything`` when fitting starts
@@ -98,29 +105,17 @@ class SequenceClassifier(EmbeddingModule):
         if task is None:
             raise ConfigError("SequenceClassifier needs a task: set data.init_args.task (the model takes the data's), "
                               "or model.init_args.task")
-        pretraining, taken = None, {}
-        if checkpoint is not None and (encoder is None or embedding is None or vocab_size is None):
-            path = start_checkpoint(checkpoint, "pre-training checkpoint")  # a file, or a run's newest
-            pretraining = read_checkpoint(path, "pre-training checkpoint")
-            model, taken = _model_of(pretraining, checkpoint, {
-                "encoder": encoder, "embedding": embedding, "vocab_size": vocab_size,
-                "baseline_vocab_size": baseline_vocab_size, "baseline_encoder": baseline_encoder})
-            encoder, embedding, vocab_size = model["encoder"], model["embedding"], model["vocab_size"]
-            baseline_vocab_size, baseline_encoder = model["baseline_vocab_size"], model["baseline_encoder"]
-            taken["checkpoint"] = str(path)  # the run records which file it started from
         if encoder is None:
-            raise ConfigError("SequenceClassifier needs model.init_args.encoder, or a checkpoint to take it from "
-                              "(model.init_args.checkpoint)")
+            raise ConfigError("SequenceClassifier needs model.init_args.encoder (lit-embed fit takes it from "
+                              "model.init_args.checkpoint where the config leaves it unset)")
         super().__init__(
             encoder=encoder, embedding=embedding, vocab_size=vocab_size, optim=optim or FINETUNE_OPTIM,
             baseline_vocab_size=baseline_vocab_size, baseline_encoder=baseline_encoder, init=init,
         )
-        if taken:  # recorded as configs, so the fine-tuned checkpoint rebuilds without the pre-training one
-            self.hparams.update(taken)
-        self.task: Task = get_task(task)
+        self.task: Task = labelled(get_task(task))
         if self.task.definition is not None:  # plain data with the labels it resolved: the checkpoint predicts alone
             self.hparams["task"] = self.task.definition
-        self.checkpoint = checkpoint  # its weights are loaded when fitting starts
+        self.checkpoint = checkpoint  # for the record: its weights are loaded where the run is assembled
         self.trained_tokenizer = trained_tokenizer
         hidden = self.encoder.hidden_size
         config = self.encoder.config
@@ -132,90 +127,21 @@ class SequenceClassifier(EmbeddingModule):
         self.initialise(*[head for head in (self.pre_classifier, self.classifier) if head is not None])
         num_classes = None if self.task.regression else self.task.num_outputs
         self.evaluation = nn.ModuleDict({stage: TaskEvaluation(self.task.metrics, num_classes) for stage in STAGES})
-        self._pretraining: dict[str, Any] | None = pretraining
-        self._restored = False
 
     # -- starting points -------------------------------------------------------------------------
     @property
     def expected_tokenizer(self) -> str | None:
-        """The tokenizer the weights were trained with: the pretrained encoder's, an earlier fit's, or the
-        pre-training checkpoint's."""
+        """The tokenizer the weights were trained with: the pretrained encoder's, or that of the weights it was given (a
+        pre-training checkpoint's, an earlier fit's: both recorded as ``trained_tokenizer``)."""
         if self.encoder.pretrained is not None:
             return self.encoder.pretrained
-        if self.trained_tokenizer is not None:  # recorded by an earlier fit (restored from its hyper-parameters)
-            return self.trained_tokenizer
-        if self.checkpoint is None or self._restored or (attached_trainer(self) is not None and not self._starting()):
-            return None  # evaluating: the fine-tuned weights' tokenizer is recorded (trained_tokenizer)
-        return recorded_tokenizer(self._read_checkpoint())
-
-    def _read_checkpoint(self) -> dict[str, Any]:
-        if self._pretraining is None:
-            path = start_checkpoint(self.checkpoint, "pre-training checkpoint")  # a file, or a run's newest
-            self._pretraining = read_checkpoint(path, "pre-training checkpoint")
-            self.hparams["checkpoint"] = str(path)  # the run records which file it started from
-        return self._pretraining
-
-    def load_pretraining_checkpoint(self) -> None:
-        """Restore backbone and strategy from ``checkpoint``, refusing one built differently."""
-        raw = self._read_checkpoint()
-        facts = raw.get(FACTS) or {}
-        name = self.checkpoint
-        ours = self.embedding.config()["class_path"]
-        if facts.get("strategy") is not None and resolve_class(facts["strategy"]) is not type(self.embedding):
-            raise ConfigError(
-                f"checkpoint {name!r} was trained with strategy {facts['strategy']} but the config builds {ours}: "
-                f"leave model.init_args.embedding unset to take the checkpoint's, or set it to the pre-training's"
-            )
-        if facts.get("vocab_size") != self.embedding.vocab_size and "vocab_size" in facts:
-            raise ConfigError(
-                f"checkpoint {name!r} has vocab_size={facts['vocab_size']} but the config sets "
-                f"{self.embedding.vocab_size}: set model.init_args.vocab_size {facts['vocab_size']}"
-            )
-        mine = {"encoder": self.encoder.as_config(), "embedding": self.embedding.config()}
-        check = check_model(raw, {"init_args": mine}, keys=mine)  # the file's backbone and strategy: the config's?
-        if check.differences:
-            raise ConfigError(
-                f"checkpoint {name!r} was pre-trained as another model than the config builds "
-                f"({check.listed()}): leave model.init_args.encoder and embedding unset to take the "
-                f"checkpoint's, or set them as the pre-training did"
-            )
-        state = {k: v for k, v in raw["state_dict"].items() if k.startswith(("encoder.", "embedding."))}
-        mine = {k: v for k, v in self.state_dict().items() if k.startswith(("encoder.", "embedding."))}
-        details = state_differences(mine, state, sized=fixed_shapes(self))
-        if details:
-            raise CheckpointError(
-                f"checkpoint {name!r} does not fit the configured backbone and strategy ({details}): use the "
-                f"pre-training config's model.init_args.encoder, embedding and vocab_size"
-            )
-        self.load_state_dict(state, strict=False)
-        self.trained_tokenizer = self.trained_tokenizer or recorded_tokenizer(raw)  # still known once the file is released
-        self._pretraining, self._restored = None, True
-
-    def restore_pretraining(self) -> None:
-        """Load ``checkpoint`` once when fitting: before the strategy's state is computed or used to
-        encode text (its hash keys and LSH n-grams define the codes the data must have)."""
-        if self._starting() and self.checkpoint is not None and not self._restored:
-            self.load_pretraining_checkpoint()
-
-    def _starting(self) -> bool:
-        """Whether a fit is starting: not testing, validating or predicting, and not a model rebuilt from its own
-        checkpoint outside a trainer (analyze, export, compress), which all use the fine-tuned weights."""
-        return attached_trainer(self) is not None and self.trainer.state.fn == TrainerFn.FITTING
-
-    def text_encoder(self, tokenizer: str | None) -> TextEncoder:
-        self.restore_pretraining()
-        return super().text_encoder(tokenizer)
+        return self.trained_tokenizer
 
     def collator(self, text_encoder: TextEncoder, seed: int | None = None) -> TaskCollator:
         """Padded examples with their labels (class ids, or float scores for regression); nothing is drawn."""
         return TaskCollator(text_encoder, self.task.regression)
 
-    def prepare_data(self) -> None:
-        self.restore_pretraining()
-        super().prepare_data()
-
     def setup(self, stage: str) -> None:
-        self.restore_pretraining()
         if stage == "fit":
             seed = os.environ.get("PL_GLOBAL_SEED")
             self.hparams["seed"] = int(seed) if seed is not None else None
@@ -303,16 +229,70 @@ class SequenceClassifier(EmbeddingModule):
                  add_dataloader_idx=False)
 
 
-def _model_of(checkpoint: dict, name: str, given: dict) -> tuple[dict, dict]:
-    """What the config leaves unset (``None`` in ``given``) of the backbone, strategy and vocabulary, and of the dense
-    baseline the pre-training was counted against (a hash strategy's ``baseline_vocab_size``), from the model
-    ``checkpoint`` records: ``(the values, the configs taken)``."""
-    unset = [key for key, value in given.items() if value is None]
+def starting_arguments(checkpoint: dict, name: str, given: dict) -> dict:
+    """What the pre-training ``checkpoint`` (named ``name``) gives of the model arguments ``given`` leaves unset
+    (``None``): those of :data:`STARTING_ARGUMENTS` as the configs it records, and the tokenizer its weights expect
+    (``trained_tokenizer``). A checkpoint that records no model is refused where the backbone, strategy or vocabulary
+    is unset."""
+    unset = [key for key in STARTING_ARGUMENTS if given.get(key) is None]
     check = check_model(checkpoint, {}, keys=unset)
-    if check.recorded is None:
-        raise CheckpointError(f"pre-training checkpoint {name!r} does not record its model: give model.init_args.encoder, "
-                              f"embedding and vocab_size as it was trained")
+    if check.recorded is None and any(given.get(key) is None for key in ("encoder", "embedding", "vocab_size")):
+        raise CheckpointError(f"{START} {name!r} does not record its model: give model.init_args.encoder, embedding and "
+                              f"vocab_size as it was trained")
+    filled = dict(check.filled)
+    tokenizer = recorded_tokenizer(checkpoint)
+    if given.get("trained_tokenizer") is None and tokenizer is not None:
+        filled["trained_tokenizer"] = tokenizer
+    return filled
+
+
+def load_pretraining(model: SequenceClassifier, checkpoint: dict, name: str) -> None:
+    """Load the backbone and strategy of the pre-training ``checkpoint`` (named ``name``) into ``model``, refusing one
+    trained with another strategy, vocabulary or backbone: before the model's data is set up, so that the strategy's
+    state the data encodes with (hash keys, LSH n-grams, assignment codes) is the pre-training's."""
+    facts = checkpoint.get(FACTS) or {}
+    ours = model.embedding.config()["class_path"]
+    if facts.get("strategy") is not None and resolve_class(facts["strategy"]) is not type(model.embedding):
+        raise ConfigError(
+            f"checkpoint {name!r} was trained with strategy {facts['strategy']} but the config builds {ours}: "
+            f"leave model.init_args.embedding unset to take the checkpoint's, or set it to the pre-training's"
+        )
+    if facts.get("vocab_size") != model.embedding.vocab_size and "vocab_size" in facts:
+        raise ConfigError(
+            f"checkpoint {name!r} has vocab_size={facts['vocab_size']} but the config sets "
+            f"{model.embedding.vocab_size}: set model.init_args.vocab_size {facts['vocab_size']}"
+        )
+    mine = {"encoder": model.encoder.as_config(), "embedding": model.embedding.config()}
+    check = check_model(checkpoint, {"init_args": mine}, keys=mine)  # the file's backbone and strategy: the config's?
+    if check.differences:
+        raise ConfigError(
+            f"checkpoint {name!r} was pre-trained as another model than the config builds "
+            f"({check.listed()}): leave model.init_args.encoder and embedding unset to take the "
+            f"checkpoint's, or set them as the pre-training did"
+        )
+    parts = ("encoder.", "embedding.")
+    state = {k: v for k, v in checkpoint["state_dict"].items() if k.startswith(parts)}
+    details = state_differences({k: v for k, v in model.state_dict().items() if k.startswith(parts)}, state,
+                                sized=fixed_shapes(model))
+    if details:
+        raise CheckpointError(
+            f"checkpoint {name!r} does not fit the configured backbone and strategy ({details}): use the "
+            f"pre-training config's model.init_args.encoder, embedding and vocab_size"
+        )
+    model.load_state_dict(state, strict=False)
+    model.trained_tokenizer = model.trained_tokenizer or recorded_tokenizer(checkpoint)
+
+
+def fine_tuning_from(name: str | os.PathLike, task: str | TaskDefinition, **arguments: Any) -> SequenceClassifier:
+    """A :class:`SequenceClassifier` for ``task`` started from the pre-training checkpoint ``name`` (a file, a run
+    folder or an experiment folder), built in Python as ``lit-embed fit`` builds it from ``model.init_args.checkpoint``:
+    the model ``arguments`` leave unset is the checkpoint's, and its backbone and strategy weights are loaded."""
+    path = start_checkpoint(name, START)  # a file, or a run's newest
+    checkpoint = read_checkpoint(path, START)
     build = {"encoder": lambda c: build_from_config(nn.Module, c, "encoder"), "embedding": strategy_factory,
              "baseline_encoder": lambda c: build_from_config(nn.Module, c, "baseline_encoder")}
-    values = {**given, **{key: build.get(key, lambda c: c)(value) for key, value in check.filled.items()}}
-    return values, dict(check.filled)
+    filled = starting_arguments(checkpoint, str(name), arguments)
+    arguments.update({key: build.get(key, lambda c: c)(value) for key, value in filled.items()})
+    model = SequenceClassifier(task, checkpoint=str(path), **arguments)
+    load_pretraining(model, checkpoint, str(name))
+    return model

@@ -10,7 +10,6 @@ computes the metrics, so the figures equal a single-process evaluation of each s
 
 from __future__ import annotations
 
-import difflib
 import inspect
 from typing import TYPE_CHECKING
 
@@ -22,18 +21,11 @@ from torchmetrics.functional.classification import binary_f1_score, multiclass_a
 from torchmetrics.utilities import dim_zero_cat
 
 from lit_embed.errors import ConfigError
+from lit_embed.metric_names import check_metrics, metric_function
 
 if TYPE_CHECKING:
     from lit_embed.data.tasks import Selection
 
-#: The task table's metrics (GLUE's and JGLUE's); any function of ``torchmetrics.functional`` may be named too.
-METRICS = ("accuracy", "f1", "matthews", "pearson", "spearman")
-_REGRESSION_METRICS = ("pearson", "spearman")
-#: A multiclass metric's average, named after it (``f1_score_macro``); torchmetrics' default otherwise.
-AVERAGES = ("macro", "weighted", "micro")
-#: Metrics of a correlation, agreement or ranking, undefined on targets of one value (torchmetrics' names end so).
-NEED_TWO_VALUES = ("matthews", "pearson", "spearman", "corrcoef", "cohen_kappa", "auroc", "average_precision", "r2_score",
-                   "explained_variance")
 #: :meth:`TaskEvaluation.compute`'s key of the figures over all evaluation sets as one (MNLI matched + mismatched).
 POOLED = -1
 
@@ -52,7 +44,7 @@ def task_metric(name: str, preds: Tensor, target: Tensor, num_classes: int | Non
         return pearson_corrcoef(preds.double(), target.double()).float()
     if name == "spearman":
         return spearman_corrcoef(preds.double(), target.double()).float()
-    function, kwargs = _torchmetrics_function(name)
+    function, kwargs = metric_function(name)
     parameters = inspect.signature(function).parameters
     if num_classes is not None:
         if function.__name__.startswith("binary_"):
@@ -66,75 +58,11 @@ def task_metric(name: str, preds: Tensor, target: Tensor, num_classes: int | Non
     return value.float().reshape(())
 
 
-def needs_two_values(name: str) -> bool:
-    """Whether metric ``name`` is undefined on an evaluation set whose targets all have one value (:data:`NEED_TWO_VALUES`:
-    ``matthews``, ``auroc_macro``, ``binary_auroc``...)."""
-    base, _, average = name.rpartition("_")
-    return (base if average in AVERAGES else name).endswith(NEED_TWO_VALUES)
-
-
-def check_metrics(names: tuple[str, ...], num_classes: int | None, owner: str) -> None:
-    """Refuse, naming the fix, metrics that do not exist, that do not fit the task (classification or regression,
-    the number of labels), or a first metric that cannot select checkpoints (it must be higher-is-better)."""
-    if not names:
-        raise ConfigError(f"{owner}: give at least one metric (e.g. accuracy, or spearman for regression)")
-    for name in names:
-        regression = _is_regression(name)
-        if regression != (num_classes is None):
-            kind = "a regression" if num_classes is None else "a classification"
-            raise ConfigError(f"{owner}: metric {name!r} does not fit {kind} task: use "
-                              f"{'spearman, pearson, r2_score' if num_classes is None else 'accuracy, f1_score_macro'}...")
-        if name == "f1" and num_classes != 2:
-            raise ConfigError(f"{owner}: metric 'f1' is the second label's F1 of a two-label task; with {num_classes} "
-                              f"labels use f1_score_macro (or f1_score_weighted)")
-    if not higher_is_better(names[0]):
-        raise ConfigError(f"{owner}: the first metric selects checkpoints (val/score, the higher the better), and lower "
-                          f"{names[0]!r} is better: list a higher-is-better metric first (e.g. spearman, r2_score)")
-
-
-def higher_is_better(name: str) -> bool:
-    """Whether a larger value of metric ``name`` is better (torchmetrics' ``higher_is_better`` of its class)."""
-    if name in METRICS:
-        return True
-    function, _ = _torchmetrics_function(name)
-    import torchmetrics
-
-    classes = {k.lower(): v for k, v in vars(torchmetrics).items() if isinstance(v, type) and issubclass(v, Metric)}
-    found = classes.get(function.__name__.replace("_", ""))
-    return getattr(found, "higher_is_better", True) is not False
-
-
-def _is_regression(name: str) -> bool:
-    if name in METRICS:
-        return name in _REGRESSION_METRICS
-    function, _ = _torchmetrics_function(name)
-    return ".regression." in function.__module__
-
-
-def _torchmetrics_function(name: str):
-    """``torchmetrics.functional.<name>`` (an average after it: ``f1_score_macro``) and its keyword arguments."""
-    import torchmetrics.functional as functional
-
-    base, _, average = name.rpartition("_")
-    kwargs = {}
-    if average in AVERAGES and callable(getattr(functional, base, None)):
-        name, kwargs = base, {"average": average}
-    function = getattr(functional, name, None) if not name.startswith("_") else None
-    if not callable(function) or not hasattr(function, "__module__") or not function.__module__.startswith("torchmetrics"):
-        near = difflib.get_close_matches(name, [n for n in dir(functional) if not n.startswith("_")], n=3)
-        hint = f" (did you mean {', '.join(near)}?)" if near else ""
-        raise ConfigError(f"metric {name!r} is not known{hint}: use one of {METRICS} or a function of "
-                          f"torchmetrics.functional (f1_score_macro, auroc, cohen_kappa, r2_score...)")
-    if kwargs and "average" not in inspect.signature(function).parameters:
-        raise ConfigError(f"metric {base!r} takes no average: name it {base!r}")
-    return function, kwargs
-
-
 class TaskEvaluation(Metric):
     """Predictions of one stage over all its evaluation sets, deduplicated by ``(set, index)``.
 
     Args:
-        metrics: names from :data:`METRICS`, or of torchmetrics functions (:func:`task_metric`).
+        metrics: names from :data:`~lit_embed.metric_names.METRICS`, or of torchmetrics functions (:func:`task_metric`).
         num_classes: classes of a classification task; ``None`` for regression.
     """
 
