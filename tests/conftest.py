@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.helpers import CONFIGS, go_offline
+from tests.helpers.shared import assert_untouched, cache_root, shared_folder
 
 # Before any test module imports lit_embed: huggingface_hub and datasets read these once, at import,
 # and would otherwise try the network (and wait for its timeouts) in every test.
@@ -60,20 +63,28 @@ def short_demo(root: Path, name: str, *extra: str) -> Path:
 
 
 @pytest.fixture(scope="session")
-def demo_runs(tmp_path_factory) -> dict[str, Path]:
+def demo_runs(tmp_path_factory) -> Iterator[dict[str, Path]]:
     """Two short demo pre-trainings: a dense baseline (the demo's own callbacks), and the demo's
-    3-sub-embedding compared against it by its ResultsWriter."""
-    import json
+    3-sub-embedding compared against it by its ResultsWriter. Built once for both xdist workers
+    (tests/helpers/shared.py); read them, or copy them before writing."""
+    dense_embedding = ["--model.init_args.embedding", str(CONFIGS / "embedding" / "dense.yaml")]
 
-    root = tmp_path_factory.mktemp("demo_runs")
-    with pytest.MonkeyPatch.context() as monkeypatch:
-        go_offline(monkeypatch, tmp_path_factory)
-        monkeypatch.chdir(root)
-        dense = short_demo(root, "dense", "--model.init_args.embedding", str(CONFIGS / "embedding" / "dense.yaml"))
-        callbacks = [
-            {"class_path": "lit_embed.callbacks.EfficiencyMonitor", "init_args": {"warmup_steps": 2}},
-            {"class_path": "lit_embed.callbacks.ResultsWriter", "init_args": {"baseline": str(dense)}},
-            {"class_path": "lit_embed.callbacks.EmbeddingAnalysis", "init_args": {"max_texts": 40, "points": 2000}},
-        ]
-        subspace = short_demo(root, "subspace", "--trainer.callbacks", json.dumps(callbacks))
-    return {"dense": dense, "subspace": subspace}
+    def build(root: Path) -> None:
+        with pytest.MonkeyPatch.context() as monkeypatch:
+            go_offline(monkeypatch, tmp_path_factory)
+            monkeypatch.chdir(root)
+            dense = short_demo(root, "dense", *dense_embedding)
+            short_demo(root, "subspace", "--trainer.callbacks", json.dumps(subspace_callbacks(dense)))
+
+    root = shared_folder("demo_runs", [dense_embedding, subspace_callbacks(Path("DENSE"))], build,
+                         cache_root(tmp_path_factory))
+    yield {"dense": root / "dense" / "version_0", "subspace": root / "subspace" / "version_0"}
+    assert_untouched(root)
+
+
+def subspace_callbacks(dense: Path) -> list[dict]:
+    return [
+        {"class_path": "lit_embed.callbacks.EfficiencyMonitor", "init_args": {"warmup_steps": 2}},
+        {"class_path": "lit_embed.callbacks.ResultsWriter", "init_args": {"baseline": str(dense)}},
+        {"class_path": "lit_embed.callbacks.EmbeddingAnalysis", "init_args": {"max_texts": 40, "points": 2000}},
+    ]

@@ -27,10 +27,10 @@ import transformers
 
 from lit_embed.errors import DiskFullError, OutputExistsError
 from lit_embed.files import atomic_writer, check_output
-from tests.helpers import CONFIGS, REPO
+from tests.helpers import CONFIGS, REPO, go_offline
+from tests.helpers.cli import drive
 from tests.helpers.disk import BALLAST, fill, small_disk
 
-DRIVER = REPO / "tests" / "helpers" / "cli_driver.py"
 QUIET = ["--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false"]
 #: The demo, made short: a few steps, a little validation, no plots.
 SHORT = [*QUIET, "--trainer.max_steps", "4", "--trainer.val_check_interval", "2", "--trainer.limit_val_batches", "2",
@@ -64,10 +64,13 @@ def env(tmp: Path) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def workspace(tmp_path_factory) -> Path:
     """A finished demo run, and broken files of every kind beside it."""
+    from lit_embed.commands import main
+
     root = tmp_path_factory.mktemp("faults")
-    done = subprocess.run([sys.executable, "-m", "lit_embed.commands", *DEMO, *SHORT], cwd=root, env=env(root),
-                          capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
+    with pytest.MonkeyPatch.context() as monkeypatch:  # the run is set-up, not what is tested: in this process
+        go_offline(monkeypatch, tmp_path_factory)
+        monkeypatch.chdir(root)
+        assert main([*DEMO, *SHORT]) == 0
     good = root / "runs/demo/version_0/checkpoints/last.ckpt"
     data = good.read_bytes()
     (root / "empty.ckpt").write_bytes(b"")
@@ -356,13 +359,8 @@ CASES = [
 def matrix(workspace) -> dict[str, dict]:
     """Every case of :data:`CASES`, run once in a fresh process; the files before and after."""
     before, runs = snapshot(workspace), run_folders(workspace)
-    cases = workspace / "cases.json"
-    cases.write_text(json.dumps([{"id": case, "argv": argv, "cwd": str(workspace)} for case, argv, _, _ in CASES]))
-    done = subprocess.run([sys.executable, str(DRIVER), str(cases)], cwd=workspace, env=env(workspace),
-                          capture_output=True, text=True, timeout=900)
-    assert done.returncode == 0, done.stderr[-3000:]
-    results = {r["id"]: r for r in map(json.loads, done.stdout.splitlines()) if r}
-    cases.unlink()
+    results = drive([(case, argv) for case, argv, _, _ in CASES], workspace, env(workspace), workspace / "cases.json")
+    (workspace / "cases.json").unlink()
     return {"results": results, "before": before, "after": snapshot(workspace), "runs": (runs, run_folders(workspace))}
 
 
@@ -440,7 +438,9 @@ LONG = [*QUIET, "--trainer.max_steps", "100000", "--trainer.val_check_interval",
 
 
 @pytest.mark.parametrize(("signum", "status"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)], ids=["SIGTERM", "SIGINT"])
-def test_a_signal_saves_a_resumable_checkpoint_and_exits_non_zero(signum, status, tmp_path):
+def test_a_signal_saves_a_resumable_checkpoint_and_exits_non_zero(signum, status, tmp_path, monkeypatch):
+    from lit_embed.commands import main
+
     process = lit_embed([*DEMO, *LONG, "--trainer.log_every_n_steps", "1"], tmp_path)
     wait_for("runs/demo/version_0/events.out.tfevents.*", tmp_path, process)
     time.sleep(3)  # some steps
@@ -452,30 +452,31 @@ def test_a_signal_saves_a_resumable_checkpoint_and_exits_non_zero(signum, status
     saved = torch.load(run / "checkpoints/last.ckpt", weights_only=True)
     results = json.loads((run / "results.json").read_text())
     assert results["status"] == "interrupted" and results["global_step"] == saved["global_step"] > 0
-    # resumed, it continues in its own folder from the step it stopped at
-    resumed = lit_embed([*DEMO, *QUIET, "--trainer.max_steps", str(saved["global_step"] + 2), "--trainer.limit_val_batches", "2",
-                         "--data.init_args.batch_size", "4", "--ckpt_path", "last"], tmp_path)
-    code, err = finish(resumed)
-    assert code == 0, err[-3000:]
+    # resumed (in this process: the signal went to the other), it continues in its own folder from the step it stopped at
+    monkeypatch.chdir(tmp_path)
+    assert main([*DEMO, *QUIET, "--trainer.max_steps", str(saved["global_step"] + 2), "--trainer.limit_val_batches", "2",
+                 "--data.init_args.batch_size", "4", "--ckpt_path", "last"]) == 0
     assert sorted(p.name for p in (tmp_path / "runs/demo").iterdir()) == ["version_0"]
     results = json.loads((run / "results.json").read_text())
     assert results["status"] == "complete" and results["global_step"] == saved["global_step"] + 2
 
 
-def test_a_signal_during_validation_validates_again_when_the_run_resumes(tmp_path):
+def test_a_signal_during_validation_validates_again_when_the_run_resumes(tmp_path, monkeypatch):
     """Stopped between two validation batches, a resumed fit runs that validation again from its first batch: its
-    metrics and the checkpoint chosen by them are not lost (Lightning would skip the rest of it)."""
+    metrics and the checkpoint chosen by them are not lost (Lightning would skip the rest of it). Both runs in this
+    process (the probe signals the process it runs in, as the fits' tests below do)."""
+    from lit_embed.commands import main
+
+    monkeypatch.chdir(tmp_path)
     probe = {"class_path": "tests.helpers.probes.SignalAt",
              "init_args": {"marker": str(tmp_path / "sent"), "log": str(tmp_path / "validations.jsonl"), "batch": 1}}
     callbacks = [{"class_path": "pytorch_lightning.callbacks.ModelCheckpoint", "init_args": {"save_last": True}},
                  {"class_path": "lit_embed.callbacks.ResultsWriter"}, probe]
     args = [*DEMO, *QUIET, "--trainer.max_steps", "4", "--trainer.val_check_interval", "2", "--trainer.limit_val_batches",
             "3", "--data.init_args.batch_size", "4", "--trainer.callbacks", json.dumps(callbacks)]
-    code, err = finish(lit_embed(args, tmp_path))
-    assert code == 143 and (tmp_path / "sent").exists(), err[-3000:]
+    assert main(args) == 143 and (tmp_path / "sent").exists()
     assert not (tmp_path / "validations.jsonl").exists()  # the first validation never finished
-    code, err = finish(lit_embed([*args, "--ckpt_path", "last"], tmp_path))
-    assert code == 0, err[-3000:]
+    assert main([*args, "--ckpt_path", "last"]) == 0
     validations = [json.loads(line) for line in (tmp_path / "validations.jsonl").read_text().splitlines()]
     assert [(v["step"], v["batches"]) for v in validations] == [(2, 3), (4, 3)], validations
     assert "val/loss" in validations[0]["metrics"]
@@ -508,19 +509,21 @@ def test_a_checkpoint_folder_held_by_a_live_run_is_refused(tmp_path):
     first = lit_embed([*DEMO, *LONG, "--trainer.callbacks", callbacks], tmp_path)
     try:
         wait_for("shared/last.ckpt", tmp_path, first)
-        code, err = finish(lit_embed([*DEMO, *SHORT, "--trainer.callbacks", callbacks], tmp_path))
-        assert code == 2 and "is in use by a live run" in err and str(shared) in err, err[-2000:]
-        # a checkpoint folder inside the live run's own folder, and that folder as another run's (no logger)
         run = tmp_path / "runs/demo/version_0"
+        config = (run / "config.yaml").read_bytes()
+        # its checkpoint folder; a checkpoint folder inside its run folder; that folder as another run's (no logger):
+        # each asked for in turn by one other process
         inside = json.dumps([{"class_path": "pytorch_lightning.callbacks.ModelCheckpoint",
                               "init_args": {"dirpath": str(run / "mine"), "every_n_train_steps": 1}}])
-        code, err = finish(lit_embed([*DEMO, *SHORT, "--trainer.default_root_dir", "runs/other", "--trainer.callbacks",
-                                      inside], tmp_path))
-        assert code == 2 and f"inside {run}, which it holds" in err, err[-2000:]
-        config = (run / "config.yaml").read_bytes()
-        code, err = finish(lit_embed([*DEMO, *SHORT, "--trainer.logger", "false", "--trainer.default_root_dir", str(run)],
-                                     tmp_path))
-        assert code == 2 and f"run folder {run} is in use by a live run" in err, err[-2000:]
+        refused = drive([
+            ("checkpoints", [*DEMO, *SHORT, "--trainer.callbacks", callbacks]),
+            ("inside", [*DEMO, *SHORT, "--trainer.default_root_dir", "runs/other", "--trainer.callbacks", inside]),
+            ("run folder", [*DEMO, *SHORT, "--trainer.logger", "false", "--trainer.default_root_dir", str(run)]),
+        ], tmp_path, env(tmp_path), tmp_path / "cases.json")
+        for case, message in (("checkpoints", f"checkpoint folder {shared} is in use by a live run"),
+                              ("inside", f"inside {run}, which it holds"),
+                              ("run folder", f"run folder {run} is in use by a live run")):
+            assert refused[case]["status"] == 2 and message in refused[case]["stderr"], refused[case]["stderr"][-2000:]
         assert (run / "config.yaml").read_bytes() == config and not (run / "mine").exists()
         assert first.poll() is None  # the first run goes on
     finally:
@@ -636,14 +639,9 @@ def full_disks(workspace, tmp_path_factory):
                 "data.init_args.batch_size": 4, "trainer.callbacks": [fill_at("on_train_start"), RESULTS_WRITER]}}}}
             (root / f"{number}.sweep.yaml").write_text(json.dumps(sweep).replace('"DISK"', json.dumps(str(disk))))
             argv = [a.replace("DISK.sweep.yaml", str(root / f"{number}.sweep.yaml")).replace("DISK", str(disk)) for a in argv]
-            cases.append({"id": case, "argv": argv, "cwd": str(workspace)})
+            cases.append((case, argv))
         (workspace / "masks.txt").write_text("The cat sat on the <mask>.\n")
-        listing = root / "cases.json"
-        listing.write_text(json.dumps(cases))
-        done = subprocess.run([sys.executable, str(DRIVER), str(listing)], cwd=workspace, env=env(workspace),
-                              capture_output=True, text=True, timeout=900)
-        assert done.returncode == 0, done.stderr[-3000:]
-        results = {r["id"]: r for r in map(json.loads, done.stdout.splitlines()) if r}
+        results = drive(cases, workspace, env(workspace), root / "cases.json")
         left = {case: sorted(str(p.relative_to(disk)) for p in disk.rglob("*") if p.name != BALLAST)
                 for case, disk in disks.items()}
         kept = {case: _whole(disk) for case, disk in disks.items()}

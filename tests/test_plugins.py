@@ -3,8 +3,8 @@
 Each plugin is a tiny distribution written into a temporary folder (its package beside a ``.dist-info``
 whose ``entry_points.txt`` declares ``[lit_embed.plugins]``) and put on the path: importlib.metadata finds
 it there as it finds an installed one, and the shared environment stays as it was. The runs that import
-the demo plugin are real ``lit-embed`` commands in subprocesses (its classes and task would otherwise
-stay registered in this process); the loader's rules (order, once, errors, the switch) are checked here on
+the demo plugin are real ``lit-embed`` commands, all in one other process (its classes and task would
+otherwise stay registered in this process); the loader's rules (order, once, errors, the switch) are checked here on
 probe plugins that register nothing lasting.
 """
 
@@ -15,7 +15,6 @@ import gc
 import json
 import os
 import re
-import subprocess
 import sys
 from pathlib import Path
 
@@ -27,6 +26,7 @@ from lit_embed.data import tasks
 from lit_embed.embeddings import EmbeddingStrategy
 from lit_embed.errors import ConfigError, PluginError
 from tests.helpers import CONFIGS, REPO
+from tests.helpers.cli import drive
 
 DEMO = '''
 """A lit-embed plugin: a strategy, a callback and a task, registered by importing this module."""
@@ -115,40 +115,45 @@ def demo_site(tmp_path_factory) -> Path:
                               {"litembed_demo_plugin": DEMO})
 
 
-def lit_embed(args: list[str], site: Path, cwd: Path, **env: str) -> subprocess.CompletedProcess:
-    """``python -m ARGS`` with the plugin folder on PYTHONPATH."""
-    path = os.pathsep.join([str(REPO), str(site), os.environ.get("PYTHONPATH", "")])
-    return subprocess.run([sys.executable, "-m", *args], cwd=cwd, env={**os.environ, "PYTHONPATH": path, **env},
-                          capture_output=True, text=True, timeout=600)
+@pytest.fixture(scope="module")
+def demo_commands(demo_site, tmp_path_factory) -> tuple[dict[str, dict], Path]:
+    """``lit-embed params``, ``fit`` and ``plugins`` with the demo plugin installed, one after another in one fresh
+    process (``cwd``, returned with them), as the console script runs each: by command, its status and output."""
+    cwd = tmp_path_factory.mktemp("plugin_commands")
+    (cwd / "plugin.yaml").write_text(FINETUNE)
+    embedding = json.dumps({"class_path": "FoldedEmbedding", "init_args": {"rows": 500}})
+    path = os.pathsep.join([str(REPO), str(demo_site), os.environ.get("PYTHONPATH", "")])
+    return drive([
+        ("params", ["params", "--config", str(CONFIGS / "demo.yaml"), "--json", "--model.init_args.embedding", embedding]),
+        ("fit", ["fit", "--config", str(CONFIGS / "demo_finetune.yaml"), "--config", "plugin.yaml",
+                 "--trainer.default_root_dir", "runs"]),
+        ("plugins", ["plugins"]),
+    ], cwd, {**os.environ, "PYTHONPATH": path}, cwd / "cases.json"), cwd
 
 
 # -- the demo plugin, through the real CLI --------------------------------------------------------------
 
 
-def test_params_counts_a_plugin_strategy_named_short(demo_site, tmp_path):
-    embedding = json.dumps({"class_path": "FoldedEmbedding", "init_args": {"rows": 500}})
-    done = lit_embed(["lit_embed.commands", "params", "--config", str(CONFIGS / "demo.yaml"), "--json",
-                      "--model.init_args.embedding", embedding], demo_site, tmp_path)
-    assert done.returncode == 0, done.stderr[-3000:]
-    report = json.loads(done.stdout)
+def test_params_counts_a_plugin_strategy_named_short(demo_commands):
+    done = demo_commands[0]["params"]
+    assert done["status"] == 0, done["stderr"][-3000:]
+    report = json.loads(done["stdout"])
     assert report["strategy"] == "FoldedEmbedding" and report["embedding_params"] == 500 * 64  # the tiny backbone's d
 
 
-def test_fit_uses_a_plugin_callback_data_module_and_task_named_short(demo_site, tmp_path):
-    (tmp_path / "plugin.yaml").write_text(FINETUNE)
-    done = lit_embed(["lit_embed.commands", "fit", "--config", str(CONFIGS / "demo_finetune.yaml"), "--config", "plugin.yaml",
-                      "--trainer.default_root_dir", "runs"], demo_site, tmp_path)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert (tmp_path / "marker.txt").read_text() == "2 demo_topics"
-    recorded = (tmp_path / "runs/version_0/config.yaml").read_text()  # the run records the full class paths
+def test_fit_uses_a_plugin_callback_data_module_and_task_named_short(demo_commands):
+    done, cwd = demo_commands[0]["fit"], demo_commands[1]
+    assert done["status"] == 0, done["stderr"][-3000:]
+    assert (cwd / "marker.txt").read_text() == "2 demo_topics"
+    recorded = (cwd / "runs/version_0/config.yaml").read_text()  # the run records the full class paths
     assert "class_path: litembed_demo_plugin.FoldedEmbedding" in recorded
     assert "class_path: litembed_demo_plugin.StepMarker" in recorded
 
 
-def test_listing_names_each_plugin_and_what_it_adds(demo_site, tmp_path):
-    done = lit_embed(["lit_embed.commands", "plugins"], demo_site, tmp_path)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.splitlines() == [
+def test_listing_names_each_plugin_and_what_it_adds(demo_commands):
+    done = demo_commands[0]["plugins"]
+    assert done["status"] == 0, done["stderr"][-3000:]
+    assert done["stdout"].splitlines() == [
         "demo = litembed_demo_plugin (litembed-demo-plugin 0.1)",
         "  embedding strategies: FoldedEmbedding",
         "  callbacks: StepMarker",

@@ -7,6 +7,8 @@ import functools
 import io
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 from tests.helpers import REPO
@@ -28,6 +30,16 @@ def params_json(argv: list[str]) -> dict:
     with contextlib.redirect_stdout(out):
         assert main(argv) == 0
     return json.loads(out.getvalue())
+
+
+def drive(cases: list[tuple[str, list[str]]], cwd: Path, env: dict[str, str], listing: Path) -> dict[str, dict]:
+    """Each ``(id, argv)`` run in turn as the console script runs it, all in one fresh process (``cli_driver.py``)
+    in ``cwd`` with ``env``, the cases written to ``listing``: by id, its ``status``, ``stderr`` and stdout's tail."""
+    listing.write_text(json.dumps([{"id": case, "argv": argv, "cwd": str(cwd)} for case, argv in cases]))
+    done = subprocess.run([sys.executable, str(Path(__file__).with_name("cli_driver.py")), str(listing)], cwd=cwd,
+                          env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return {r["id"]: r for r in map(json.loads, done.stdout.splitlines()) if r}
 
 
 def page(name: str) -> str:
