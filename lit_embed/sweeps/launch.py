@@ -33,7 +33,7 @@ from lit_embed.sweeps.outcomes import (
     Outcome,
     book,
     counts,
-    finished_results,
+    finished,
     outcome,
     read_status,
     resolve,
@@ -63,7 +63,8 @@ class Launch:
 
 
 def commands(run: Run, launch: Launch, paths: dict[str, str] | None = None) -> list[list[str]]:
-    """The ``lit-embed`` command lines of ``run`` (``fit``; or ``compress`` then ``test``), its references replaced
+    """The ``lit-embed`` command lines of ``run`` (``fit``; or ``compress``, then ``test`` unless the stage says
+    ``test: false``), its references replaced
     by ``paths`` (left as written without them)."""
     gpus = launch.gpus(run)
     args = [arg for config in run.configs() for arg in ("--config", config)]
@@ -85,7 +86,7 @@ def commands(run: Run, launch: Launch, paths: dict[str, str] | None = None) -> l
     if gpus:
         args += ["--accelerator", "gpu"]
         test += ["--trainer.accelerator", "gpu", "--trainer.devices", "1"]
-    return [["compress", *args], test]
+    return [["compress", *args], test] if run.stage.test else [["compress", *args]]
 
 
 def _text(value) -> str:
@@ -120,7 +121,7 @@ def run_here(sweep: Sweep, run: Run, launch: Launch, execute: Callable[[list[str
                 continue  # compressed before the test was stopped: compress writes its folder whole or not at all
             print("lit-embed " + shlex.join(argv), flush=True)
             execute(argv)
-        if first and finished_results(run) is None:
+        if first and not finished(run):
             raise ConfigError(f"{run.id} ended without a complete results.json in its version folder under {run.folder}: "
                               f"its config needs the lit_embed.callbacks.ResultsWriter callback")
         code = 0  # every step finished (a signal that came as the last one ended left nothing undone)
@@ -342,7 +343,8 @@ def plan_text(sweep: Sweep, launch: Launch) -> str:
             about.append(f"seeds {', '.join(map(str, stage.seeds))}")
         if stage.references:
             about.append(f"from {', '.join(stage.references)}")
-        lines.append(f"stage {stage.name} ({stage.command}{', then test' if stage.command == 'compress' else ''}): "
+        then = {"compress": ", then test" if stage.test else ", no test (test: false)"}.get(stage.command, "")
+        lines.append(f"stage {stage.name} ({stage.command}{then}): "
                      + "; ".join(about))
         for run in stage.runs:
             found = outcomes[run.id]
