@@ -405,6 +405,62 @@ def test_finished_runs_are_skipped_killed_ones_resumed_failed_ones_explained(tmp
 
 
 
+def inline_sweep(tmp_path: Path, monkeypatch, execute) -> tuple[Path, list]:
+    """Two runs of one stage, ``--launcher inline``, whose commands ``execute(run, argv)`` stands in for."""
+    path = sweep_file(tmp_path, {"stages": {"a": {"config": FINETUNE, "search": {"model.init_args.optim.lr": [1, 2]}}}})
+    runs = load_sweep(path).runs
+    by_folder = {str(run.folder): run for run in runs}
+
+    def standin(argv: list[str]) -> None:
+        execute(by_folder[argv[argv.index("--trainer.default_root_dir") + 1]], argv)
+
+    monkeypatch.setattr("lit_embed.commands.sweep.execute", standin)
+    return path, runs
+
+
+def test_inline_launcher_runs_each_run_in_this_process_with_its_own_log_and_status_one_failing(tmp_path, monkeypatch,
+                                                                                              capsys):
+    """A run that fails is recorded (exit status, error, traceback in its log) and the next one still runs; each run's
+    output, Python's and the file descriptors' alike, goes to its own log, not the launcher's."""
+    def execute(run, argv):
+        if run.value("model.init_args.optim.lr") == "1":
+            raise RuntimeError("boom in the first run")
+        print("printed by the second run")
+        os.write(2, b"written to fd 2 by the second run\n")
+        finish(run, 0.5)
+
+    path, (first, second) = inline_sweep(tmp_path, monkeypatch, execute)
+    assert main(["sweep", "--config", str(path), "--launcher", "inline"]) == 2  # a failed run: fix it, run again
+    captured = capsys.readouterr()
+    assert "[1/2] start a/lr=1" in captured.out and "failed a/lr=1 (0 s): RuntimeError: boom in the first run" in captured.out
+    assert "done a/lr=2" in captured.out and "printed by the second run" not in captured.out + captured.err
+    assert "failed   a/lr=1: RuntimeError: boom in the first run" in captured.out  # the summary
+    status = json.loads((book(first) / STATUS_FILE).read_text())
+    assert status["state"] == "exited" and status["exit"] == 1 and status["pid"] == os.getpid()
+    failed_log = (book(first) / OUTPUT_FILE).read_text()
+    assert "Traceback" in failed_log and "RuntimeError: boom in the first run" in failed_log
+    assert "--run a/lr=1 --launcher inline (in the launching process" in failed_log
+    log = (book(second) / OUTPUT_FILE).read_text()
+    assert "printed by the second run" in log and "written to fd 2 by the second run" in log
+    assert json.loads((book(second) / STATUS_FILE).read_text())["exit"] == 0
+    assert [outcome(r).state for r in (first, second)] == ["failed", "done"]
+    print("the launcher's output is its own again")
+    assert "the launcher's output is its own again" in capsys.readouterr().out
+
+
+def test_inline_launcher_stops_at_a_signal_recording_the_run_as_stopped_and_starting_no_other(tmp_path, monkeypatch,
+                                                                                             capsys):
+    def execute(run, argv):
+        signal.raise_signal(signal.SIGTERM)  # outside a training loop: the command stops at once
+
+    path, (first, second) = inline_sweep(tmp_path, monkeypatch, execute)
+    assert main(["sweep", "--config", str(path), "--launcher", "inline"]) == 128 + signal.SIGTERM
+    assert json.loads((book(first) / STATUS_FILE).read_text())["exit"] == 128 + signal.SIGTERM
+    assert outcome(first).state == "left" and "stopped by a signal" in outcome(first).detail  # it resumes next time
+    assert not book(second).exists()  # never started
+    assert "[1/2] start a/lr=1" in capsys.readouterr().out
+
+
 def test_a_run_is_never_started_twice(tmp_path, capsys):
     path = sweep_file(tmp_path, {"stages": {"a": {"config": FINETUNE}}})
     (run,) = load_sweep(path).runs
