@@ -432,7 +432,8 @@ def test_inline_launcher_runs_each_run_in_this_process_with_its_own_log_and_stat
     path, (first, second) = inline_sweep(tmp_path, monkeypatch, execute)
     assert main(["sweep", "--config", str(path), "--launcher", "inline"]) == 2  # a failed run: fix it, run again
     captured = capsys.readouterr()
-    assert "[1/2] start a/lr=1" in captured.out and "failed a/lr=1 (0 s): RuntimeError: boom in the first run" in captured.out
+    assert "[1/2] start a/lr=1" in captured.out
+    assert re.search(r"failed a/lr=1 \(\d+ s, \d+ s CPU\): RuntimeError: boom in the first run", captured.out)
     assert "done a/lr=2" in captured.out and "printed by the second run" not in captured.out + captured.err
     assert "failed   a/lr=1: RuntimeError: boom in the first run" in captured.out  # the summary
     status = json.loads((book(first) / STATUS_FILE).read_text())

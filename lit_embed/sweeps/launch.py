@@ -269,7 +269,7 @@ def _run_inline(sweep: Sweep, run: Run, launch: Launch, execute: Callable[[list[
                 explain: Callable[[Exception], tuple[str, int] | None], count: str, say: Callable[[str], None]) -> Outcome:
     """One run of :func:`launch_inline`, its output in its log; its outcome."""
     say(f"{count} start {run.id}")
-    began = time.monotonic()
+    began, cpu = time.monotonic(), time.process_time()
     with _output_to(book(run) / OUTPUT_FILE) as log:
         log.write(f"\n=== {datetime.datetime.now().isoformat(timespec='seconds')} lit-embed "
                   f"{shlex.join(run_argv(sweep, run, launch))} (in the launching process {os.getpid()})\n")
@@ -284,7 +284,8 @@ def _run_inline(sweep: Sweep, run: Run, launch: Launch, execute: Callable[[list[
             elif isinstance(error, Exception):
                 traceback.print_exc(file=log)
     found = outcome(run)
-    say(f"{found.state} {run.id} ({time.monotonic() - began:.0f} s)" + (f": {found.detail}" if found.detail else ""))
+    took = f"{time.monotonic() - began:.0f} s, {time.process_time() - cpu:.0f} s CPU"  # CPU: what load inflates less
+    say(f"{found.state} {run.id} ({took})" + (f": {found.detail}" if found.detail else ""))
     return found
 
 
