@@ -175,13 +175,17 @@ def test_a_post_hoc_fit_a_strategy_cannot_make_is_left_out_before_it_runs(tmp_pa
         "command": "compress", "config": str(CONFIGS / "sweeps" / "zoo" / "posthoc_fit.yaml"), "test": False,
         "axes": {"strategy": {name: {"strategy": str(CONFIGS / "embedding" / f"{name}.yaml")}
                               for name in ("md5_proj", "albert_factorized", "hashing_trick")},
-                 "budget": {"1pct": {"budget": 0.01}}}}}})
+                 "budget": {"1pct": {"budget": 0.01}}}},
+        "baselines": {"command": "compress", "config": str(CONFIGS / "sweeps" / "zoo" / "posthoc_baseline.yaml"), "test": False,
+                      "axes": {"method": {"svd_1pct": {"method": "svd", "budget": 0.01}, "int8": {"method": "int8"}}}}}})
     assert main(["sweep", "--config", str(path), "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert "unmet    posthoc/strategy=md5_proj,budget=1pct: HashProj does not index vocabulary ids" in out
     assert ("unmet    posthoc/strategy=albert_factorized,budget=1pct: FactorizedEmbedding cannot meet budget=0.01 "
             "(117,204 parameters, 1% of dense)") in out
     assert "left     posthoc/strategy=hashing_trick,budget=1pct\n" in out
+    assert "unmet    baselines/method=svd_1pct: FactorizedEmbedding cannot meet budget=0.01 (117,204 parameters" in out
+    assert "left     baselines/method=int8\n" in out
     assert "--strategy" in out and "--budget 0.01" in out
 
 
@@ -798,7 +802,7 @@ def test_the_zoo_demo_fits_each_strategy_and_the_baselines_to_minilm_post_hoc_th
     stages = {s.name: s for s in load_sweep(CONFIGS / "sweeps" / "zoo.yaml").stages}
     posthoc, baselines = stages["posthoc"], stages["posthoc_baselines"]
     assert posthoc.command == baselines.command == "compress" and not posthoc.test and not baselines.test
-    assert {r.value("strategy") for r in posthoc.runs} == {r.value("strategy") for r in stages["pretrain"].runs}
+    assert {r.value("strategy") for r in posthoc.runs} == {r.value("strategy") for r in stages["pretrain"].runs} - {"dpq"}
     assert {dict(r.overrides())["budget"] for r in posthoc.runs} == {0.1, 0.01, 0.001}  # of MiniLM's own table
     assert {dict(r.overrides())["method"] for r in baselines.runs} == {"svd", "int8", "int4", "pq"}
     for name, start in (("finetune_posthoc", posthoc), ("finetune_posthoc_baselines", baselines)):

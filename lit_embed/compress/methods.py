@@ -37,6 +37,7 @@ from lit_embed.embeddings.quantized import (
     ProductQuantizedEmbedding,
     ScalarQuantizedEmbedding,
 )
+from lit_embed.embeddings.sizing import fit_budget
 from lit_embed.embeddings.sparse_coded import (
     PartialEmbedding,
     PCAEmbedding,
@@ -704,6 +705,10 @@ class LowRank(CompressionMethod):
 
     def check(self, job: Job) -> None:
         vocab, hidden = job.weight.shape
+        options = self.options
+        assert isinstance(options, SVDOptions)
+        if options.budget is not None:  # a budget the factorisation cannot meet is refused before the SVD
+            fit_budget(FactorizedEmbedding, vocab, hidden, options.budget, {"rank": options.rank, "bias": True})
         if self.options.budget is None and not 1 <= self.options.rank <= min(vocab, hidden):
             raise ConfigError(f"rank={self.options.rank} must lie in [1, min(vocabulary={vocab}, hidden={hidden})]: "
                               f"change --rank")
