@@ -2,7 +2,8 @@
 
 A point is a model (a report row: a label) that ran a task: its embedding parameters (results.json's count) and its
 score over seeds, the mean over its tasks of the metric the score tables show (test split where logged, else
-validation), as those tables average a benchmark. A method is a strategy (results.json's ``strategy``): its points at
+validation), as those tables average a benchmark. A method is a strategy (results.json's ``strategy``), with the
+variant a sweep stage's label names (``post-hoc``: fitted to a pretrained table, not pre-trained): its points at
 different budgets make its line. A point is on the frontier when no other point scores at least as well with at most
 as many parameters (and better in one). The error bars are ± one sample standard deviation over seeds.
 
@@ -71,12 +72,19 @@ def points_of(runs: list[dict], scores: dict[str, dict[int | None, float]]) -> l
             continue
         efficiency = [r["efficiency"] for r in mine if r.get("efficiency")]
         found.append(Point(
-            method=next((r["strategy"] for r in mine if r.get("strategy")), label), label=label, parameters=counted[0],
+            method=_method(mine, label), label=label, parameters=counted[0],
             scores=dict(by_seed), memory_mb=_mean(e.get("peak_memory_mb") for e in efficiency),
             train_ms=_mean((e.get("train") or {}).get("ms_per_sample") for e in efficiency),
             infer_ms=_mean((e.get("infer") or {}).get("ms_per_sample") for e in efficiency),
         ))
     return sorted(found, key=lambda p: (p.method, p.parameters))
+
+
+def _method(runs: list[dict], label: str) -> str:
+    """A point's line: its strategy, and the variant a sweep stage's label names (``QREmbedding post-hoc``)."""
+    strategy = next((r["strategy"] for r in runs if r.get("strategy")), label)
+    variant = next((r["variant"] for r in runs if r.get("variant")), "")
+    return f"{strategy} {variant}" if variant else strategy
 
 
 def _mean(values) -> float | None:

@@ -686,15 +686,17 @@ def test_an_option_the_method_does_not_take_is_refused_naming_its_options(given,
 
 
 def test_fit_sizes_a_zoo_strategy_to_a_budget_on_the_packaged_minilm(minilm_matrix, tmp_path):
-    """`--method fit --strategy YAML` with the budget knob in the YAML: the hashing trick at 10% of MiniLM's table,
-    a few steps; the report states the loss, the stopping rule, what the budget chose, and the fit's figures."""
-    strategy_file = tmp_path / "hashing_trick_10.yaml"
+    """`--method fit --strategy YAML --budget F`, the budget given in place of the YAML's (a sweep gives one file
+    several): the hashing trick at 10% of MiniLM's table, a few steps; the report states the loss, the stopping rule,
+    what the budget chose, and the fit's figures."""
+    strategy_file = tmp_path / "hashing_trick_50.yaml"
     config = yaml.safe_load((CONFIGS / "embedding" / "hashing_trick.yaml").read_text())
-    config["init_args"] = {**config["init_args"], "budget": 0.1}
+    config["init_args"] = {**config["init_args"], "budget": 0.5}
     strategy_file.write_text(yaml.safe_dump(config))
     out = tmp_path / "out"
     assert compress("--ckpt", "all-MiniLM-L6-v2", "--data", SAMPLE_CORPUS, "--method", "fit", "--strategy",
-                    str(strategy_file), "--max_steps", "6", "--eval_every", "3", "--tolerance", "0", "--out", str(out)) == 0
+                    str(strategy_file), "--budget", "0.1", "--max_steps", "6", "--eval_every", "3", "--tolerance", "0",
+                    "--out", str(out)) == 0
     report = read_report(out)
     dense = minilm_matrix.numel()
     after = report["parameters"]["embedding"]["after"]
@@ -708,7 +710,7 @@ def test_fit_sizes_a_zoo_strategy_to_a_budget_on_the_packaged_minilm(minilm_matr
     assert details["steps"] == 6 and details["loss after"] < details["loss before"]
     error = (strategy.full_weight().detach().double() - minilm_matrix.double()).pow(2).mean(-1)
     assert report["mse"]["all"] == pytest.approx(float(error.mean()), rel=1e-6)
-    assert report["options"]["strategy"] == str(strategy_file)
+    assert report["options"]["strategy"] == str(strategy_file) and report["options"]["budget"] == 0.1
     assert "What fit did:" in (out / "report.md").read_text()
 
 

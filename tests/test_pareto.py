@@ -13,7 +13,7 @@ from PIL import Image
 from lit_embed.accounting import compression
 from lit_embed.commands import main
 from lit_embed.files import write_json_atomic
-from lit_embed.pareto import TAG, Point, frontier
+from lit_embed.pareto import TAG, Point, frontier, points_of
 from lit_embed.results import RESULTS_FILE
 
 DENSE = 1_953_408  # 30522 x 64
@@ -155,3 +155,16 @@ def test_the_figure_never_replaces_a_file_the_report_read(tmp_path, capsys):
     assert main(["report", str(runs), "--figure", str(tmp_path / "link.png")]) == 2
     assert "which this command reads: the output would replace it; choose another --figure" in capsys.readouterr().err
     assert results.read_bytes() == before
+
+
+def test_a_variant_a_sweep_stage_names_is_a_line_of_its_own_beside_its_strategys():
+    """The zoo's post-hoc cells (a stage labelled ``{strategy} {budget} post-hoc``) are not points of the pre-trained
+    strategy's line."""
+    def run(label: str, parameters: int, variant: str) -> dict:
+        return {"label": label, "_task": "topics", "strategy": "QREmbedding", "variant": variant,
+                "parameters": {"embedding_params": parameters}}
+
+    runs = [run("qr 1pct", 19_500, ""), run("qr 10pct", 195_000, ""), run("qr 1pct post-hoc", 117_000, "post-hoc")]
+    points = points_of(runs, {"qr 1pct": {0: 0.5}, "qr 10pct": {0: 0.6}, "qr 1pct post-hoc": {0: 0.7}})
+    assert {p.label: p.method for p in points} == {"qr 1pct": "QREmbedding", "qr 10pct": "QREmbedding",
+                                                   "qr 1pct post-hoc": "QREmbedding post-hoc"}

@@ -36,7 +36,7 @@ from lit_embed.sweeps.outcomes import (
     outcome,
     resolve,
 )
-from lit_embed.sweeps.plan import MANIFEST, Sweep, candidates, load_sweep, manifest
+from lit_embed.sweeps.plan import MANIFEST, Sweep, candidates, load_sweep, manifest, read_manifest
 from lit_embed.sweeps.slurm import job_script, submit
 from tests.helpers import CONFIGS, REPO
 from tests.helpers.standins import composed, compress_overrides, fit_overrides, write_task_data
@@ -131,10 +131,62 @@ def test_dry_run_prints_the_plan_through_the_cli(tmp_path, capsys):
                  "b": {"config": FINETUNE, "set": {"c": "${a.checkpoint}"}}}}, "whose runs differ in task"),
     ({"stages": {"a": {"config": FINETUNE, "axes": {"task": ["rte"]}, "label": "{lr}"}}}, "label '{lr}' names lr"),
     ({"stages": {}}, "needs `stages:`"),
+    ({"stages": {"a": {"command": "compress", "config": COMPRESS, "test": "no"}}}, "stage 'a': test must be true or false"),
+    ({"stages": {"a": {"config": FINETUNE, "test": False}}}, "stage 'a': test is a key of compress stages"),
+    ({"stages": {"a": {"command": "compress", "config": COMPRESS, "tests": False}}}, "unknown key tests"),
 ])
 def test_bad_sweep_files_are_named_with_the_fix(tmp_path, capsys, document, message):
     assert main(["sweep", "--config", str(sweep_file(tmp_path, document)), "--dry-run"]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_a_compress_stage_with_test_false_runs_compress_alone_and_is_done_when_its_model_is_written(tmp_path, capsys):
+    """``test: false``: a model whose task head is not trained yet (fitted to a pretrained encoder) is not tested; the
+    plan says so, the run is done when compress wrote its folder, and a later stage starts from its model."""
+    path = sweep_file(tmp_path, {"stages": {
+        "fitted": {"command": "compress", "config": COMPRESS, "test": False, "set": {"ckpt": "all-MiniLM-L6-v2"},
+                   "axes": {"retention": [0.5]}},
+        "tested": {"command": "compress", "config": COMPRESS, "set": {"ckpt": "all-MiniLM-L6-v2"}},
+        "tuned": {"config": FINETUNE, "set": {"model.init_args.checkpoint": "${fitted.checkpoint}"}, "axes": {"retention": [0.5]}},
+    }})
+    sweep = load_sweep(path)
+    fitted, tested, tuned = sweep.runs
+    assert [argv[0] for argv in commands(fitted, Launch())] == ["compress"]
+    assert [argv[0] for argv in commands(tested, Launch())] == ["compress", "test"]  # the default
+    assert main(["sweep", "--config", str(path), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "stage fitted (compress, no test (test: false)): 1 runs" in out and "stage tested (compress, then test)" in out
+    assert out.count("lit-embed test ") == 1  # the tested stage's only
+    assert outcome(fitted).state == "left"
+    (fitted.folder / "model.ckpt").parent.mkdir(parents=True)
+    (fitted.folder / "model.ckpt").write_bytes(b"weights")
+    assert outcome(fitted).state == "done" and outcome(tested).state == "left"
+    assert resolve(tuned, sweep)["${fitted.checkpoint}"] == str(fitted.folder / "model.ckpt")
+    write_json_atomic(sweep.folder / MANIFEST, manifest(sweep))
+    recorded = read_manifest(sweep.folder)  # what report reads: the same states
+    assert [s.test for s in recorded.stages] == [False, True, True]
+    assert outcome(recorded.runs[0]).state == "done"
+
+
+def test_a_post_hoc_fit_a_strategy_cannot_make_is_left_out_before_it_runs(tmp_path, capsys):
+    """A compress run whose method refuses the model's table (a strategy with no vocabulary to fit; one whose
+    structure cannot meet the budget, at the model's own 30522 x 384) is unmet in the plan, with the reason."""
+    path = sweep_file(tmp_path, {"stages": {"posthoc": {
+        "command": "compress", "config": str(CONFIGS / "sweeps" / "zoo" / "posthoc_fit.yaml"), "test": False,
+        "axes": {"strategy": {name: {"strategy": str(CONFIGS / "embedding" / f"{name}.yaml")}
+                              for name in ("md5_proj", "albert_factorized", "hashing_trick")},
+                 "budget": {"1pct": {"budget": 0.01}}}},
+        "baselines": {"command": "compress", "config": str(CONFIGS / "sweeps" / "zoo" / "posthoc_baseline.yaml"), "test": False,
+                      "axes": {"method": {"svd_1pct": {"method": "svd", "budget": 0.01}, "int8": {"method": "int8"}}}}}})
+    assert main(["sweep", "--config", str(path), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "unmet    posthoc/strategy=md5_proj,budget=1pct: HashProj does not index vocabulary ids" in out
+    assert ("unmet    posthoc/strategy=albert_factorized,budget=1pct: FactorizedEmbedding cannot meet budget=0.01 "
+            "(117,204 parameters, 1% of dense)") in out
+    assert "left     posthoc/strategy=hashing_trick,budget=1pct\n" in out
+    assert "unmet    baselines/method=svd_1pct: FactorizedEmbedding cannot meet budget=0.01 (117,204 parameters" in out
+    assert "left     baselines/method=int8\n" in out
+    assert "--strategy" in out and "--budget 0.01" in out
 
 
 #: Names that would not be one folder of the sweep's own, and the rule each breaks.
@@ -355,6 +407,63 @@ def test_finished_runs_are_skipped_killed_ones_resumed_failed_ones_explained(tmp
     assert outcome(running).state == "left"  # its process ended without finishing: the next launch resumes it
     assert (sweep.folder / MANIFEST).is_file()
 
+
+
+def inline_sweep(tmp_path: Path, monkeypatch, execute) -> tuple[Path, list]:
+    """Two runs of one stage, ``--launcher inline``, whose commands ``execute(run, argv)`` stands in for."""
+    path = sweep_file(tmp_path, {"stages": {"a": {"config": FINETUNE, "search": {"model.init_args.optim.lr": [1, 2]}}}})
+    runs = load_sweep(path).runs
+    by_folder = {str(run.folder): run for run in runs}
+
+    def standin(argv: list[str]) -> None:
+        execute(by_folder[argv[argv.index("--trainer.default_root_dir") + 1]], argv)
+
+    monkeypatch.setattr("lit_embed.commands.sweep.execute", standin)
+    return path, runs
+
+
+def test_inline_launcher_runs_each_run_in_this_process_with_its_own_log_and_status_one_failing(tmp_path, monkeypatch,
+                                                                                              capsys):
+    """A run that fails is recorded (exit status, error, traceback in its log) and the next one still runs; each run's
+    output, Python's and the file descriptors' alike, goes to its own log, not the launcher's."""
+    def execute(run, argv):
+        if run.value("model.init_args.optim.lr") == "1":
+            raise RuntimeError("boom in the first run")
+        print("printed by the second run")
+        os.write(2, b"written to fd 2 by the second run\n")
+        finish(run, 0.5)
+
+    path, (first, second) = inline_sweep(tmp_path, monkeypatch, execute)
+    assert main(["sweep", "--config", str(path), "--launcher", "inline"]) == 2  # a failed run: fix it, run again
+    captured = capsys.readouterr()
+    assert "[1/2] start a/lr=1" in captured.out
+    assert re.search(r"failed a/lr=1 \(\d+ s, \d+ s CPU\): RuntimeError: boom in the first run", captured.out)
+    assert "done a/lr=2" in captured.out and "printed by the second run" not in captured.out + captured.err
+    assert "failed   a/lr=1: RuntimeError: boom in the first run" in captured.out  # the summary
+    status = json.loads((book(first) / STATUS_FILE).read_text())
+    assert status["state"] == "exited" and status["exit"] == 1 and status["pid"] == os.getpid()
+    failed_log = (book(first) / OUTPUT_FILE).read_text()
+    assert "Traceback" in failed_log and "RuntimeError: boom in the first run" in failed_log
+    assert "--run a/lr=1 --launcher inline (in the launching process" in failed_log
+    log = (book(second) / OUTPUT_FILE).read_text()
+    assert "printed by the second run" in log and "written to fd 2 by the second run" in log
+    assert json.loads((book(second) / STATUS_FILE).read_text())["exit"] == 0
+    assert [outcome(r).state for r in (first, second)] == ["failed", "done"]
+    print("the launcher's output is its own again")
+    assert "the launcher's output is its own again" in capsys.readouterr().out
+
+
+def test_inline_launcher_stops_at_a_signal_recording_the_run_as_stopped_and_starting_no_other(tmp_path, monkeypatch,
+                                                                                             capsys):
+    def execute(run, argv):
+        signal.raise_signal(signal.SIGTERM)  # outside a training loop: the command stops at once
+
+    path, (first, second) = inline_sweep(tmp_path, monkeypatch, execute)
+    assert main(["sweep", "--config", str(path), "--launcher", "inline"]) == 128 + signal.SIGTERM
+    assert json.loads((book(first) / STATUS_FILE).read_text())["exit"] == 128 + signal.SIGTERM
+    assert outcome(first).state == "left" and "stopped by a signal" in outcome(first).detail  # it resumes next time
+    assert not book(second).exists()  # never started
+    assert "[1/2] start a/lr=1" in capsys.readouterr().out
 
 
 def test_a_run_is_never_started_twice(tmp_path, capsys):
@@ -687,6 +796,21 @@ def test_the_zoo_sweeps_pretrain_every_strategy_at_three_budgets_then_fine_tune_
         (start,) = run.dependencies
         assert (start.value("strategy"), start.value("budget")) == (run.value("strategy"), run.value("budget"))
     assert len(tuned[0].runs) == len(pretrain.runs) * 3 * len({r.value("task") for r in tuned[0].runs})
+
+
+def test_the_zoo_demo_fits_each_strategy_and_the_baselines_to_minilm_post_hoc_then_fine_tunes_minilm_from_them():
+    stages = {s.name: s for s in load_sweep(CONFIGS / "sweeps" / "zoo.yaml").stages}
+    posthoc, baselines = stages["posthoc"], stages["posthoc_baselines"]
+    assert posthoc.command == baselines.command == "compress" and not posthoc.test and not baselines.test
+    assert {r.value("strategy") for r in posthoc.runs} == {r.value("strategy") for r in stages["pretrain"].runs} - {"dpq"}
+    assert {dict(r.overrides())["budget"] for r in posthoc.runs} == {0.1, 0.01, 0.001}  # of MiniLM's own table
+    assert {dict(r.overrides())["method"] for r in baselines.runs} == {"svd", "int8", "int4", "pq"}
+    for name, start in (("finetune_posthoc", posthoc), ("finetune_posthoc_baselines", baselines)):
+        tuned = stages[name]
+        assert tuned.references == [start.name] and tuned.seeds == [0, 1, 2]
+        assert all(run.variant == "post-hoc" for run in tuned.runs)  # the figure's lines of their own
+        assert all(dict(run.overrides())["model.init_args.checkpoint"] == f"${{{start.name}.checkpoint}}" for run in tuned.runs)
+    assert {r.variant for r in stages["finetune"].runs} == {""}
 
 
 @pytest.fixture(scope="session")

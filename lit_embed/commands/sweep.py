@@ -12,13 +12,26 @@ from __future__ import annotations
 import contextlib
 import functools
 import io
+import json
+from pathlib import Path
+
+import yaml
 
 from lit_embed.commands import check_yaml_files, command, user_error
 from lit_embed.commands.parsing import ArgumentParser
 from lit_embed.errors import ConfigError
-from lit_embed.sweeps.launch import LAUNCHERS, Launch, commands, launch_here, plan_text, run_here, summary
+from lit_embed.sweeps.launch import (
+    LAUNCHERS,
+    Launch,
+    commands,
+    launch_here,
+    launch_inline,
+    plan_text,
+    run_here,
+    summary,
+)
 from lit_embed.sweeps.outcomes import counts
-from lit_embed.sweeps.plan import Run, load_sweep
+from lit_embed.sweeps.plan import REFERENCE, Run, load_sweep
 from lit_embed.sweeps.slurm import submit
 
 
@@ -32,7 +45,8 @@ def parser() -> ArgumentParser:
     )
     parsing.add_argument("--config", required=True, metavar="SWEEP.yaml", help="the sweep file (see configs/sweeps/)")
     parsing.add_argument("--launcher", choices=LAUNCHERS, default="local",
-                         help="local: one run after another (default); gpus: as many runs at once as the visible GPUs "
+                         help="local: one run after another, each in a process of its own (default); inline: one after "
+                         "another in this process (imports once: quicker for many small runs); gpus: as many runs at once as the visible GPUs "
                          "allow, each on its own (CUDA_VISIBLE_DEVICES); slurm: one job array per stage (sbatch)")
     parsing.add_argument("--gpus-per-run", type=int, metavar="N",
                          help="GPUs each run takes under gpus and slurm (N > 1: DDP); default the sweep file's gpus_per_run (1)")
@@ -62,6 +76,8 @@ def main(argv: list[str]) -> int:
         return 0
     if launch.launcher == "slurm":
         outcomes = submit(sweep, launch)
+    elif launch.launcher == "inline":
+        outcomes = launch_inline(sweep, launch, execute, user_error)
     else:
         outcomes = launch_here(sweep, launch)
     print(summary(sweep, outcomes), end="")
@@ -76,7 +92,9 @@ def unmet_budget(run: Run, launch: Launch, seen: dict[tuple[str, ...], str | Non
     """Why ``run`` cannot be, where its strategy's structure cannot meet the budget its config asks (the budget knob's
     refusal, found by building its model from shapes alone, as ``lit-embed params`` does), else ``None``: any other
     error is the run's own to report. ``seen`` holds the answers by model arguments (seeds and folders differ)."""
-    if run.stage.command != "fit" or not any(key.rsplit(".", 1)[-1] == "budget" for key, _ in run.overrides()):
+    if run.stage.command == "compress":
+        return _unmet_compression(run, seen)
+    if not any(key.rsplit(".", 1)[-1] == "budget" for key, _ in run.overrides()):
         return None  # only a budget the sweep sets is checked before the run (a config file's is met when it runs)
     (argv,) = commands(run, launch)
     model = tuple(argv[1:argv.index("--trainer.default_root_dir")])
@@ -96,6 +114,47 @@ def unmet_budget(run: Run, launch: Launch, seen: dict[tuple[str, ...], str | Non
             cause = next((e for e in _causes(error) if isinstance(e, BudgetError)), None)
             seen[model] = None if cause is None else str(cause)
     return seen[model]
+
+
+def _unmet_compression(run: Run, seen: dict) -> str | None:
+    """Why a compress run cannot be: its method refuses the source's table before any work (``--method fit``: a
+    strategy with no vocabulary, or one whose structure cannot meet the budget). Checked where the run compresses a
+    model named as it is (not an earlier stage's), on an empty table of the model's shape."""
+    arguments: dict = {}
+    for config in run.configs():
+        with contextlib.suppress(OSError, yaml.YAMLError):
+            loaded = yaml.safe_load(Path(config).read_text())
+            arguments.update(loaded if isinstance(loaded, dict) else {})
+    arguments.update(run.overrides())
+    ckpt = arguments.get("ckpt")
+    if not isinstance(ckpt, str) or REFERENCE.search(ckpt):
+        return None
+    import torch
+
+    from lit_embed.compress.methods import Job, NoVocabularyError, method_class, method_named
+    from lit_embed.embeddings.sizing import BudgetError
+
+    key = ("compress", json.dumps(sorted(arguments.items()), default=str))
+    if key not in seen:
+        seen[key] = None
+        try:
+            method = str(arguments.get("method", "sparse_coding"))
+            names = method_class(method).option_names()
+            compression = method_named(method, {k: v for k, v in arguments.items() if k in names})
+            compression.check(Job(torch.empty(_table_shape(ckpt), device="meta"), torch.arange(0)))
+        except Exception as error:  # any other error is the run's own to report when it runs
+            cause = next((e for e in _causes(error) if isinstance(e, (BudgetError, NoVocabularyError))), None)
+            seen[key] = None if cause is None else str(cause)
+    return seen[key]
+
+
+@functools.cache
+def _table_shape(ckpt: str) -> tuple[int, ...]:
+    """The input embedding table's shape of the model compress would read."""
+    from lit_embed.compress.model_io import load_source
+
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        return tuple(load_source(ckpt).weight.shape)
 
 
 def _causes(error: BaseException):

@@ -37,6 +37,7 @@ from lit_embed.embeddings.quantized import (
     ProductQuantizedEmbedding,
     ScalarQuantizedEmbedding,
 )
+from lit_embed.embeddings.sizing import fit_budget
 from lit_embed.embeddings.sparse_coded import (
     PartialEmbedding,
     PCAEmbedding,
@@ -389,6 +390,8 @@ class FitOptions:
     Args:
         strategy: the strategy to fit: a YAML file of one (``configs/embedding/*.yaml``, ``budget:`` included) or its
             ``class_path``/``init_args`` inline; the vocabulary and hidden sizes are the table's.
+        budget: size the strategy to this many embedding parameters, or this fraction of the table, in place of its
+            file's ``budget`` (a sweep gives one strategy file several budgets).
         loss: ``mse`` (mean squared error of each row) or ``cosine`` (1 - cosine similarity of each row).
         weighting: ``frequency``: each row weighs log(2 + its count in the data); ``uniform``: all rows alike.
         max_steps: stop after this many steps.
@@ -401,6 +404,7 @@ class FitOptions:
     """
 
     strategy: str | dict | None = None
+    budget: int | float | None = None
     loss: Literal["mse", "cosine"] = "mse"
     weighting: Literal["frequency", "uniform"] = "frequency"
     max_steps: int = 2000
@@ -435,8 +439,15 @@ class FitOptions:
         }
 
 
-def strategy_from(given: str | dict, vocab_size: int, hidden_size: int) -> EmbeddingStrategy:
-    """The strategy a YAML file (or an inline config) describes, built for a ``vocab_size x hidden_size`` table."""
+class NoVocabularyError(ConfigError):
+    """A strategy with no row per vocabulary id (the HashFormers hash words): there is no table to fit it to, so its
+    post-hoc cell of a comparison does not exist (a sweep leaves it out and says so, as a budget it cannot meet)."""
+
+
+def strategy_from(given: str | dict, vocab_size: int, hidden_size: int, budget: int | float | None = None
+                  ) -> EmbeddingStrategy:
+    """The strategy a YAML file (or an inline config) describes, built for a ``vocab_size x hidden_size`` table
+    (sized to ``budget`` where given)."""
     config = given
     if isinstance(given, str):
         path = Path(given).expanduser()
@@ -448,9 +459,11 @@ def strategy_from(given: str | dict, vocab_size: int, hidden_size: int) -> Embed
                           f"configs/embedding/*.yaml have")
     cls = resolve_class(str(config["class_path"]))
     if isinstance(cls, type) and issubclass(cls, EmbeddingStrategy) and (cls.unlimited_vocabulary or tuple(cls.code_shape)):
-        raise ConfigError(f"{cls.__name__} does not index vocabulary ids, so it has no row per token to fit to the "
+        raise NoVocabularyError(f"{cls.__name__} does not index vocabulary ids, so it has no row per token to fit to the "
                           f"table: choose a vocabulary strategy (configs/embedding/: hashing_trick, qr, tt, ...)")
     init = {**(config.get("init_args") or {}), "vocab_size": vocab_size, "hidden_size": hidden_size}
+    if budget is not None:
+        init["budget"] = budget
     return build_from_config(EmbeddingStrategy, {"class_path": config["class_path"], "init_args": init}, "embedding")
 
 
@@ -690,6 +703,10 @@ class LowRank(CompressionMethod):
 
     def check(self, job: Job) -> None:
         vocab, hidden = job.weight.shape
+        options = self.options
+        assert isinstance(options, SVDOptions)
+        if options.budget is not None:  # a budget the factorisation cannot meet is refused before the SVD
+            fit_budget(FactorizedEmbedding, vocab, hidden, options.budget, {"rank": options.rank, "bias": True})
         if self.options.budget is None and not 1 <= self.options.rank <= min(vocab, hidden):
             raise ConfigError(f"rank={self.options.rank} must lie in [1, min(vocabulary={vocab}, hidden={hidden})]: "
                               f"change --rank")
@@ -752,12 +769,19 @@ class StrategyFit(CompressionMethod):
 
     def check(self, job: Job) -> None:
         self.options.check()
-        strategy_from(self.options.strategy, *job.weight.shape)  # a bad strategy file or class fails before any work
+        self.strategy(job)  # a bad strategy file or class, or a budget it cannot meet, fails before any work
+
+    def strategy(self, job: Job) -> EmbeddingStrategy:
+        """The strategy to fit, built for the job's table (sized to the budget where given)."""
+        options = self.options
+        assert isinstance(options, FitOptions) and options.strategy is not None  # check() refuses a missing one
+        vocab, hidden = job.weight.shape
+        return strategy_from(options.strategy, vocab, hidden, options.budget)
 
     def fit(self, job: Job) -> dict[int | None, EmbeddingStrategy]:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(job.seed)
-            strategy = strategy_from(self.options.strategy, *job.weight.shape)
+            strategy = self.strategy(job)
         self.details.update({"strategy": type(strategy).__name__, **self.options.describe()})
         if strategy.sizing is not None:
             self.details["budget"] = strategy.sizing.describe()

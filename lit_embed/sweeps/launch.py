@@ -1,5 +1,7 @@
 """Running a sweep's runs: each in a process of its own (``lit-embed sweep --run``), one after another
-(``local``) or as many at once as the visible GPUs allow (``gpus``), and the progress summary.
+(``local``) or as many at once as the visible GPUs allow (``gpus``); or one after another in the launching process
+(``inline``: lit-embed, torch and Lightning imported once, each run still in its own folder with its own config, log
+and exit status); and the progress summary.
 
 ``lit-embed sweep --run STAGE/NAME`` runs one run in its own process, as a SLURM array task does: it resolves
 the run's references to earlier stages (which must have finished), then runs ``lit-embed fit ... --ckpt_path
@@ -18,8 +20,10 @@ import socket
 import subprocess
 import sys
 import time
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from lit_embed.errors import ConfigError, RunBusyError
 from lit_embed.files import write_json_atomic, writing
@@ -33,7 +37,7 @@ from lit_embed.sweeps.outcomes import (
     Outcome,
     book,
     counts,
-    finished_results,
+    finished,
     outcome,
     read_status,
     resolve,
@@ -41,7 +45,7 @@ from lit_embed.sweeps.outcomes import (
 )
 from lit_embed.sweeps.plan import MANIFEST, Run, Sweep, manifest
 
-LAUNCHERS = ("local", "gpus", "slurm")
+LAUNCHERS = ("local", "inline", "gpus", "slurm")
 POLL_SECONDS = 0.5
 
 
@@ -53,8 +57,8 @@ class Launch:
     gpus_per_run: int | None = None
 
     def gpus(self, run: Run) -> int:
-        """The GPUs ``run`` takes: none under ``local`` (the config decides where it runs)."""
-        if self.launcher == "local":
+        """The GPUs ``run`` takes: none under ``local`` and ``inline`` (the config decides where it runs)."""
+        if self.launcher in ("local", "inline"):
             return 0
         return run.stage.gpus_per_run if self.gpus_per_run is None else self.gpus_per_run
 
@@ -63,7 +67,8 @@ class Launch:
 
 
 def commands(run: Run, launch: Launch, paths: dict[str, str] | None = None) -> list[list[str]]:
-    """The ``lit-embed`` command lines of ``run`` (``fit``; or ``compress`` then ``test``), its references replaced
+    """The ``lit-embed`` command lines of ``run`` (``fit``; or ``compress``, then ``test`` unless the stage says
+    ``test: false``), its references replaced
     by ``paths`` (left as written without them)."""
     gpus = launch.gpus(run)
     args = [arg for config in run.configs() for arg in ("--config", config)]
@@ -85,7 +90,7 @@ def commands(run: Run, launch: Launch, paths: dict[str, str] | None = None) -> l
     if gpus:
         args += ["--accelerator", "gpu"]
         test += ["--trainer.accelerator", "gpu", "--trainer.devices", "1"]
-    return [["compress", *args], test]
+    return [["compress", *args], test] if run.stage.test else [["compress", *args]]
 
 
 def _text(value) -> str:
@@ -120,7 +125,7 @@ def run_here(sweep: Sweep, run: Run, launch: Launch, execute: Callable[[list[str
                 continue  # compressed before the test was stopped: compress writes its folder whole or not at all
             print("lit-embed " + shlex.join(argv), flush=True)
             execute(argv)
-        if first and finished_results(run) is None:
+        if first and not finished(run):
             raise ConfigError(f"{run.id} ended without a complete results.json in its version folder under {run.folder}: "
                               f"its config needs the lit_embed.callbacks.ResultsWriter callback")
         code = 0  # every step finished (a signal that came as the last one ended left nothing undone)
@@ -235,6 +240,81 @@ def launch_here(sweep: Sweep, launch: Launch, say: Callable[[str], None] = print
     return outcomes
 
 
+def launch_inline(sweep: Sweep, launch: Launch, execute: Callable[[list[str]], object],
+                  explain: Callable[[Exception], tuple[str, int] | None], say: Callable[[str], None] = print
+                  ) -> dict[str, Outcome]:
+    """Run what is not done one after another in this process (``--launcher inline``), as ``lit-embed sweep --run``
+    would in a process of its own: lit-embed, torch and Lightning are imported once, not per run (on 2 CPU cores the
+    imports were most of a small run's time). Each run keeps its folder, config and records: what it prints goes to
+    its ``output.log`` (the file descriptors, so Lightning's and C's output too), its exit status to ``status.json``.
+    A run that fails is recorded and the next one starts; a signal stops the run at a step (it resumes from its
+    checkpoint) and then the launch. SLURM and ``gpus`` keep a process per run: a job array's tasks and each GPU's run
+    are processes of their own, and a crash there (out of memory, a segfault) must not take the launch with it.
+    Returns every run's outcome."""
+    claim_sweep_folder(sweep)
+    outcomes = {run.id: outcome(run) for run in sweep.runs}
+    todo = [run for run in sweep.runs if outcomes[run.id].state in ("left", "failed")]
+    progress = Progress("sweep", "run", len(todo))
+    for ended, run in enumerate(todo, 1):
+        waiting = next((d for d in run.dependencies if outcomes[d.id].state not in SETTLED), None)
+        if waiting is None:
+            outcomes[run.id] = _run_inline(sweep, run, launch, execute, explain, f"[{ended}/{len(todo)}]", say)
+        else:
+            outcomes[run.id] = Outcome("left", detail=f"waits for {waiting.id}, which did not finish")
+        progress.update(ended, final=ended == len(todo))
+    return outcomes
+
+
+def _run_inline(sweep: Sweep, run: Run, launch: Launch, execute: Callable[[list[str]], object],
+                explain: Callable[[Exception], tuple[str, int] | None], count: str, say: Callable[[str], None]) -> Outcome:
+    """One run of :func:`launch_inline`, its output in its log; its outcome."""
+    say(f"{count} start {run.id}")
+    began, cpu = time.monotonic(), time.process_time()
+    with _output_to(book(run) / OUTPUT_FILE) as log:
+        log.write(f"\n=== {datetime.datetime.now().isoformat(timespec='seconds')} lit-embed "
+                  f"{shlex.join(run_argv(sweep, run, launch))} (in the launching process {os.getpid()})\n")
+        try:
+            run_here(sweep, run, launch, execute, explain)
+        except (Exception, SystemExit) as error:  # recorded by run_here; the log gets what the process would print
+            if isinstance(error, SystemExit) and received_signal() is not None:
+                raise
+            known = explain(error) if isinstance(error, Exception) else None
+            if known is not None:
+                log.write(f"lit-embed: error: {known[0]}\n")
+            elif isinstance(error, Exception):
+                traceback.print_exc(file=log)
+    found = outcome(run)
+    took = f"{time.monotonic() - began:.0f} s, {time.process_time() - cpu:.0f} s CPU"  # CPU: what load inflates less
+    say(f"{found.state} {run.id} ({took})" + (f": {found.detail}" if found.detail else ""))
+    return found
+
+
+@contextlib.contextmanager
+def _output_to(log: Path):
+    """This process's output (``sys.stdout``/``sys.stderr`` and file descriptors 1 and 2) appended to ``log`` while
+    the block runs; the file, as a text stream, for the block's own lines."""
+    with writing(log):  # a full disk names it
+        log.parent.mkdir(parents=True, exist_ok=True)
+        out = log.open("a", buffering=1)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
+    try:
+        os.dup2(out.fileno(), 1)
+        os.dup2(out.fileno(), 2)
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+            yield out
+    finally:
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for fd in saved:
+            os.close(fd)
+        out.close()
+
+
 def claim_sweep_folder(sweep: Sweep) -> None:
     """Hold the sweep folder for this launch (one launch at a time) and record the plan in it."""
     try:
@@ -279,7 +359,7 @@ def run_argv(sweep: Sweep, run: Run, launch: Launch) -> list[str]:
     """The ``lit-embed`` arguments that run ``run`` in a process of its own."""
     argv = ["sweep", "--config", str(sweep.path.absolute()), "--folder", str(sweep.folder.absolute()), "--run", run.id,
             "--launcher", launch.launcher]
-    if launch.launcher != "local":
+    if launch.launcher not in ("local", "inline"):
         argv += ["--gpus-per-run", str(launch.gpus(run))]
     return argv
 
@@ -342,7 +422,8 @@ def plan_text(sweep: Sweep, launch: Launch) -> str:
             about.append(f"seeds {', '.join(map(str, stage.seeds))}")
         if stage.references:
             about.append(f"from {', '.join(stage.references)}")
-        lines.append(f"stage {stage.name} ({stage.command}{', then test' if stage.command == 'compress' else ''}): "
+        then = {"compress": ", then test" if stage.test else ", no test (test: false)"}.get(stage.command, "")
+        lines.append(f"stage {stage.name} ({stage.command}{then}): "
                      + "; ".join(about))
         for run in stage.runs:
             found = outcomes[run.id]

@@ -2,7 +2,8 @@
 earlier runs a ``${stage.checkpoint}`` reference resolves to.
 
 A run is done when one of its ``version_N`` folders holds a complete ``results.json``: every step its stage asked
-for (fit, then the test it runs on task data) finished. One whose newest ``results.json`` says it diverged is settled
+for (fit, then the test it runs on task data) finished; a compress run that does not test, when its ``model.ckpt`` is
+written. One whose newest ``results.json`` says it diverged is settled
 too: launching again would diverge again, so it is not started, a grid leaves it out, and later stages start from the
 others. Its launch keeps
 ``SWEEP/logs/<stage>/<run>/``: ``output.log`` (what it printed), ``status.json`` (running on which host and
@@ -50,6 +51,14 @@ def finished_results(run: Run) -> dict | None:
     return next((results for results in _results(run) if status_of(results) == COMPLETE), None)
 
 
+def finished(run: Run) -> bool:
+    """Whether every step of the run finished: a complete ``results.json``; for a compress stage that does not test,
+    its ``model.ckpt`` (compress writes its folder whole or not at all)."""
+    if finished_results(run) is not None:
+        return True
+    return run.stage.command == "compress" and not run.stage.test and (run.folder / "model.ckpt").is_file()
+
+
 def _results(run: Run):
     """The readable ``results.json`` of the run's version folders, newest first."""
     for folder in reversed(folders.version_folders(run.folder)):
@@ -62,7 +71,7 @@ def outcome(run: Run) -> Outcome:
     if run.unmet:
         return Outcome("unmet", detail=run.unmet)
     results = finished_results(run)
-    if results is not None:
+    if results is not None or finished(run):
         return Outcome("done", results)
     newest = next(_results(run), None)
     if newest is not None and status_of(newest) == DIVERGED:

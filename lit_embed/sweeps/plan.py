@@ -2,7 +2,8 @@
 
 A stage's runs are every combination of its ``axes`` (the table's rows, and its tasks: the axis named
 ``task``), its ``search`` grid (searched: the best on validation wins per model x task) and its ``seeds``
-(averaged). A run is the command line of one ``lit-embed fit`` (or ``compress`` then ``test``) in a folder
+(averaged). A run is the command line of one ``lit-embed fit`` (or ``compress``, then ``test`` unless the stage
+says ``test: false``) in a folder
 of its own, ``SWEEP/<stage>/<axis=value,...>``. A value may refer to an earlier stage's result,
 ``${stage.checkpoint}`` or ``${stage.folder}``: which of its runs is known from the axes the two stages
 share (and the seed), and the earlier stage's best grid point, once those runs have finished.
@@ -35,7 +36,7 @@ NAME = re.compile(r"[A-Za-z0-9._+-]+")
 RESERVED = ("logs", "slurm")
 COMMANDS = ("fit", "compress")
 TOP_KEYS = ("folder", "gpus_per_run", "slurm", "stages")
-STAGE_KEYS = ("command", "config", "set", "axes", "search", "seeds", "select", "label", "gpus_per_run", "slurm")
+STAGE_KEYS = ("command", "config", "set", "axes", "search", "seeds", "select", "label", "gpus_per_run", "slurm", "test")
 TASK_AXIS = "task"
 SEED_AXIS = "seed"
 MAX_NAME = 200
@@ -90,6 +91,7 @@ class Stage:
     label: str | None
     gpus_per_run: int
     slurm: dict
+    test: bool = True  # a compress stage tests its model (false: a fit from a pretrained encoder has no task head yet)
     runs: list[Run] = field(default_factory=list)
 
     @property
@@ -145,6 +147,14 @@ class Run:
             names = {key: v.name for v in rows for key in (v.axis, v.short)}
             return re.sub(r"\{([^{}]+)\}", lambda m: names[m.group(1)], self.stage.label)
         return ",".join(v.name if v.named else v.part for v in rows) or self.stage.name
+
+    @property
+    def variant(self) -> str:
+        """The words of the stage's label besides its axes' values (``post-hoc`` in ``{strategy} {budget} post-hoc``):
+        a figure draws these runs as a line of their own beside the same strategy's other runs."""
+        if self.stage.label is None or not re.search(r"\{[^{}]+\}", self.stage.label):
+            return ""
+        return " ".join(re.sub(r"\{[^{}]+\}", " ", self.stage.label).split())
 
     def overrides(self) -> list[tuple[str, object]]:
         """The stage's fixed keys, then the values' keys: what goes on the command line after the config files."""
@@ -272,8 +282,14 @@ def _stage(name: str, spec, where: str, default_gpus: int, slurm: dict, base: Pa
                               f"axes ({', '.join(sorted(allowed)) or 'none'}): a row's name may not vary by task, grid point or seed")
         label = str(label)
     gpus = _count(spec.get("gpus_per_run", default_gpus), f"{where}: gpus_per_run")
+    test = spec.get("test", True)
+    if not isinstance(test, bool):
+        raise ConfigError(f"{where}: test must be true or false (got {test!r})")
+    if command != "compress" and "test" in spec:
+        raise ConfigError(f"{where}: test is a key of compress stages (whether `lit-embed test` runs after compress); a "
+                          f"{command} stage's config decides its own testing: remove the key")
     return Stage(name, command, configs, fixed, axes, search, seeds, chosen, label, gpus,
-                 {**slurm, **_mapping(spec.get("slurm"), f"{where}: slurm")})
+                 {**slurm, **_mapping(spec.get("slurm"), f"{where}: slurm")}, test)
 
 
 def _axis(axis: str, values, where: str, base: Path, named: bool = True) -> list[Value]:
@@ -470,7 +486,8 @@ def manifest(sweep: Sweep) -> dict:
         "sweep_file": str(sweep.path),
         "unmet": {run.id: run.unmet for run in sweep.runs if run.unmet},
         "stages": [{"name": s.name, "command": s.command, "axes": axes(s.axes), "search": axes(s.search), "seeds": s.seeds,
-                    "select": {"metric": s.select.metric, "mode": s.select.mode}, "label": s.label} for s in sweep.stages],
+                    "select": {"metric": s.select.metric, "mode": s.select.mode}, "label": s.label, "test": s.test}
+                   for s in sweep.stages],
     }
 
 
@@ -488,7 +505,7 @@ def read_manifest(folder: str | Path) -> Sweep:
                 return [[Value(v["axis"], v["short"], v["name"], named=v["named"]) for v in group] for group in groups]
 
             stage = Stage(spec["name"], spec["command"], [], {}, axes(spec["axes"]), axes(spec["search"]), spec["seeds"],
-                          Select(**spec["select"]), spec["label"], 0, {})
+                          Select(**spec["select"]), spec["label"], 0, {}, spec.get("test", True))
             stage.runs = _runs(stage, folder, str(path))
             for run in stage.runs:
                 run.unmet = document.get("unmet", {}).get(run.id)

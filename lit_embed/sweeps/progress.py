@@ -13,7 +13,7 @@ from lit_embed.tables import MISSING, Table, logged_text, mean_std, score_text
 
 def sweep_runs(folder: str | Path, digits: int = 1) -> tuple[list[dict], list[Table]]:
     """The ``results.json`` of every finished run the sweep reports, as a row of its table (``label``: the row's
-    name; ``seed``: the run's), and the grid-search and progress tables (scores with ``digits`` decimals)."""
+    name; ``seed``: the run's; ``variant``: its stage label's own words, :attr:`Run.variant`), and the grid-search and progress tables (scores with ``digits`` decimals)."""
     sweep = read_manifest(folder)
     outcomes = {run.id: outcome(run) for run in sweep.runs}
     runs, tables = [], []
@@ -28,7 +28,7 @@ def sweep_runs(folder: str | Path, digits: int = 1) -> tuple[list[dict], list[Ta
             if results is None or (winners is not None and run.point != winners[run.row]):
                 continue
             seed = results.get("seed") if run.seed is None else run.seed
-            runs.append({**results, "label": run.label, "seed": seed, "sweep_run": run.id})
+            runs.append({**results, "label": run.label, "seed": seed, "sweep_run": run.id, "variant": run.variant})
     tables.append(progress_table(sweep, outcomes))
     return runs, tables
 

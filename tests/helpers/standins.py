@@ -29,9 +29,9 @@ TRAINER = ["--trainer.accelerator", "cpu", "--trainer.devices", "1", "--trainer.
            "--trainer.val_check_interval", "2", "--trainer.check_val_every_n_epoch", "null",
            "--trainer.limit_val_batches", "1", "--trainer.limit_test_batches", "1", "--trainer.log_every_n_steps", "1",
            "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false"]
-#: ``lit-embed compress`` on a CPU, validating on one batch, additive quantization trained for two steps.
+#: ``lit-embed compress`` on a CPU, validating on one batch; additive quantization trained, a strategy fitted, two steps.
 COMPRESS = ["--accelerator", "cpu", "--limit_val_batches", "1"]
-AQ = ["--max_steps", "2"]
+STEPS = ["--max_steps", "2"]
 LOCAL_TOKENIZER = "all-MiniLM-L6-v2"
 MINILM_VOCABULARY = "30522"
 
@@ -102,4 +102,4 @@ def compress_overrides(argv: list[str]) -> list[str]:
         return []
     files = [argv[i + 1] for i, arg in enumerate(argv) if arg == "--config"]
     methods = [(yaml.safe_load(Path(f).read_text()) or {}).get("method") for f in files]
-    return COMPRESS + (AQ if "aq" in methods else [])
+    return COMPRESS + (STEPS if {"aq", "fit"} & set(methods) else [])
