@@ -231,6 +231,20 @@ ZOO = {
 }
 
 
+def test_dpq_without_gradients_gives_the_trained_path_s_vectors_and_its_full_weight():
+    """Inference reads the values at the codes (no N x D x K one-hot and softmax: the zoo's post-hoc DPQ at 10% took
+    12.5 GB for it); the vectors are the straight-through path's (whose hard + soft - soft carries the softmax's
+    rounding: within 1e-6), and the full weight's exactly."""
+    torch.manual_seed(0)
+    dpq = DPQEmbedding(300, 12, codewords=7, groups=3)
+    ids = torch.randint(300, (4, 9), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        inferred = dpq(ids)
+    trained = dpq(ids)
+    assert trained.requires_grad and torch.allclose(inferred, trained.detach(), rtol=0, atol=1e-6)
+    assert torch.equal(dpq.full_weight()[ids], inferred)
+
+
 @pytest.mark.parametrize("name", list(ZOO))
 def test_each_method_trains_in_every_objective(name):
     """MLM with the decoder tied to the strategy's V x d weight, Shuffle+Random, and fine-tuning: every parameter of

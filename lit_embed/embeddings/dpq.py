@@ -70,10 +70,16 @@ class DPQEmbedding(EmbeddingStrategy):
 
     def forward(self, codes: Tensor) -> Tensor:
         scores = self.scores(codes)
+        if not torch.is_grad_enabled():  # the hard choice's vector read at the codes: no N x D x K one-hot, softmax
+            return self._values_at(scores.argmax(-1))
         soft = (scores / self.temperature).softmax(-1)
         hard = nn.functional.one_hot(scores.argmax(-1), self.codewords).to(soft.dtype)
         choice = hard + soft - soft.detach()  # the hard choice's value, the softmax's gradient
         return torch.einsum("...gk,gkw->...gw", choice, self.values).flatten(-2)
+
+    def _values_at(self, picked: Tensor) -> Tensor:
+        """``(..., d)`` the values of codewords ``picked`` (``(..., D)``), side by side."""
+        return self.values[torch.arange(self.groups, device=self.values.device), picked].flatten(-2)
 
     def codes(self) -> Tensor:
         """``(V, D)`` each token's codeword in each group (what inference keeps)."""
@@ -82,8 +88,7 @@ class DPQEmbedding(EmbeddingStrategy):
             return torch.cat([self.scores(chunk).argmax(-1) for chunk in ids.split(CHUNK)])
 
     def full_weight(self) -> Tensor:
-        groups = torch.arange(self.groups, device=self.values.device)
-        return self.values[groups, self.codes()].flatten(-2)
+        return self._values_at(self.codes())
 
 
 __all__ = ["DPQEmbedding"]
