@@ -8,8 +8,9 @@ folder lit-embed runs in), and fills in each class's defaults from a shipped cop
 classes (:data:`COPY`, written by ``python -m lit_embed.commands.light_config`` from the real signatures and held
 to them by ``tests/test_data_check_light.py``). It answers only where it is sure to compose what the full parse
 would: an unknown or plugin's class, another version of lit-embed or jsonargparse than the copy's, an installed
-plugin, a syntax it does not read, a task defined in the config, a config lit-embed wrote (read as recorded) or a
-value of another type than the names need all give ``None``, and the full parse answers. Values the names do not
+plugin, a syntax it does not read, a task definition the task table refuses or whose labels its rows give, a config
+lit-embed wrote (read as recorded) or a value of another type than the names need all give ``None``, and the full
+parse answers. Values the names do not
 depend on are not checked here: ``fit`` checks them before it trains.
 """
 
@@ -38,7 +39,7 @@ IGNORED = ("seed_everything", "ckpt_path", "ckpt_model")
 MODEL_NAMES = ("pretrained", "source")
 #: The data module's arguments the names come from, and the types a value of each must have (else: the full parse).
 DATA_TYPES = {"datasets": (list, type(None)), "files": (list, type(None)), "tokenizer": (str, type(None)),
-              "trust_remote_code": (bool,), "task": (str,), "data_dir": (str, type(None)), "protocol": (str,),
+              "trust_remote_code": (bool,), "task": (str, dict), "data_dir": (str, type(None)), "protocol": (str,),
               "mode": (str,), "train_languages": (list, type(None)), "val_languages": (list, type(None)),
               "test_languages": (list, type(None))}
 #: What each section of a config takes: the kinds of class (:func:`signatures_of_classes`).
@@ -295,6 +296,9 @@ def _task_reads(data: dict, signatures: dict) -> TaskReads | None:
     data_dir = Path(args["data_dir"]).expanduser() if args["data_dir"] else None
     if args["protocol"] not in ("standard", "split_train") or (data_dir is not None and not data_dir.is_dir()):
         raise Unsure("the data module refuses its arguments")  # it says why
+    own = args["task"] if isinstance(args["task"], dict) else {}
+    if own and own.get("labels") is None and not own.get("regression"):  # before it is registered: the parse defines it
+        raise Unsure(f"task {own.get('name')}: labels read from its rows")  # the module reads them (and checks with them)
     try:
         task = get_task(args["task"])
         if spec["kind"] == "xnli":

@@ -391,7 +391,7 @@ def apply_evaluation_schedule(config) -> None:
     data = (config.get("data") or {}).get("init_args") or {}
     if config.trainer.get("val_check_interval") is not None or not data.get("task") or not data.get("paper"):
         return
-    steps = get_task(data["task"]).eval_every.get(data["paper"])
+    steps = get_task(_plain(data["task"])).eval_every.get(data["paper"])  # a definition given on the command line: parsed
     if steps is not None:
         config.trainer.val_check_interval = steps
         config.trainer.check_val_every_n_epoch = None
