@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -14,6 +15,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from lit_embed.accounting import compression, performance_retention, speed_up
 from lit_embed.callbacks import EfficiencyMonitor, ResultsWriter
+from lit_embed.callbacks.efficiency import peak_rss_bytes
 from lit_embed.files import write_atomic, write_json_atomic
 from lit_embed.results import RESULTS_FILE, is_score, load_results
 from tests.helpers import CONFIGS
@@ -69,6 +71,23 @@ def test_timer_leaves_out_warm_up_and_sanity_steps_and_counts_samples(tmp_path):
     # 4 validation batches of 5 after the sanity check; the first 2 are warm-up.
     assert summary["infer"] == {"ms_per_sample": 1000 * 0.5 / 5, "measured_steps": 2, "samples": 10, "warmup_steps": 2}
     assert summary["world_size"] == 1 and summary["device"] == "cpu" and summary["peak_memory_mb"] > 10
+
+
+@pytest.mark.skipif(not Path("/proc/self/clear_refs").exists(), reason="Linux's clear_refs: the peak counts from the process's start")
+def test_a_run_s_peak_memory_is_its_own_not_that_of_a_run_before_it_in_the_process(tmp_path):
+    """``lit-embed sweep --launcher inline`` runs many fits in one process: each reports the peak since its own setup."""
+    big = torch.ones(64 * 2**20)  # 256 MiB held, then freed: an earlier run's peak
+    del big
+    monitor = EfficiencyMonitor(warmup_steps=0)
+    trainer = pl.Trainer(max_steps=3, limit_val_batches=1, num_sanity_val_steps=0, callbacks=[monitor], logger=False,
+                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+                         default_root_dir=tmp_path)
+    trainer.fit(TinyRegression(), loader(9, 3), loader(5, 5))
+    summary = monitor.summary(trainer)
+    assert summary["memory"] == "process_peak_rss"
+    assert peak_rss_bytes() >= summary["peak_memory_mb"] * 2**20 > 0
+    held = int(next(line for line in Path("/proc/self/status").read_text().splitlines() if line.startswith("VmRSS:")).split()[1])
+    assert summary["peak_memory_mb"] * 2**20 < held * 1024 + 128 * 2**20  # not the 256 MiB peak from before the run
 
 
 def test_a_run_too_short_to_measure_says_so(tmp_path):

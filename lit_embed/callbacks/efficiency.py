@@ -33,6 +33,17 @@ def peak_rss_bytes() -> int | None:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * _RSS_UNIT
 
 
+def reset_peak_rss() -> bool:
+    """Start this process's peak resident set size again from what it holds now (Linux: ``5`` to ``clear_refs``), so
+    that a run in a process that ran others before it (``lit-embed sweep --launcher inline``) reports its own peak;
+    ``False`` where it cannot (the peak then counts from the process's start)."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:
+        return False
+    return True
+
+
 class _Timer:
     """Seconds and samples of the measured steps of one kind (after ``warmup`` unmeasured ones)."""
 
@@ -54,7 +65,8 @@ class EfficiencyMonitor(pl.Callback):
     * the first ``warmup_steps`` steps of each kind are not measured (allocator, kernel selection);
     * on a GPU the device is synchronised before each clock reading, so queued kernels are counted;
     * peak memory: CUDA's maximum allocated bytes since the run started, else the process's peak
-      resident set size (the whole process's lifetime, data-loading workers not included).
+      resident set size since the run's setup (Linux; elsewhere since the process started, and said so),
+      data-loading workers not included.
 
     Under DDP each rank times its own steps on its own batches; the figures sum seconds and samples
     over ranks, so ``ms_per_sample`` is the mean time one device spends per sample, and peak memory is
@@ -75,12 +87,15 @@ class EfficiencyMonitor(pl.Callback):
         self.warmup_steps = warmup_steps
         self.timers = {kind: _Timer() for kind in self.KINDS}
         self._device = torch.device("cpu")
+        self._rss_from_start = True  # the peak counts from the run's setup (see reset_peak_rss)
 
     # -- lifecycle -------------------------------------------------------------------------------
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         self._device = trainer.strategy.root_device
         if self._device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(self._device)
+        else:
+            self._rss_from_start = reset_peak_rss()
 
     # -- training steps --------------------------------------------------------------------------
     def on_train_batch_start(self, trainer, pl_module, batch: Any, batch_idx: int) -> None:
@@ -158,7 +173,8 @@ class EfficiencyMonitor(pl.Callback):
                 "warmup_steps": self.warmup_steps,
             }
         figures["peak_memory_mb"] = float(rows[:, -1].max()) / 2**20 or None
-        figures["memory"] = "cuda_max_allocated" if self._device.type == "cuda" else "process_peak_rss"
+        figures["memory"] = "cuda_max_allocated" if self._device.type == "cuda" else \
+            "process_peak_rss" if self._rss_from_start else "process_peak_rss_since_process_start"
         figures["device"] = torch.cuda.get_device_name(self._device) if self._device.type == "cuda" else "cpu"
         figures["world_size"] = int(rows.shape[0])
         figures["precision"] = str(trainer.precision)
