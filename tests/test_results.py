@@ -15,7 +15,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from lit_embed.accounting import compression, performance_retention, speed_up
 from lit_embed.callbacks import EfficiencyMonitor, ResultsWriter
-from lit_embed.callbacks.efficiency import peak_rss_bytes
+from lit_embed.callbacks.efficiency import peak_rss_bytes, reset_peak_rss
 from lit_embed.files import write_atomic, write_json_atomic
 from lit_embed.results import RESULTS_FILE, is_score, load_results
 from tests.helpers import CONFIGS
@@ -73,7 +73,7 @@ def test_timer_leaves_out_warm_up_and_sanity_steps_and_counts_samples(tmp_path):
     assert summary["world_size"] == 1 and summary["device"] == "cpu" and summary["peak_memory_mb"] > 10
 
 
-@pytest.mark.skipif(not Path("/proc/self/clear_refs").exists(), reason="Linux's clear_refs: the peak counts from the process's start")
+@pytest.mark.skipif(not reset_peak_rss(), reason="no Linux clear_refs to write: the peak counts from the process's start")
 def test_a_run_s_peak_memory_is_its_own_not_that_of_a_run_before_it_in_the_process(tmp_path):
     """``lit-embed sweep --launcher inline`` runs many fits in one process: each reports the peak since its own setup."""
     big = torch.ones(64 * 2**20)  # 256 MiB held, then freed: an earlier run's peak
