@@ -52,11 +52,17 @@ KNOWN_ARCHITECTURES = {
 
 @contextmanager
 def shapes_only() -> Iterator[None]:
-    """Build pretrained encoders named in :data:`KNOWN_ARCHITECTURES` from their shape, with random
-    weights and no download: enough to count parameters."""
+    """Build pretrained encoders named in :data:`KNOWN_ARCHITECTURES` from their shape, with no download, and leave
+    torch's and transformers' weight initialisers out (most of the time a paper-sized model takes to build): enough
+    to count parameters, never to compute with."""
+    # Imported here: a model is about to be built, so torch and transformers are loaded already, while the commands
+    # that read this module for hub names alone (help, data check) import neither.
+    from transformers.initialization import no_init_weights
+
     token = _SHAPE_ONLY.set(True)
     try:
-        yield
+        with no_init_weights():
+            yield
     finally:
         _SHAPE_ONLY.reset(token)
 

@@ -378,7 +378,8 @@ class TaskDataModule(TextDataModule):
         """Refuse, before any training, labels that cannot train or be scored: a training split whose labels (or
         regression scores) all have one value, or an evaluation split with one where a task's metric needs two
         (a correlation, agreement or ranking: torchmetrics would fail on it, or give a number that means nothing)."""
-        values = np.unique(np.asarray(encoded["labels"]))
+        # the column through arrow: a numpy-formatted dataset's column is read row by row (50 ms for 900 rows)
+        values = np.unique(encoded.with_format("arrow")["labels"].to_numpy())
         if len(values) != 1:
             return
         training = split == "train"

@@ -64,6 +64,7 @@ class VocabTextEncoder:
 
         self.name = tokenizer
         self.tokenizer = load_tokenizer(tokenizer)
+        self._fingerprint: str | None = None
         size = len(self.tokenizer)
         if max_vocab_size is not None and size > max_vocab_size:
             raise ConfigError(
@@ -93,10 +94,14 @@ class VocabTextEncoder:
         return np.asarray(code, dtype=np.int64)
 
     def fingerprint(self) -> str:
-        digest = hashlib.sha1(type(self.tokenizer).__name__.encode())
-        for token, idx in sorted(self.tokenizer.get_vocab().items(), key=lambda kv: kv[1]):
-            digest.update(f"{idx}\t{token}\n".encode("utf-8", "surrogatepass"))
-        return f"vocab-{digest.hexdigest()[:16]}"
+        # Once per encoder (the tokenizer is never changed after loading): a data module asks for it per split and
+        # per pass, and hashing a 30k-250k vocabulary takes 60 ms or more each time.
+        if self._fingerprint is None:
+            digest = hashlib.sha1(type(self.tokenizer).__name__.encode())
+            for token, idx in sorted(self.tokenizer.get_vocab().items(), key=lambda kv: kv[1]):
+                digest.update(f"{idx}\t{token}\n".encode("utf-8", "surrogatepass"))
+            self._fingerprint = f"vocab-{digest.hexdigest()[:16]}"
+        return self._fingerprint
 
     def __len__(self) -> int:
         return len(self.tokenizer)
