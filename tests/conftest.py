@@ -23,6 +23,18 @@ if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
                           str(max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))))
 
 
+#: The files that take a minute or more of a worker (``--durations``), run first, longest first: pytest-xdist hands
+#: whole files out in the order collected, and one of these collected last (alphabetically) kept one worker busy for a
+#: minute or two after the other had finished.
+LONGEST_FIRST = ("test_faults.py", "test_sweeps.py", "test_distributed.py", "test_cli.py", "test_bench.py",
+                 "test_compress.py", "test_finetune.py")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {name: place for place, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: every other file as collected
+
+
 @pytest.fixture(autouse=True)
 def offline(monkeypatch, tmp_path_factory):
     go_offline(monkeypatch, tmp_path_factory)

@@ -82,30 +82,36 @@ def test_experiment_table_is_what_params_prints(paper, row):
             assert published == [" / ".join([total, embedding, *(f"{r:.1f}" for r in ratios)])]
 
 
-def test_the_plugin_example_counts_trains_and_keeps_the_contract_as_written(tmp_path):
-    """Write the extending page's two files, run its two commands (fit shortened to one step), then its contract
-    check."""
+def test_the_plugin_example_counts_trains_and_keeps_the_contract_as_written(tmp_path, monkeypatch, capsys):
+    """Write the extending page's two files, run its two commands (fit shortened to one step, through the installed
+    console script: the one test of it), then its contract check. Counting and the contract run in this process, as
+    ``PYTHONPATH=.`` would have them: the example's folder first on the path, its module imported afresh."""
+    from lit_embed.commands import main
+
     text = page("extending")
     module = next(block for block in code_blocks("python", text) if "class LowRankEmbedding" in block)
     (tmp_path / "my_embeddings.py").write_text(module)
     (tmp_path / "low_rank.yaml").write_text(next(b for b in code_blocks("yaml", text) if "my_embeddings." in b))
     commands = next(block for block in code_blocks("bash", text) if "low_rank.yaml" in block).strip().splitlines()
     assert len(commands) == 2
+    params, fit = (command.replace("$LIT_EMBED", str(REPO)).split() for command in commands)
+    assert params[:3] == fit[:2] + ["params"] and fit[:3] == ["PYTHONPATH=.", "lit-embed", "fit"]
     cli = str(Path(sys.executable).parent / "lit-embed")
-    outputs = []
-    for command, extra in zip(commands, ([], ["--trainer.fast_dev_run", "true"])):
-        argv = command.replace("$LIT_EMBED", str(REPO)).split()
-        assert argv[:2] == ["PYTHONPATH=.", "lit-embed"]
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join([".", os.environ.get("PYTHONPATH", "")])}
-        done = subprocess.run([cli, *argv[2:], *extra], cwd=tmp_path, env=env, capture_output=True, text=True)
-        assert done.returncode == 0, done.stderr[-3000:]
-        outputs.append(done.stdout)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([".", os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([cli, *fit[2:], "--trainer.fast_dev_run", "true"], cwd=tmp_path, env=env, capture_output=True,
+                          text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "my_embeddings", raising=False)  # another test's module of that name
+    assert main(params[2:]) == 0
     rank = 32
     expected = 30522 * rank + rank * 64  # A: V x r, B: r x d with the demo's tiny backbone (d = 64)
-    assert f"{expected:,}" in outputs[0] and "LowRankEmbedding" in outputs[0]
+    counted = capsys.readouterr().out
+    assert f"{expected:,}" in counted and "LowRankEmbedding" in counted
     contract = next(block for block in code_blocks("python", text) if "check_strategy(" in block)
-    done = subprocess.run([sys.executable, "-c", contract], cwd=tmp_path, env=env, capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr[-3000:]
+    exec(compile(contract, "docs/extending.md", "exec"), {})  # raises AssertionError naming a broken property
+    monkeypatch.delitem(sys.modules, "my_embeddings")
 
 
 def heading_anchors(text: str) -> set[str]:
