@@ -20,6 +20,17 @@ def built_by_cli() -> bool:
     return _given_hyperparameters.get() is not None
 
 
+def no_weight_initialisation():
+    """A context in which torch's and transformers' weight initialisers do nothing (what ``from_pretrained`` builds
+    under, its weights about to be loaded): transformers' ``no_init_weights``, undocumented, in
+    ``transformers.initialization`` from version 5 and in ``transformers.modeling_utils`` before."""
+    try:
+        from transformers.initialization import no_init_weights
+    except ImportError:  # transformers 4
+        from transformers.modeling_utils import no_init_weights  # type: ignore[attr-defined,no-redef]
+    return no_init_weights()
+
+
 def keep_hparams_tab_for_final_figures(logger) -> None:
     """TensorBoard shows the first HPARAMS session summary of a run; Lightning writes a placeholder one
     (``hp_metric = -1``) unless its private ``_default_hp_metric`` is off, which would hide the figures

@@ -21,6 +21,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from pathlib import Path
 
+from lit_embed._compat import no_weight_initialisation
 from lit_embed.errors import HubError, MissingFileError
 
 log = logging.getLogger(__name__)
@@ -55,13 +56,9 @@ def shapes_only() -> Iterator[None]:
     """Build pretrained encoders named in :data:`KNOWN_ARCHITECTURES` from their shape, with no download, and leave
     torch's and transformers' weight initialisers out (most of the time a paper-sized model takes to build): enough
     to count parameters, never to compute with."""
-    # Imported here: a model is about to be built, so torch and transformers are loaded already, while the commands
-    # that read this module for hub names alone (help, data check) import neither.
-    from transformers.initialization import no_init_weights
-
     token = _SHAPE_ONLY.set(True)
     try:
-        with no_init_weights():
+        with no_weight_initialisation():
             yield
     finally:
         _SHAPE_ONLY.reset(token)

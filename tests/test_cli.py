@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 from safetensors.numpy import load_file
 
+from lit_embed._compat import no_weight_initialisation
 from lit_embed.accounting import parameter_report
 from lit_embed.commands import main
 from lit_embed.commands.lightning import LitEmbedCLI
@@ -65,10 +66,8 @@ def test_every_experiment_config_parses_and_builds(path, tmp_path, monkeypatch, 
     """Each config builds its model, data module and trainer at its paper's size. torch's and transformers' random
     initialisers are left out (half of this test's time): what is checked is what the config builds, not the values
     drawn (each strategy's initialisation is the contract tests' and the trainings')."""
-    from transformers.initialization import no_init_weights
-
     monkeypatch.chdir(tmp_path)
-    with no_init_weights():
+    with no_weight_initialisation():
         cli = LitEmbedCLI(args=["--config", str(path), *ON_CPU, *offline_overrides(path, minilm_path)], run=False)
     assert cli.model is not None and cli.datamodule is not None and cli.trainer is not None
     report = parameter_report(cli.model)

@@ -104,14 +104,16 @@ def test_the_plugin_example_counts_trains_and_keeps_the_contract_as_written(tmp_
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delitem(sys.modules, "my_embeddings", raising=False)  # another test's module of that name
-    assert main(params[2:]) == 0
-    rank = 32
-    expected = 30522 * rank + rank * 64  # A: V x r, B: r x d with the demo's tiny backbone (d = 64)
-    counted = capsys.readouterr().out
-    assert f"{expected:,}" in counted and "LowRankEmbedding" in counted
-    contract = next(block for block in code_blocks("python", text) if "check_strategy(" in block)
-    exec(compile(contract, "docs/extending.md", "exec"), {})  # raises AssertionError naming a broken property
-    monkeypatch.delitem(sys.modules, "my_embeddings")
+    try:
+        assert main(params[2:]) == 0
+        rank = 32
+        expected = 30522 * rank + rank * 64  # A: V x r, B: r x d with the demo's tiny backbone (d = 64)
+        counted = capsys.readouterr().out
+        assert f"{expected:,}" in counted and "LowRankEmbedding" in counted
+        contract = next(block for block in code_blocks("python", text) if "check_strategy(" in block)
+        exec(compile(contract, "docs/extending.md", "exec"), {})  # raises AssertionError naming a broken property
+    finally:
+        sys.modules.pop("my_embeddings", None)  # the example's module is this test's alone
 
 
 def heading_anchors(text: str) -> set[str]:
