@@ -50,6 +50,11 @@ class DiskFullError(UserError, OSError):
         return str(self.strerror)
 
 
+class RedirectedWriteError(UserError, OSError):
+    """A file lit-embed would write in place (a lock, a log) that is a symbolic link or no regular file: writing it
+    would write wherever it points."""
+
+
 class RunBusyError(UserError, RuntimeError):
     """A run folder or checkpoint folder that a live run holds."""
 
@@ -71,7 +76,7 @@ class PluginError(UserError, ImportError):
     what its group takes, or two that give one name."""
 
 
-__all__ = ["CheckpointError", "ConfigError", "DiskFullError", "DivergedError", "HubError", "MissingFileError", "OutputExistsError", "PluginError", "RunBusyError", "UserError"]
+__all__ = ["CheckpointError", "ConfigError", "DiskFullError", "DivergedError", "HubError", "MissingFileError", "OutputExistsError", "PluginError", "RedirectedWriteError", "RunBusyError", "UserError"]
 
 
 def not_known(label: str, name: str, known) -> ConfigError:

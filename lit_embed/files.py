@@ -6,6 +6,10 @@ folder (``compress``, ``export``, ``analyze``) through :func:`atomic_folder`; wh
 appended to, TensorBoard's event files) through :func:`writing`. A full disk met by any of them is one
 :class:`~lit_embed.errors.DiskFullError` naming the file and its device, however the library that wrote
 wrapped it.
+
+A file written in place (a lock, a log) is opened by :func:`open_in_place`, never through a symbolic link: a folder
+that arrived from elsewhere (a tarball of runs) must not make lit-embed write a file outside it. An atomic write
+replaces a link by its file, and writes nothing where it pointed.
 """
 
 from __future__ import annotations
@@ -15,14 +19,16 @@ import errno
 import glob
 import json
 import os
+import shlex
 import shutil
 import socket
+import stat
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from lit_embed.errors import DiskFullError, OutputExistsError
+from lit_embed.errors import DiskFullError, OutputExistsError, RedirectedWriteError
 
 
 @contextlib.contextmanager
@@ -180,6 +186,40 @@ def writing(path: str | os.PathLike | Callable[[], str | os.PathLike]) -> Iterat
         raise
 
 
+def open_in_place(path: str | os.PathLike, what: str, append: bool = False) -> int:
+    """A descriptor of ``path`` open for writing, created (0644 under the umask) where absent: never through a symbolic
+    link, and only onto a regular file (:func:`refuse_redirect` says why not). ``append``: writes go to its end."""
+    path = Path(path)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    try:
+        fd = os.open(path, flags | (os.O_APPEND if append else 0), 0o644)  # O_NONBLOCK: a FIFO there does not hang
+    except OSError as error:
+        if error.errno in (errno.ELOOP, errno.ENXIO, errno.EISDIR):
+            refuse_redirect(path, what)
+        raise
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        refuse_redirect(path, what)
+    os.set_blocking(fd, True)
+    return fd
+
+
+def refuse_redirect(path: str | os.PathLike, what: str) -> None:
+    """:class:`~lit_embed.errors.RedirectedWriteError` where ``path`` is a symbolic link or exists as anything but a
+    regular file: a file lit-embed writes in place (the logger's hparams.yaml, a lock) would be written where it points."""
+    path = Path(path)
+    with contextlib.suppress(FileNotFoundError):
+        mode = path.lstat().st_mode
+        if stat.S_ISLNK(mode):
+            found = f"a symbolic link (to {os.readlink(path)})"
+        elif not stat.S_ISREG(mode):
+            found = "a folder" if stat.S_ISDIR(mode) else "not a regular file"
+        else:
+            return
+        raise RedirectedWriteError(f"{what} {path} is {found}: lit-embed writes no file in place through it, which "
+                                   f"would write elsewhere; remove it (rm {shlex.quote(str(path))}) or use another folder")
+
+
 def _remove_stale(folder: Path, prefix: str) -> None:
     for path in folder.glob(glob.escape(prefix) + "*"):
         pid = path.name[len(prefix):]
@@ -263,5 +303,5 @@ def write_json_atomic(path: str | os.PathLike, data: Any) -> Path:
     return write_atomic(path, json.dumps(data, indent=2, default=str) + "\n")
 
 
-__all__ = ["atomic_folder", "atomic_writer", "check_output", "device_of", "disk_full", "full_disk_message", "process_alive",
+__all__ = ["atomic_folder", "atomic_writer", "check_output", "device_of", "disk_full", "full_disk_message", "open_in_place", "process_alive", "refuse_redirect",
            "write_atomic", "write_json_atomic", "writing"]

@@ -32,7 +32,7 @@ import sys
 from pathlib import Path
 
 from lit_embed.errors import CheckpointError, MissingFileError, RunBusyError
-from lit_embed.files import writing
+from lit_embed.files import open_in_place, refuse_redirect, writing
 from lit_embed.results import COMPLETE, DIVERGED, RESULTS_FILE, status_of
 
 try:
@@ -48,8 +48,10 @@ LAST = "last.ckpt"
 _held: dict[str, int] = {}  # folder -> open file descriptor of its lock, for this process's life
 _claimed: list[Path] = []  # version folders this process created
 _made: list[Path] = []  # the folders above them that it created too (``runs/<name>``, ``runs``), innermost first
+#: What a run's logger writes in place (Lightning's ``hparams.yaml``, not atomically): :func:`hold` refuses a link there.
+IN_PLACE = "hparams.yaml"
 #: What a run writes before it has done anything.
-STARTED = frozenset({LOCK_FILE, "config.yaml", "hparams.yaml"})
+STARTED = frozenset({LOCK_FILE, "config.yaml", IN_PLACE})
 
 
 def hold(folder: str | os.PathLike, what: str = "run folder", holds_runs: bool = False) -> None:
@@ -64,7 +66,7 @@ def hold(folder: str | os.PathLike, what: str = "run folder", holds_runs: bool =
     if owner is not None:  # inside another live run's folder
         _refuse(folder, what, owner / LOCK_FILE, f" (inside {owner}, which it holds)")
     folder.mkdir(parents=True, exist_ok=True)
-    fd = os.open(folder / lock, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = open_in_place(folder / lock, f"{what}'s lock")
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
@@ -78,12 +80,14 @@ def hold(folder: str | os.PathLike, what: str = "run folder", holds_runs: bool =
         os.close(fd)
         raise
     _held[str(folder)] = fd
+    if not holds_runs:
+        refuse_redirect(folder / IN_PLACE, f"{what}'s hyperparameters")
 
 
 def _refuse(folder: Path, what: str, lock: Path, where: str = "") -> None:
     who = ""
-    with contextlib.suppress(OSError):
-        who = lock.read_text(errors="replace").strip()
+    with contextlib.suppress(OSError), open(os.open(lock, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0)), "rb") as text:
+        who = text.read(200).decode(errors="replace").strip()
     raise RunBusyError(
         f"{what} {folder}{where} is in use by a live run ({who or 'another process'}): runs must not share folders; give "
         f"this run its own (trainer.default_root_dir, or the checkpoint callback's dirpath) or wait for that one"
@@ -94,9 +98,12 @@ def held(folder: str | os.PathLike) -> bool:
     """Whether a live process holds ``folder`` (:func:`hold`), on this host or another that shares the
     filesystem: the lock dies with its process, however it ended."""
     path = Path(folder).absolute() / LOCK_FILE
-    if fcntl is None or not path.is_file():
+    if fcntl is None or path.is_symlink() or not path.is_file():
+        return False  # a link is no run's lock (hold refuses it)
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
         return False
-    fd = os.open(path, os.O_RDONLY)
     try:
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
     except OSError:

@@ -12,6 +12,7 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -125,7 +126,24 @@ def workspace(tmp_path_factory) -> Path:
     results = json.loads((diverged / "results.json").read_text())
     (diverged / "results.json").write_text(json.dumps({**results, "status": "diverged",
                                                        "detail": "the training loss was nan at step 3"}))
+    craft_links(root, user / "notes.txt")
     return root
+
+
+def craft_links(root: Path, target: Path) -> None:
+    """Folders whose files lit-embed writes in place (locks, a run's hparams.yaml, a sweep run's log) are links to
+    ``target``, a user's file, as a tarball of runs can carry them."""
+    for name, link in (("linked_lock", ".lock"), ("linked_hparams", "hparams.yaml")):
+        run = root / "runs" / name / "version_0"
+        shutil.copytree(root / "runs/demo/version_0", run, ignore=shutil.ignore_patterns(".lock"))
+        (run / link).unlink(missing_ok=True)
+        (run / link).symlink_to(target)
+    for name, link in (("lock", ".launch.lock"), ("log", "logs/fit/run/output.log")):
+        sweep = {"folder": str(root / f"sweep_{name}"), "stages": {"fit": {"config": str(CONFIGS / "demo.yaml"), "set": {
+            "trainer.max_steps": 2, "trainer.limit_val_batches": 1, "data.init_args.batch_size": 4}}}}
+        (root / f"{name}.sweep.yaml").write_text(json.dumps(sweep))
+        (root / f"sweep_{name}" / link).parent.mkdir(parents=True, exist_ok=True)
+        (root / f"sweep_{name}" / link).symlink_to(target)
 
 
 def craft_recorded(root: Path) -> None:
@@ -348,6 +366,16 @@ CASES = [
     ("fine-tuning from an experiment whose run diverged", [*FINETUNE, *SHORT, "--model.init_args.checkpoint",
                                                            "runs/diverged"], 2,
      r"'runs/diverged' holds no finished run with a checkpoint \(runs: version_0 \(diverged\)\)"),
+    # a file written in place (a lock, hparams.yaml, a log) that is a link is refused, and what it points to kept
+    *[(f"a symlinked {what}", argv, 2, rf"{what} \S*/{re.escape(name)} is a symbolic link \(to \S*mine/notes\.txt\): "
+       rf"lit-embed writes no file in place through it") for what, name, argv in (
+        ("run folder's lock", "runs/linked_lock/version_0/.lock",
+         [*DEMO, *SHORT, "--trainer.default_root_dir", "runs/linked_lock", "--ckpt_path", "last"]),
+        ("run folder's hyperparameters", "runs/linked_hparams/version_0/hparams.yaml",
+         [*DEMO, *SHORT, "--trainer.default_root_dir", "runs/linked_hparams", "--ckpt_path", "last"]),
+        ("sweep folder's lock", "sweep_lock/.launch.lock", ["sweep", "--config", "lock.sweep.yaml"]),
+        ("sweep run's log", "sweep_log/logs/fit/run/output.log", ["sweep", "--config", "log.sweep.yaml", "--launcher",
+                                                                   "inline"]))],
     ("--ckpt_path last of a run that diverged", [*DEMO, *SHORT, "--trainer.default_root_dir", "runs/diverged",
                                                  "--ckpt_path", "last"], 2,
      r"--ckpt_path last: the newest checkpoint under runs/diverged is .*, which diverged \(the training loss was nan at "
@@ -553,6 +581,25 @@ def test_an_output_is_never_what_the_command_reads_nor_holds_it(tmp_path, monkey
         with pytest.raises(OutputExistsError, match=rf"--out '{tmp_path}/out' {refused} '{given}', which this command reads"):
             check_output(Path("out"), True, accepted.append, [given])
         assert not accepted
+
+
+@pytest.mark.parametrize("kind", ["link", "fifo", "folder"])
+def test_a_file_written_in_place_is_never_written_through_what_stands_there(kind, tmp_path):
+    """A lock or a log opened for writing: a link to a user's file, a FIFO (which would block the open) or a folder in
+    its place is refused by name; the user's file keeps its bytes."""
+    from lit_embed.errors import RedirectedWriteError
+    from lit_embed.files import open_in_place
+
+    user = tmp_path / "notes.txt"
+    user.write_text("a user's file")
+    path = tmp_path / ".lock"
+    {"link": lambda: path.symlink_to(user), "fifo": lambda: os.mkfifo(path), "folder": path.mkdir}[kind]()
+    found = {"link": f"a symbolic link \\(to {user}\\)", "fifo": "not a regular file", "folder": "a folder"}[kind]
+    with pytest.raises(RedirectedWriteError, match=f"the lock {path} is {found}: .* remove it"):
+        os.close(open_in_place(path, "the lock", append=True))
+    assert user.read_text() == "a user's file"
+    os.close(open_in_place(tmp_path / "new.log", "the log", append=True))  # a new file, or a regular one, opens
+    os.close(open_in_place(tmp_path / "new.log", "the log", append=True))
 
 
 def test_a_full_disk_names_the_device_and_keeps_the_old_file(tmp_path):

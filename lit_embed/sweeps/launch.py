@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lit_embed.errors import ConfigError, RunBusyError
-from lit_embed.files import write_json_atomic, writing
+from lit_embed.files import open_in_place, write_json_atomic, writing
 from lit_embed.folders import hold
 from lit_embed.progress import Progress, duration
 from lit_embed.signals import received_signal, stop_if_signalled
@@ -295,7 +295,7 @@ def _output_to(log: Path):
     the block runs; the file, as a text stream, for the block's own lines."""
     with writing(log):  # a full disk names it
         log.parent.mkdir(parents=True, exist_ok=True)
-        out = log.open("a", buffering=1)
+        out = open(open_in_place(log, "sweep run's log", append=True), "a", buffering=1, encoding="utf-8")
     sys.stdout.flush()
     sys.stderr.flush()
     saved = [os.dup(1), os.dup(2)]
@@ -348,7 +348,7 @@ def _start(sweep: Sweep, run: Run, launch: Launch, gpus: list[str]) -> subproces
     log = book(run) / OUTPUT_FILE
     with writing(log):  # appended to, not replaced: a full disk names it
         log.parent.mkdir(parents=True, exist_ok=True)
-        with log.open("ab") as out:
+        with open(open_in_place(log, "sweep run's log", append=True), "ab") as out:
             out.write(f"\n=== {datetime.datetime.now().isoformat(timespec='seconds')} {shlex.join(argv)}\n".encode())
             out.flush()
             return subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
