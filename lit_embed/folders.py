@@ -12,9 +12,11 @@ logger that claims a run's folder is :class:`lit_embed.runs.RunLogger`.
 * Checkpoints go to ``version_N/checkpoints``. ``--ckpt_path last`` resumes the newest checkpoint under
   ``root`` and continues in its run folder; a config starts from a finished run by naming its run
   folder or its experiment folder (``checkpoint: runs/demo``: the newest run there with a checkpoint
-  whose results, where it wrote some, say it completed). A run folder gives the model the run reported:
-  its best checkpoint where a monitor chose one (``results.json`` records it), else its newest ``last``.
-  A run that diverged gives none: its checkpoints are refused by name, never taken for its model.
+  whose results say it completed; a run without results was killed, and is never taken as finished). A run
+  folder gives the model the run reported: its best checkpoint where a monitor chose one (``results.json``
+  records it), else its newest state: the highest step its checkpoint files record, never the step their
+  names say nor which is called ``last``. A run that diverged gives none: its checkpoints are refused by
+  name, never taken for its model.
 * A killed run leaves its folder with what it wrote; later commands skip folders without the file they
   look for (results, checkpoints).
 """
@@ -170,6 +172,8 @@ def newest_checkpoint(root: str | os.PathLike, default_root_dir: str | os.PathLi
         candidates += folder.glob("hpc_ckpt_*.ckpt")
     found = _newest(candidates)
     run = next((parent for parent in found.parents if parent.parent == Path(root)), None) if found else None
+    if run is not None and found is not None:  # a run killed before its last save: its newest state is another file
+        found = _newest_state([found, *_checkpoints(run)])
     if run is not None and _status(run) == DIVERGED:
         raise CheckpointError(
             f"--ckpt_path last: the newest checkpoint under {root} is {found}, of the run {run}, which diverged "
@@ -185,6 +189,28 @@ def _newest(paths) -> Path | None:
     return max(whole, key=lambda p: p.stat().st_mtime_ns) if whole else None
 
 
+def _newest_state(files: list[Path]) -> Path:
+    """Of one run's checkpoint ``files``, the newest state: the highest step the files record (never their names: a
+    run killed between a periodic save and its ``last.ckpt`` leaves a stale ``last.ckpt``); among equals, a ``last``
+    file, then the newest written."""
+    def rank(path: Path) -> tuple:
+        step = saved_step(path)
+        return (-1 if step is None else step, path.name.startswith("last"), path.stat().st_mtime_ns)
+    return max((p for p in files if p.is_file() and p.stat().st_size > 0), key=rank, default=files[0])
+
+
+def saved_step(checkpoint: str | os.PathLike) -> int | None:
+    """The global step ``checkpoint`` records, read from the file (its tensors mapped, not read; no Python object
+    unpickled); ``None`` where it records none or cannot be read so."""
+    import torch  # here: report and the sweeps read run folders without torch
+
+    with contextlib.suppress(Exception):
+        found = torch.load(checkpoint, map_location="cpu", mmap=True, weights_only=True)
+        step = found.get("global_step") if isinstance(found, dict) else None
+        return step if isinstance(step, int) else None
+    return None
+
+
 def run_of(path: str | os.PathLike, root: str | os.PathLike) -> int | None:
     """The version number of the run under ``root`` that ``path`` lies in (``None`` if it is not in one)."""
     path, root = Path(path).absolute(), Path(root).absolute()
@@ -198,10 +224,10 @@ def start_checkpoint(name: str | os.PathLike, what: str = "checkpoint", newest: 
     """The checkpoint a command takes, given as a file, a run folder or an experiment folder.
 
     A run folder gives the model its run reported: the best checkpoint its ``results.json`` records where a monitor
-    chose one, else its newest ``last*.ckpt`` (or its only checkpoint); ``newest``: the newest state whatever was
-    reported (what ``fit`` resumes). An experiment folder (one holding ``version_N`` folders) gives that of the newest
-    of its runs that has a checkpoint and did not stop short (interrupted, untested or diverged: its results.json says
-    so). A run that diverged is refused.
+    chose one, else its newest state (the highest step its checkpoint files record, a ``last`` among equals);
+    ``newest``: the newest state whatever was reported (what ``fit`` resumes). An experiment folder (one holding
+    ``version_N`` folders) gives that of the newest of its runs that has a checkpoint and completed (its results.json
+    says so: one without was killed). A run that diverged is refused.
     """
     path = Path(name).expanduser()
     if path.is_file():
@@ -210,9 +236,9 @@ def start_checkpoint(name: str | os.PathLike, what: str = "checkpoint", newest: 
         raise MissingFileError(f"{what} {str(name)!r} does not exist: give a .ckpt file, a run folder or an experiment folder")
     if (path / CHECKPOINTS).is_dir() or (path / RESULTS_FILE).is_file():
         return _said(what, name, *_checkpoint_of_run(path, what, newest))
-    usable = [run for run in version_folders(path) if _checkpoints(run) and _status(run) in (None, COMPLETE)]
+    usable = [run for run in version_folders(path) if _checkpoints(run) and _status(run) == COMPLETE]
     if not usable:
-        seen = ", ".join(f"{p.name} ({_status(p) or 'no results'})" for p in version_folders(path)) or "none"
+        seen = ", ".join(f"{p.name} ({_status(p) or _without_results(p)})" for p in version_folders(path)) or "none"
         raise MissingFileError(
             f"{what} {str(name)!r} holds no finished run with a checkpoint (runs: {seen}): train one first, or "
             f"give a .ckpt file"
@@ -231,8 +257,8 @@ def _said(what: str, name, checkpoint: Path, why: str) -> Path:
     key = (what, str(name), str(checkpoint))
     if key not in _SAID.get():
         _SAID.set(_SAID.get() | {key})  # a new set: a copied context keeps the one it had
-        step = re.search(r"step=(\d+)", checkpoint.name)
-        at = f" (step {step.group(1)})" if step else ""
+        step = _step(checkpoint)
+        at = f" (step {step})" if step is not None else ""
         print(f"lit-embed: {what} {str(name)!r} is {checkpoint}{at}: {why}", file=sys.stderr, flush=True)
     return taken(what, name, checkpoint, why)
 
@@ -264,8 +290,11 @@ def checkpoints_taken() -> list[dict]:
 
 
 def _step(checkpoint: Path) -> int | None:
-    """The step ``checkpoint`` was saved at: as its name says (``step=N``), or, for a run's ``last`` checkpoint, as the
-    run's results do (the step the run ended at)."""
+    """The step ``checkpoint`` was saved at: as the file records it; else as its name says (``step=N``), or, for a run's
+    ``last`` checkpoint, as the run's results do (the step the run ended at)."""
+    recorded = saved_step(checkpoint)
+    if recorded is not None:
+        return recorded
     found = re.search(r"step=(\d+)", checkpoint.name)
     if found:
         return int(found.group(1))
@@ -289,17 +318,35 @@ def _checkpoint_of_run(run: Path, what: str, newest: bool) -> tuple[Path, str]:
                                    f"{reported['monitor']}), which is gone: give a .ckpt file")
         return best, f"the best checkpoint by {reported['monitor']} its run reported"
     files = _checkpoints(run)
-    last = _newest(p for p in files if p.name.startswith("last"))  # last-v1.ckpt: Lightning's beside a stale last.ckpt
-    step = _results(run).get("global_step")
-    chose = "its newest state" + (f", step {step}" if isinstance(step, int) else "")
-    chose += " (asked for)" if newest else " (the run reported no best)"
-    if last is not None:
-        return last, chose
-    if len(files) == 1:
-        return files[0], "the run's only checkpoint"
     if not files:
         raise MissingFileError(f"{what} {str(run)!r} is a run folder without checkpoints: give a .ckpt file")
-    raise CheckpointError(f"{what} {str(run)!r} holds several checkpoints ({', '.join(p.name for p in files)}): name one")
+    if len(files) == 1 and not files[0].name.startswith("last"):
+        return files[0], "the run's only checkpoint" + _unfinished(run)
+    chosen = _newest_state(files)
+    step = _step(chosen)
+    chose = "its newest state" + (f", step {step}" if step is not None else "")
+    chose += " (asked for)" if newest else " (the run reported no best)"
+    last = _newest(p for p in files if p.name.startswith("last"))  # last-v1.ckpt: Lightning's beside a stale last.ckpt
+    behind = _step(last) if last is not None and last != chosen else None
+    if last is not None and behind is not None and step is not None and behind < step:
+        chose += f"; {last.name} records step {behind}, saved before it"
+    if saved_step(chosen) is None and not chosen.name.startswith("last"):
+        raise CheckpointError(f"{what} {str(run)!r} holds several checkpoints ({', '.join(p.name for p in files)}) "
+                              f"without a step it can read: name one")
+    return chosen, chose + _unfinished(run)
+
+
+def _unfinished(run: Path) -> str:
+    """What to add to the reason a file of ``run`` was taken where the run did not finish."""
+    status = _status(run)
+    if status == COMPLETE:
+        return ""
+    return f"; the run {_without_results(run)}" if status is None else f"; the run did not finish ({status})"
+
+
+def _without_results(run: Path) -> str:
+    """Why ``run`` has no results.json: it runs now, or it was killed (or has no ResultsWriter)."""
+    return "runs now, no results yet" if held(run) else "has no results: killed, or run without a ResultsWriter"
 
 
 def _checkpoints(run: Path) -> list[Path]:

@@ -127,6 +127,9 @@ def workspace(tmp_path_factory) -> Path:
     (diverged / "results.json").write_text(json.dumps({**results, "status": "diverged",
                                                        "detail": "the training loss was nan at step 3"}))
     craft_links(root, user / "notes.txt")
+    killed = root / "runs/killed/version_0"  # killed between its step-4 save and last.ckpt's: a stale last, no results
+    shutil.copytree(root / "runs/demo/version_0", killed, ignore=shutil.ignore_patterns(".lock", "results.json"))
+    torch.save({**weights, "global_step": 2}, killed / "checkpoints/last.ckpt")
     return root
 
 
@@ -171,6 +174,8 @@ def craft_recorded(root: Path) -> None:
     recording(base, root / "runs/trusting/version_0/checkpoints/last.ckpt", trusting(tokenizer))
     recording(base, root / "runs/foreign/version_0/checkpoints/last.ckpt",
               lambda raw, model: model["embedding"].update(class_path="evil_code.Evil"))
+    for run in ("trusting", "foreign"):  # finished runs, as far as their folders say
+        (root / f"runs/{run}/version_0/results.json").write_text(json.dumps({"format": 1, "status": "complete"}))
     for name, edit in (
         ("model", lambda raw, model: raw["hyper_parameters"].update(_class_path="evil_code.Evil")),
         ("data", lambda raw, model: raw["datamodule_hyper_parameters"].update(_class_path="evil_code.Evil")),
@@ -376,6 +381,9 @@ CASES = [
         ("sweep folder's lock", "sweep_lock/.launch.lock", ["sweep", "--config", "lock.sweep.yaml"]),
         ("sweep run's log", "sweep_log/logs/fit/run/output.log", ["sweep", "--config", "log.sweep.yaml", "--launcher",
                                                                    "inline"]))],
+    *[(f"{command}: the newest run was killed before its results", [*argv("runs/killed")], 2,
+       r"'runs/killed' holds no finished run with a checkpoint \(runs: version_0 \(has no results: killed")
+      for command, (argv, _) in REBUILDERS.items()],
     ("--ckpt_path last of a run that diverged", [*DEMO, *SHORT, "--trainer.default_root_dir", "runs/diverged",
                                                  "--ckpt_path", "last"], 2,
      r"--ckpt_path last: the newest checkpoint under runs/diverged is .*, which diverged \(the training loss was nan at "

@@ -10,6 +10,7 @@ import sys
 import time
 
 import pytest
+import torch
 
 from lit_embed.errors import CheckpointError, MissingFileError, RunBusyError
 from lit_embed.folders import (
@@ -117,14 +118,17 @@ def test_a_start_point_is_a_file_a_run_folder_or_the_newest_finished_run(tmp_pat
     first = touch(root / "version_0/checkpoints/last.ckpt")
     touch(root / "version_0/checkpoints/epoch=0-step=4.ckpt")
     second = touch(root / "version_1/checkpoints/epoch=1-step=8.ckpt")
+    for run in ("version_0", "version_1"):
+        reported(root / run, None)
     touch(root / "version_2/hparams.yaml")  # killed before its first checkpoint
     for number, status in ((3, "interrupted"), (4, "untested"), (5, "diverged")):  # none finished
         touch(root / f"version_{number}/checkpoints/last.ckpt")
         reported(root / f"version_{number}", None, status=status)
+    touch(root / "version_6/checkpoints/last.ckpt")  # killed after a checkpoint, before its results: not finished
     assert start_checkpoint(first) == first
     assert start_checkpoint(root / "version_0") == first  # last.ckpt among several
     assert start_checkpoint(root / "version_1") == second  # the only one
-    assert start_checkpoint(root) == second  # versions 3-5 did not complete, version_2 has no checkpoint
+    assert start_checkpoint(root) == second  # versions 3-6 did not complete, version_2 has no checkpoint
     with pytest.raises(MissingFileError, match="holds no finished run with a checkpoint"):
         start_checkpoint(tmp_path)  # no runs in it
     with pytest.raises(MissingFileError, match="does not exist"):
@@ -147,6 +151,34 @@ def test_a_run_folder_gives_the_model_its_run_reported_or_its_newest(files, best
     assert start_checkpoint(run, newest=True) == run / "checkpoints" / newest  # what fit --ckpt_path RUN resumes
 
 
+def saved(path, step: int, age: float = 0.0):
+    """A checkpoint file that records ``step`` (what Lightning's hold), ``age`` seconds old."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save({"global_step": step, "state_dict": {}}, path)
+    return touch(path, path.read_bytes(), age)
+
+
+def test_a_killed_runs_newest_state_is_the_step_its_files_record_never_a_stale_last_nor_its_name(tmp_path, capsys):
+    """Killed between a periodic save (step 4) and its last.ckpt (step 2, written later than it was saved, or renamed):
+    the run folder, --ckpt_path last and the records take step 4, and say why; an experiment folder takes an older run
+    that completed, not the killed one."""
+    exp = tmp_path / "exp"
+    complete = saved(exp / "version_0/checkpoints/last.ckpt", 8, age=100)
+    reported(exp / "version_0", None)
+    run = exp / "version_1"
+    newest = saved(run / "checkpoints/epoch=0-step=2.ckpt", 4, age=20)  # its name says 2: the file says 4
+    saved(run / "checkpoints/last.ckpt", 2, age=10)
+    assert start_checkpoint(run) == newest and newest_checkpoint(exp) == newest
+    assert start_checkpoint(run, newest=True) == newest
+    said = capsys.readouterr().err
+    assert f"is {newest} (step 4): its newest state, step 4 (the run reported no best); last.ckpt records step 2, " \
+           "saved before it; the run has no results: killed" in said, said
+    assert start_checkpoint(exp) == complete
+    complete.unlink()  # the complete run's model gone: the killed run is still not taken
+    with pytest.raises(MissingFileError, match=r"runs: version_0 \(complete\), version_1 \(has no results: killed"):
+        start_checkpoint(exp)
+
+
 def test_a_command_given_a_folder_says_which_checkpoint_it_took_and_why_once(tmp_path, capsys):
     run = tmp_path / "exp/version_0"
     touch(run / "checkpoints/last.ckpt")
@@ -166,7 +198,7 @@ def test_a_command_given_a_folder_says_which_checkpoint_it_took_and_why_once(tmp
     assert said == [
         f"lit-embed: --ckpt_path checkpoint {str(run)!r} is {run}/checkpoints/epoch=0-step=2.ckpt (step 2): the best "
         "checkpoint by val/score its run reported",
-        f"lit-embed: checkpoint {str(tmp_path / 'exp')!r} is {run}/checkpoints/last.ckpt: its newest state, step 8 "
+        f"lit-embed: checkpoint {str(tmp_path / 'exp')!r} is {run}/checkpoints/last.ckpt (step 8): its newest state, step 8 "
         f"(asked for); version_0 is the newest finished run of {str(tmp_path / 'exp')!r}",
     ]
 
