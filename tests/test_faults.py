@@ -736,10 +736,10 @@ def test_every_writer_on_a_full_disk_names_the_file_and_its_device_and_half_writ
 # -- a signal between fit's training and its test ---------------------------------------------------------------
 
 
-def fine_tune_args(tmp_path: Path, *callbacks: dict) -> list[str]:
+def fine_tune_args(tmp_path: Path, *callbacks: dict, save_last: bool = True) -> list[str]:
     """A 4-step fine-tuning from scratch that tests its best checkpoint after fit, with ``callbacks``."""
     saved = [{"class_path": "pytorch_lightning.callbacks.ModelCheckpoint",
-              "init_args": {"monitor": "val/score", "mode": "max", "save_last": True}},
+              "init_args": {"monitor": "val/score", "mode": "max", "save_last": save_last}},
              {"class_path": "lit_embed.callbacks.ResultsWriter"}, *callbacks]
     return [*FINETUNE, *QUIET, "--model.init_args.checkpoint", "null", "--data.init_args.tokenizer", "all-MiniLM-L6-v2",
             "--trainer.max_steps", "4", "--trainer.val_check_interval", "2", "--trainer.limit_val_batches", "2",
@@ -766,6 +766,25 @@ def test_a_signal_between_fits_training_and_its_test_leaves_the_run_to_finish_no
     assert finished["status"] == "complete" and finished["global_step"] == 4
     assert {"test/accuracy", "val/accuracy"} <= set(finished["metrics"])  # tested, its validation scores kept
     assert finished["checkpoint"]["best"] == stopped["checkpoint"]["best"]  # the model it tested: its best
+
+
+@pytest.mark.parametrize("hook", ["on_fit_end", "first_test_batch"])
+def test_a_signal_before_the_test_leaves_what_the_resume_needs_where_the_config_saves_no_last(hook, tmp_path,
+                                                                                            monkeypatch):
+    """The config keeps only its best checkpoint (no save_last): training's end still writes last.ckpt, since a test
+    follows, so SIGTERM before the test leaves a run that --ckpt_path last tests without training again."""
+    from lit_embed.commands import main
+
+    monkeypatch.chdir(tmp_path)
+    signal_in = {"class_path": "tests.helpers.probes.SignalIn", "init_args": {"hook": hook, "marker": str(tmp_path / "sent")}}
+    assert main(fine_tune_args(tmp_path, signal_in, save_last=False)) == 143
+    run = tmp_path / "runs/ft/version_0"
+    assert json.loads((run / "results.json").read_text())["status"] in ("interrupted", "untested")
+    assert torch.load(run / "checkpoints/last.ckpt", weights_only=True)["global_step"] == 4
+    assert main([*fine_tune_args(tmp_path, save_last=False), "--ckpt_path", "last"]) == 0
+    finished = json.loads((run / "results.json").read_text())
+    assert finished["status"] == "complete" and finished["global_step"] == 4 and "test/accuracy" in finished["metrics"]
+    assert sorted(p.name for p in (tmp_path / "runs/ft").iterdir()) == ["version_0"]  # resumed in place, not afresh
 
 
 @pytest.mark.parametrize(("hook", "status"), [("on_train_end", 0), ("on_fit_end", 0), ("fit_teardown", 143)])

@@ -58,6 +58,12 @@ class RunGuard(pl.Callback):
 
     def __init__(self) -> None:
         self._non_finite = 0  # training batches in a row whose loss was not finite on some rank
+        self._test_follows = False
+
+    def expect_test(self) -> None:
+        """The command tests the fitted model afterwards: training's end writes ``last.ckpt`` whatever the config saves,
+        so that a signal before the test leaves what ``--ckpt_path last`` needs to run it without training again."""
+        self._test_follows = True
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if type(trainer.strategy.checkpoint_io) is TorchCheckpointIO:
@@ -112,10 +118,11 @@ class RunGuard(pl.Callback):
             raise diverged(trainer, f"its weights were not finite at the save of step {trainer.global_step}")
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        """The final state in ``last.ckpt``, where the run keeps one and it is behind."""
+        """The final state in ``last.ckpt``, where the run keeps one (or a test follows) and it is behind."""
         path = last_checkpoint_path(trainer)
         io = trainer.strategy.checkpoint_io
-        keeps = any(isinstance(c, ModelCheckpoint) and c.save_last for c in trainer.checkpoint_callbacks) or path.is_file()
+        keeps = (self._test_follows or path.is_file()
+                 or any(isinstance(c, ModelCheckpoint) and c.save_last for c in trainer.checkpoint_callbacks))
         behind = not (isinstance(io, AtomicCheckpointIO) and io.saved_step(path) == trainer.global_step)
         if trainer.strategy.broadcast(keeps and behind):  # rank 0's view: it is the one that writes
             _own_last(trainer, path)

@@ -351,7 +351,7 @@ class LitEmbedCLI(LightningCLI):
     def before_fit(self) -> None:
         if self._tests_after_fit():
             for callback in self.trainer.callbacks:
-                if isinstance(callback, ResultsWriter):
+                if isinstance(callback, (ResultsWriter, RunGuard)):
                     callback.expect_test()
 
     def _tests_after_fit(self) -> bool:
