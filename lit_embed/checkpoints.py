@@ -31,7 +31,7 @@ from lit_embed._compat import instantiate
 from lit_embed.embeddings import EmbeddingStrategy
 from lit_embed.embeddings.state import fixed_shapes
 from lit_embed.errors import CheckpointError, ConfigError, MissingFileError
-from lit_embed.files import atomic_writer
+from lit_embed.files import atomic_writer, check_file_output
 from lit_embed.folders import start_checkpoint
 from lit_embed.plain_data import load_plain, plain
 from lit_embed.recorded import checked_class, recorded_config, without_trust
@@ -328,9 +328,17 @@ def resolve_class(class_path: str):
 # -- the one-off conversion of a trusted checkpoint --------------------------------------------------------
 
 
-def convert(source: str, target: str) -> None:
-    """Load ``source`` trusting it (this runs whatever code it holds) and write it as plain data to ``target``."""
-    checkpoint = torch.load(Path(source).expanduser(), map_location="cpu", weights_only=False)
+def convert(source: str, target: str, overwrite: bool = False) -> None:
+    """Load ``source`` trusting it (this runs whatever code it holds) and write it as plain data to ``target``: never
+    over ``source`` itself, nor over a file that exists unless ``overwrite``."""
+    path = Path(source).expanduser()
+    if not path.is_file():
+        raise MissingFileError(f"IN {source!r} {'is a folder' if path.is_dir() else 'does not exist'}: give a checkpoint file")
+    check_file_output(target, overwrite, [source])
+    try:
+        checkpoint = torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as error:  # a file torch cannot read, or one whose unpickling (trusted) fails: its own code's error
+        raise CheckpointError(f"IN {source!r} is not a readable checkpoint ({type(error).__name__}: {error})") from None
     with atomic_writer(target) as handle:
         torch.save(plain(checkpoint), handle)
     load_plain(target, "converted checkpoint")  # plain data now (what it names is checked when a command reads it)

@@ -43,6 +43,8 @@ def atomic_writer(path: str | os.PathLike, mode: str = "wb") -> Iterator[IO]:
     a :class:`~lit_embed.errors.DiskFullError` naming the device and the file.
     """
     path = Path(path)
+    if path.is_dir():  # os.replace would fail naming the temporary file
+        raise OutputExistsError(f"{str(path)!r} is a folder: give the name of a file to write")
     path.parent.mkdir(parents=True, exist_ok=True)
     prefix = f".{path.name}."
     host = socket.gethostname()
@@ -155,6 +157,24 @@ def check_output(out: Path, overwrite: bool, replaceable: Callable[[Path], None]
         if not overwrite:
             raise OutputExistsError(f"output folder {str(out)!r} exists: choose another --out or pass --overwrite")
         replaceable(out)
+
+
+def check_file_output(out: str | os.PathLike, overwrite: bool, inputs: Iterable[str | os.PathLike | None] = (),
+                      option: str = "OUT") -> Path:
+    """Refuse a file to write (``option``, as messages name it) that is one of ``inputs`` (through a symbolic or a hard
+    link too), a folder, or a file that exists unless ``overwrite``; ``out`` as given, checked."""
+    path = Path(out).expanduser()
+    for given in inputs:
+        found = _local(given)
+        if found is not None and path.exists() and os.path.samefile(found, path):
+            raise OutputExistsError(f"{option} {str(out)!r} is {str(given)!r}, which this command reads: writing it would "
+                                    f"replace what it reads; choose another {option}")
+    if path.is_dir():
+        raise OutputExistsError(f"{option} {str(out)!r} is a folder: give the name of a file to write")
+    if path.exists() or path.is_symlink():
+        if not overwrite:
+            raise OutputExistsError(f"{option} {str(out)!r} exists: choose another {option} or pass --overwrite")
+    return path
 
 
 def _local(given: str | os.PathLike | None) -> Path | None:
@@ -303,5 +323,5 @@ def write_json_atomic(path: str | os.PathLike, data: Any) -> Path:
     return write_atomic(path, json.dumps(data, indent=2, default=str) + "\n")
 
 
-__all__ = ["atomic_folder", "atomic_writer", "check_output", "device_of", "disk_full", "full_disk_message", "open_in_place", "process_alive", "refuse_redirect",
+__all__ = ["atomic_folder", "atomic_writer", "check_file_output", "check_output", "device_of", "disk_full", "full_disk_message", "open_in_place", "process_alive", "refuse_redirect",
            "write_atomic", "write_json_atomic", "writing"]

@@ -384,6 +384,16 @@ CASES = [
     *[(f"{command}: the newest run was killed before its results", [*argv("runs/killed")], 2,
        r"'runs/killed' holds no finished run with a checkpoint \(runs: version_0 \(has no results: killed")
       for command, (argv, _) in REBUILDERS.items()],
+    # a file written is never what the command reads, nor a file there already unless --overwrite, nor a folder
+    ("convert OUT = IN, even with --overwrite", ["convert", "--trust", "weights.ckpt", "weights.ckpt", "--overwrite"], 2,
+     r"OUT 'weights\.ckpt' is 'weights\.ckpt', which this command reads"),
+    ("convert over a user's file", ["convert", "--trust", "weights.ckpt", "mine/notes.txt"], 2,
+     r"OUT 'mine/notes\.txt' exists: choose another OUT or pass --overwrite"),
+    ("convert into a folder", ["convert", "--trust", "weights.ckpt", "mine", "--overwrite"], 2,
+     r"OUT 'mine' is a folder: give the name of a file"),
+    ("convert a missing file", ["convert", "--trust", "nowhere.ckpt", "out_c"], 2, r"IN 'nowhere\.ckpt' does not exist"),
+    ("convert a file that is no checkpoint", ["convert", "--trust", "random.ckpt", "out_c"], 2,
+     r"IN 'random\.ckpt' is not a readable checkpoint"),
     ("--ckpt_path last of a run that diverged", [*DEMO, *SHORT, "--trainer.default_root_dir", "runs/diverged",
                                                  "--ckpt_path", "last"], 2,
      r"--ckpt_path last: the newest checkpoint under runs/diverged is .*, which diverged \(the training loss was nan at "
@@ -608,6 +618,14 @@ def test_a_file_written_in_place_is_never_written_through_what_stands_there(kind
     assert user.read_text() == "a user's file"
     os.close(open_in_place(tmp_path / "new.log", "the log", append=True))  # a new file, or a regular one, opens
     os.close(open_in_place(tmp_path / "new.log", "the log", append=True))
+
+
+def test_an_atomic_write_onto_a_folder_names_the_folder_and_leaves_nothing(tmp_path):
+    (tmp_path / "out").mkdir()
+    with pytest.raises(OutputExistsError, match=rf"'{tmp_path}/out' is a folder: give the name of a file to write"):
+        with atomic_writer(tmp_path / "out") as handle:
+            handle.write(b"x")
+    assert [p.name for p in tmp_path.iterdir()] == ["out"] and not list((tmp_path / "out").iterdir())
 
 
 def test_a_full_disk_names_the_device_and_keeps_the_old_file(tmp_path):

@@ -15,8 +15,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--trust", action="store_true", required=True,
                         help="required: you trust IN, since unpickling it runs whatever code it holds")
     parser.add_argument("source", metavar="IN")
-    parser.add_argument("target", metavar="OUT")
+    parser.add_argument("target", metavar="OUT", help="the file to write: never IN, nor a file that exists unless --overwrite")
+    parser.add_argument("--overwrite", action="store_true", help="replace OUT where it exists (never IN)")
     args = parser.parse_args(argv)
-    convert(args.source, args.target)
+    convert(args.source, args.target, overwrite=args.overwrite)
     print(f"wrote {args.target}")
     return 0
