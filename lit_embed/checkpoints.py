@@ -54,8 +54,8 @@ def read_checkpoint(path: str | os.PathLike, what: str = "checkpoint") -> dict[s
 
     Nothing in the file is executed: it is unpickled with ``weights_only=True``, and the configs it records (its
     model's and data's hyper-parameters, lit-embed's facts) come back as :func:`~lit_embed.recorded.recorded_config`
-    reads them. A missing, empty, truncated or foreign file, one holding Python objects, and one without a
-    ``state_dict`` are refused, naming the file and what to do.
+    reads them. A missing, empty, truncated or foreign file, one holding Python objects, one without a ``state_dict``
+    and one whose weights hold NaN or infinity are refused, naming the file (and tensor) and what to do.
     """
     path = Path(path).expanduser()
     if not path.exists():
@@ -69,7 +69,20 @@ def read_checkpoint(path: str | os.PathLike, what: str = "checkpoint") -> dict[s
         raise CheckpointError(
             f"{what} {str(path)!r} holds no state_dict: give a checkpoint written by `lit-embed fit` or `lit-embed compress`"
         )
+    check_finite(checkpoint["state_dict"], f"{what} {str(path)!r}")
     return _as_recorded(checkpoint, f"{what} {str(path)!r}")
+
+
+def check_finite(state: dict[str, Any], where: str) -> None:
+    """Refuse weights holding NaN or infinity, naming the first such tensor: no model, evaluation or compression made
+    from them means anything (a run's own saves never hold them: :class:`~lit_embed.callbacks.RunGuard` stops first)."""
+    for key, value in state.items():
+        if isinstance(value, torch.Tensor) and (value.is_floating_point() or value.is_complex()):
+            bad = int((~torch.isfinite(value)).sum())
+            if bad:
+                kinds = "NaN" if bool(torch.isnan(value).any()) else "infinite"
+                raise CheckpointError(f"{where} holds non-finite weights: {key} has {bad} {kinds} value(s) of "
+                                      f"{value.numel()}: it gives no usable model; take an earlier checkpoint of its run")
 
 
 def _as_recorded(checkpoint: dict, where: str) -> dict:

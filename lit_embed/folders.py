@@ -199,16 +199,27 @@ def _newest_state(files: list[Path]) -> Path:
     return max((p for p in files if p.is_file() and p.stat().st_size > 0), key=rank, default=files[0])
 
 
-def saved_step(checkpoint: str | os.PathLike) -> int | None:
-    """The global step ``checkpoint`` records, read from the file (its tensors mapped, not read; no Python object
-    unpickled); ``None`` where it records none or cannot be read so."""
-    import torch  # here: report and the sweeps read run folders without torch
+#: The steps :func:`saved_step` read, by file and its size and time: a file is read for its step once per process.
+_STEPS: dict[tuple[str, int, int], int | None] = {}
 
-    with contextlib.suppress(Exception):
-        found = torch.load(checkpoint, map_location="cpu", mmap=True, weights_only=True)
-        step = found.get("global_step") if isinstance(found, dict) else None
-        return step if isinstance(step, int) else None
-    return None
+
+def saved_step(checkpoint: str | os.PathLike, read: bool = True) -> int | None:
+    """The global step ``checkpoint`` records, read from the file (its tensors mapped, not read; no Python object
+    unpickled); ``None`` where it records none or cannot be read so, or (``read`` false) it was not read before."""
+    try:
+        stat = os.stat(checkpoint)
+    except OSError:
+        return None
+    key = (os.path.abspath(checkpoint), stat.st_size, stat.st_mtime_ns)
+    if key not in _STEPS and read:
+        import torch  # here: report and the sweeps read run folders without torch
+
+        _STEPS[key] = None
+        with contextlib.suppress(Exception):
+            found = torch.load(checkpoint, map_location="cpu", mmap=True, weights_only=True)
+            step = found.get("global_step") if isinstance(found, dict) else None
+            _STEPS[key] = step if isinstance(step, int) else None
+    return _STEPS.get(key)
 
 
 def run_of(path: str | os.PathLike, root: str | os.PathLike) -> int | None:
@@ -290,9 +301,10 @@ def checkpoints_taken() -> list[dict]:
 
 
 def _step(checkpoint: Path) -> int | None:
-    """The step ``checkpoint`` was saved at: as the file records it; else as its name says (``step=N``), or, for a run's
-    ``last`` checkpoint, as the run's results do (the step the run ended at)."""
-    recorded = saved_step(checkpoint)
+    """The step ``checkpoint`` was saved at: as the file records it where a run folder's choice read it (a file given is
+    read by its command, once); else as its name says (``step=N``), or, for a run's ``last`` checkpoint, as the run's
+    results do (the step the run ended at)."""
+    recorded = saved_step(checkpoint, read=False)
     if recorded is not None:
         return recorded
     found = re.search(r"step=(\d+)", checkpoint.name)

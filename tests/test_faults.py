@@ -127,6 +127,10 @@ def workspace(tmp_path_factory) -> Path:
     (diverged / "results.json").write_text(json.dumps({**results, "status": "diverged",
                                                        "detail": "the training loss was nan at step 3"}))
     craft_links(root, user / "notes.txt")
+    poisoned = torch.load(good, weights_only=True)
+    key = next(k for k, v in poisoned["state_dict"].items() if v.is_floating_point())
+    poisoned["state_dict"][key][0] = float("nan")
+    torch.save(poisoned, root / "nan.ckpt")
     killed = root / "runs/killed/version_0"  # killed between its step-4 save and last.ckpt's: a stale last, no results
     shutil.copytree(root / "runs/demo/version_0", killed, ignore=shutil.ignore_patterns(".lock", "results.json"))
     torch.save({**weights, "global_step": 2}, killed / "checkpoints/last.ckpt")
@@ -244,6 +248,19 @@ def recorded(key: str, value: str) -> str:
 
     return f"records {re.escape(key)}={re.escape(repr(value))}, a class outside lit-embed, Lightning and the installed plugins"
 
+def readers(ckpt: str) -> list[tuple[str, list[str]]]:
+    """Every command that reads ``ckpt`` (a file or a run folder) as a model, with the arguments that make it do so."""
+    return [
+        ("export", ["export", "--ckpt", ckpt, "--out", "out_c"]),
+        ("compress", ["compress", "--ckpt", ckpt, "--data", "sample-corpus", "--out", "out_c"]),
+        ("analyze", ["analyze", "--ckpt", ckpt]),
+        ("validate", ["validate", "--config", str(CONFIGS / "demo.yaml"), "--ckpt_path", ckpt]),
+        ("test", ["test", "--config", str(CONFIGS / "demo_finetune.yaml"), "--ckpt_path", ckpt]),
+        ("predict", ["predict", "--config", str(CONFIGS / "demo.yaml"), "--ckpt_path", ckpt]),
+        ("fit --ckpt_path", [*DEMO, *SHORT, "--ckpt_path", ckpt]),
+        ("fine-tuning", [*FINETUNE, *SHORT, "--model.init_args.checkpoint", ckpt])]
+
+
 DIVERGED_RUN = r"'runs/diverged/version_0' is a run that diverged \(the training loss was nan at step 3\): it has no trained model"
 #: id, command, exit status, what the message must say (a regex).
 CASES = [
@@ -359,15 +376,7 @@ CASES = [
                                           "prior_analysis"], 2, r"--out '\S*prior_analysis' holds 'prior_analysis/analysis\.json'"),
     ("analyze --out its own run folder", ["analyze", "--ckpt", "runs/demo/version_0", "--out", "runs/demo/version_0"], 2,
      r"--out '\S*/runs/demo/version_0' is 'runs/demo/version_0'"),
-    *[(f"{command} of a run that diverged", argv, 2, DIVERGED_RUN) for command, argv in (
-        ("export", ["export", "--ckpt", "runs/diverged/version_0", "--out", "out_c"]),
-        ("compress", ["compress", "--ckpt", "runs/diverged/version_0", "--data", "sample-corpus", "--out", "out_c"]),
-        ("analyze", ["analyze", "--ckpt", "runs/diverged/version_0"]),
-        ("validate", ["validate", "--config", str(CONFIGS / "demo.yaml"), "--ckpt_path", "runs/diverged/version_0"]),
-        ("test", ["test", "--config", str(CONFIGS / "demo_finetune.yaml"), "--ckpt_path", "runs/diverged/version_0"]),
-        ("predict", ["predict", "--config", str(CONFIGS / "demo.yaml"), "--ckpt_path", "runs/diverged/version_0"]),
-        ("fit --ckpt_path", [*DEMO, *SHORT, "--ckpt_path", "runs/diverged/version_0"]),
-        ("fine-tuning", [*FINETUNE, *SHORT, "--model.init_args.checkpoint", "runs/diverged/version_0"]))],
+    *[(f"{command} of a run that diverged", argv, 2, DIVERGED_RUN) for command, argv in readers("runs/diverged/version_0")],
     ("fine-tuning from an experiment whose run diverged", [*FINETUNE, *SHORT, "--model.init_args.checkpoint",
                                                            "runs/diverged"], 2,
      r"'runs/diverged' holds no finished run with a checkpoint \(runs: version_0 \(diverged\)\)"),
@@ -384,6 +393,9 @@ CASES = [
     *[(f"{command}: the newest run was killed before its results", [*argv("runs/killed")], 2,
        r"'runs/killed' holds no finished run with a checkpoint \(runs: version_0 \(has no results: killed")
       for command, (argv, _) in REBUILDERS.items()],
+    *[(f"{command} of weights holding NaN", argv, 2,
+       r"nan\.ckpt' holds non-finite weights: \S+ has 1 NaN value\(s\) of \d+: it gives no usable model")
+      for command, argv in readers("nan.ckpt")],
     # a file written is never what the command reads, nor a file there already unless --overwrite, nor a folder
     ("convert OUT = IN, even with --overwrite", ["convert", "--trust", "weights.ckpt", "weights.ckpt", "--overwrite"], 2,
      r"OUT 'weights\.ckpt' is 'weights\.ckpt', which this command reads"),

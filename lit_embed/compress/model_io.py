@@ -17,7 +17,13 @@ import torch
 import yaml
 from torch import Tensor, nn
 
-from lit_embed.checkpoints import build_from_config, load_model, recorded_tokenizer, write_checkpoint
+from lit_embed.checkpoints import (
+    build_from_config,
+    check_finite,
+    load_model,
+    recorded_tokenizer,
+    write_checkpoint,
+)
 from lit_embed.embeddings.base import EmbeddingStrategy
 from lit_embed.embeddings.dense import DenseEmbedding
 from lit_embed.errors import ConfigError, MissingFileError, OutputExistsError
@@ -137,6 +143,7 @@ def _load_huggingface(name: str, untie: bool) -> Source:
         config = transformers.AutoConfig.from_pretrained(where, trust_remote_code=False)  # a model's own code never runs
         architecture = getattr(transformers, (config.architectures or ["AutoModel"])[0], transformers.AutoModel)
         model = architecture.from_pretrained(where, config=config, trust_remote_code=False)
+    check_finite(model.state_dict(), f"model {name!r}")
     table = model.get_input_embeddings()
     if not isinstance(table, nn.Embedding):
         raise ConfigError(f"{name!r} has no input embedding table (nn.Embedding) to compress: give a BERT-like encoder")
