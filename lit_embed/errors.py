@@ -41,10 +41,16 @@ class CheckpointError(UserError, ValueError):
 
 
 class DiskFullError(UserError, OSError):
-    """No space left on the device a file was being written to (the file is left as it was)."""
+    """No space left on the device a file was being written to, or (``code`` EFBIG) the file grew past a size limit:
+    the file is left as it was."""
 
-    def __init__(self, path: str, device: str) -> None:
-        super().__init__(errno.ENOSPC, f"no space left on {device} writing {path}: free space or write elsewhere", path)
+    def __init__(self, path: str, device: str, code: int = errno.ENOSPC) -> None:
+        if code == errno.EFBIG:
+            message = (f"file too large writing {path} on {device}: it met a file-size limit (the shell's ulimit -f, or "
+                       f"the filesystem's largest file): raise the limit or write elsewhere")
+        else:
+            message = f"no space left on {device} writing {path}: free space or write elsewhere"
+        super().__init__(code, message, path)
 
     def __str__(self) -> str:
         return str(self.strerror)

@@ -60,7 +60,7 @@ def atomic_writer(path: str | os.PathLike, mode: str = "wb") -> Iterator[IO]:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(temporary)
         if disk_full(error):
-            raise DiskFullError(str(path), device_of(path)) from None
+            raise DiskFullError(str(path), device_of(path), disk_full(error)) from None
         raise
     _sync_folder(path.parent)
     for stale in path.parent.glob(f"{glob.escape(prefix)}{glob.escape(host)}.*.tmp"):
@@ -117,7 +117,7 @@ def atomic_folder(out: Path, overwrite: bool, fill: Callable[[Path], None], repl
     except BaseException as error:
         shutil.rmtree(building, ignore_errors=True)
         if disk_full(error):  # the user's folder, not the hidden one, whichever file (or library) met it
-            raise DiskFullError(str(out), device_of(out)) from None
+            raise DiskFullError(str(out), device_of(out), disk_full(error)) from None
         raise
 
 
@@ -202,7 +202,7 @@ def writing(path: str | os.PathLike | Callable[[], str | os.PathLike]) -> Iterat
     except BaseException as error:
         if disk_full(error):
             where = Path(path() if callable(path) else path)
-            raise DiskFullError(str(where), device_of(where)) from None
+            raise DiskFullError(str(where), device_of(where), disk_full(error)) from None
         raise
 
 
@@ -258,17 +258,25 @@ def process_alive(pid: int) -> bool:
     return True
 
 
-#: What an OS error of a full disk or quota reads as, where a library kept only its text (safetensors' and
-#: tokenizers' Rust errors: "No space left on device (os error 28)").
-_DISK_FULL_TEXTS = tuple(os.strerror(code) for code in (errno.ENOSPC, errno.EDQUOT))
+#: The OS errors of a write that met a limit of space: a full disk, a quota, a file-size limit (ulimit -f, which
+#: Python's ignored SIGXFSZ turns into EFBIG, or the filesystem's largest file).
+_DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+#: What they read as, where a library kept only its text (safetensors' and tokenizers' Rust errors: "No space left on
+#: device (os error 28)").
+_DISK_FULL_TEXTS = {os.strerror(code): code for code in _DISK_FULL}
 
 
-def disk_full(error: BaseException | None) -> bool:
-    """Whether ``error``, or what caused it, is "no space left on device" or "disk quota exceeded": an ``OSError``
-    (torch.save wraps it in a ``RuntimeError``), or a library's error that kept only its text (safetensors'
-    ``SafetensorError``)."""
-    return any((isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT))
-               or any(text in str(e) for text in _DISK_FULL_TEXTS) for e in _chain(error))
+def disk_full(error: BaseException | None) -> int:
+    """The errno (ENOSPC, EDQUOT or EFBIG; 0: none) where ``error``, or what caused it, is "no space left on device",
+    "disk quota exceeded" or "file too large": an ``OSError`` (torch.save wraps it in a ``RuntimeError``), or a
+    library's error that kept only its text (safetensors' ``SafetensorError``)."""
+    for e in _chain(error):
+        if isinstance(e, OSError) and e.errno in _DISK_FULL:
+            return e.errno
+        found = next((code for text, code in _DISK_FULL_TEXTS.items() if text in str(e)), 0)
+        if found:
+            return found
+    return 0
 
 
 def full_disk_message(error: BaseException) -> str:
@@ -277,9 +285,12 @@ def full_disk_message(error: BaseException) -> str:
     named = next((e.filename2 or e.filename for e in _chain(error)
                   if isinstance(e, OSError) and isinstance(e.filename2 or e.filename, (str, bytes, os.PathLike))), None)
     if named is None:
+        if disk_full(error) == errno.EFBIG:
+            return (f"file too large, writing a file the error does not name ({error}): it met a file-size limit (the "
+                    f"shell's ulimit -f, or the filesystem's largest file): raise the limit or write elsewhere")
         return f"no space left on a device, writing a file the error does not name ({error}): free space or write elsewhere"
     path = Path(os.fsdecode(named))
-    return str(DiskFullError(str(path), device_of(path)))
+    return str(DiskFullError(str(path), device_of(path), disk_full(error)))
 
 
 def _chain(error: BaseException | None) -> Iterator[BaseException]:

@@ -96,10 +96,10 @@ def _refuse(folder: Path, what: str, lock: Path, where: str = "") -> None:
     )
 
 
-def held(folder: str | os.PathLike) -> bool:
-    """Whether a live process holds ``folder`` (:func:`hold`), on this host or another that shares the
-    filesystem: the lock dies with its process, however it ended."""
-    path = Path(folder).absolute() / LOCK_FILE
+def held(folder: str | os.PathLike, lock: str = LOCK_FILE) -> bool:
+    """Whether a live process holds ``folder`` (:func:`hold`; ``lock``: :data:`LAUNCH_LOCK` for a folder of runs), on
+    this host or another that shares the filesystem: the lock dies with its process, however it ended."""
+    path = Path(folder).absolute() / lock
     if fcntl is None or path.is_symlink() or not path.is_file():
         return False  # a link is no run's lock (hold refuses it)
     try:
@@ -389,5 +389,5 @@ def _number(path: Path) -> int:
     return int(suffix) if suffix.isdigit() and path.name.startswith("version_") else -1
 
 
-__all__ = ["CHECKPOINTS", "LAST", "LOCK_FILE", "checkpoints_taken", "claim_version", "discard_unstarted", "held", "hold", "new_command", "newest_checkpoint", "run_of",
+__all__ = ["CHECKPOINTS", "LAST", "LAUNCH_LOCK", "LOCK_FILE", "checkpoints_taken", "claim_version", "discard_unstarted", "held", "hold", "new_command", "newest_checkpoint", "run_of",
            "start_checkpoint", "taken", "version_folders"]

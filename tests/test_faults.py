@@ -131,6 +131,8 @@ def workspace(tmp_path_factory) -> Path:
     key = next(k for k, v in poisoned["state_dict"].items() if v.is_floating_point())
     poisoned["state_dict"][key][0] = float("nan")
     torch.save(poisoned, root / "nan.ckpt")
+    for name, value in (("nan", ".nan"), ("inf", ".inf")):
+        (root / f"{name}_budget.yaml").write_text(f"class_path: lit_embed.embeddings.DPQEmbedding\ninit_args:\n  budget: {value}\n")
     killed = root / "runs/killed/version_0"  # killed between its step-4 save and last.ckpt's: a stale last, no results
     shutil.copytree(root / "runs/demo/version_0", killed, ignore=shutil.ignore_patterns(".lock", "results.json"))
     torch.save({**weights, "global_step": 2}, killed / "checkpoints/last.ckpt")
@@ -396,6 +398,12 @@ CASES = [
     *[(f"{command} of weights holding NaN", argv, 2,
        r"nan\.ckpt' holds non-finite weights: \S+ has 1 NaN value\(s\) of \d+: it gives no usable model")
       for command, argv in readers("nan.ckpt")],
+    *[(f"a budget of {value}", argv, 2, rf"budget={shown} is not a finite number: give a fraction in \(0, 1\]")
+      for value, shown, argv in (
+        ("NaN", "nan", ["params", "--config", str(CONFIGS / "demo.yaml"), "--model.init_args.embedding", "nan_budget.yaml"]),
+        ("inf", "inf", [*DEMO, *SHORT, "--model.init_args.embedding", "inf_budget.yaml"]),
+        ("1e400", "inf", ["compress", "--ckpt", "all-MiniLM-L6-v2", "--data", "sample-corpus", "--method", "svd", "--budget", "1e400",
+                          "--out", "out_c"]))],
     # a file written is never what the command reads, nor a file there already unless --overwrite, nor a folder
     ("convert OUT = IN, even with --overwrite", ["convert", "--trust", "weights.ckpt", "weights.ckpt", "--overwrite"], 2,
      r"OUT 'weights\.ckpt' is 'weights\.ckpt', which this command reads"),
@@ -589,6 +597,30 @@ def test_a_checkpoint_folder_held_by_a_live_run_is_refused(tmp_path):
         first.communicate()
 
 
+def test_a_sweep_run_by_hand_while_a_launch_of_its_sweep_runs_is_refused(tmp_path):
+    """The launch would run it too (two versions of one run, the later silently winning): ``sweep --run`` exits 2 while
+    a live process holds the sweep's launch lock, and writes nothing; a run the launch started itself is let through."""
+    import fcntl
+
+    from lit_embed.folders import LAUNCH_LOCK
+
+    sweep = {"folder": str(tmp_path / "sweep"), "stages": {"fit": {"config": str(CONFIGS / "demo.yaml"), "set": {
+        "trainer.max_steps": 2, "trainer.limit_val_batches": 1, "data.init_args.batch_size": 4}}}}
+    (tmp_path / "s.sweep.yaml").write_text(json.dumps(sweep))
+    (tmp_path / "sweep").mkdir()
+    fd = os.open(tmp_path / "sweep" / LAUNCH_LOCK, os.O_WRONLY | os.O_CREAT)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # a launch, alive
+        refused = drive([("by hand", ["sweep", "--config", "s.sweep.yaml", "--run", "fit/run"])], tmp_path, env(tmp_path),
+                        tmp_path / "cases.json")["by hand"]
+    finally:
+        os.close(fd)
+    assert refused["status"] == 2, refused["stderr"][-2000:]
+    assert f"sweep folder {tmp_path / 'sweep'} is in use by a live `lit-embed sweep` launch, which runs fit/run itself" \
+        in refused["stderr"]
+    assert sorted(p.name for p in (tmp_path / "sweep").iterdir()) == [LAUNCH_LOCK]  # nothing written
+
+
 @pytest.mark.parametrize(("given", "refused"), [
     ("out", "is"), ("out/hf", "holds"), ("out/hf/model.safetensors", "holds"), ("link_into_out", "holds"),
     ("link_to_out", "is"), ("sibling", None), (".", None), ("out_2", None), ("all-MiniLM-L6-v2", None), ("nowhere/x", None),
@@ -761,6 +793,32 @@ def test_every_writer_on_a_full_disk_names_the_file_and_its_device_and_half_writ
         assert files == [], files
     assert all(full_disks["kept"][case].values()), full_disks["kept"][case]  # what was written is whole
     assert not [f for f in files if f.endswith(("results.json", "predictions.jsonl"))], files
+
+
+@pytest.mark.parametrize(("case", "limit", "argv", "named"), [
+    ("export, a folder", 1_000_000, ["export", "--ckpt", "CKPT", "--out", "export"], "export"),
+    ("fit, a checkpoint", 1_500_000, [*DEMO, *QUIET, "--trainer.max_steps", "2", "--trainer.limit_val_batches", "0",
+                                      "--data.init_args.batch_size", "4"], r"runs/demo/version_0/checkpoints/\S+\.ckpt"),
+], ids=["export", "fit"])
+def test_a_file_size_limit_is_said_as_a_full_disk_is_and_half_writes_nothing(case, limit, argv, named, workspace,
+                                                                           tmp_path):
+    """EFBIG (ulimit -f: Python ignores SIGXFSZ, so the write fails) is one line naming the file and the limit, exit 2,
+    as ENOSPC is; the output is absent, no temporary file stays. ``limit``, bytes: above the demo data's cache (1.2 MB),
+    below its checkpoint (2.1 MB) and its export's weights."""
+    import resource
+
+    def limited() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    args = [a.replace("CKPT", str(workspace / CKPT)) for a in argv]
+    done = subprocess.run([sys.executable, "-m", "lit_embed.commands", *args], cwd=tmp_path, env=env(tmp_path),
+                          capture_output=True, text=True, timeout=600, preexec_fn=limited)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert re.search(rf"error: file too large writing ({tmp_path}/)?{named} on \S+: it met a file-size limit \(the shell's "
+                     r"ulimit -f", done.stderr), done.stderr[-2000:]
+    left = [str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if "cache" not in p.parts]
+    assert not [f for f in left if f.endswith((".tmp", ".ckpt", "results.json")) or "building" in f], left
+    assert not (tmp_path / "export").exists()
 
 
 # -- a signal between fit's training and its test ---------------------------------------------------------------

@@ -23,6 +23,7 @@ from lit_embed.errors import ConfigError
 from lit_embed.sweeps.launch import (
     LAUNCHERS,
     Launch,
+    check_not_launching,
     commands,
     launch_here,
     launch_inline,
@@ -67,7 +68,9 @@ def main(argv: list[str]) -> int:
     sweep = load_sweep(args.config, args.folder)
     launch = Launch(args.launcher, args.gpus_per_run)
     if args.run is not None:
-        return run_here(sweep, sweep.run(args.run), launch, execute, user_error)
+        run = sweep.run(args.run)
+        check_not_launching(sweep, run)
+        return run_here(sweep, run, launch, execute, user_error)
     sweep.leave_out(functools.partial(unmet_budget, launch=launch, seen={}))
     if args.dry_run:
         print(plan_text(sweep, launch), end="")

@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
+import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -68,6 +69,9 @@ def budget_target(budget: Budget, vocab_size: int | None, hidden_size: int, owne
         if budget < 1:
             raise ConfigError(f"{owner}: budget={budget} must be a positive number of parameters, or a fraction in (0, 1]")
         return budget
+    if not math.isfinite(budget):  # 1e400 reads as inf
+        raise ConfigError(f"{owner}: budget={budget} is not a finite number: give a fraction in (0, 1] of the dense "
+                          f"table such as 0.01, or a number of parameters as an integer such as 100000")
     if not 0.0 < budget <= 1.0:
         raise ConfigError(f"{owner}: budget={budget} is a fraction outside (0, 1] of the dense table: give a fraction "
                           f"such as 0.01, or a number of parameters as an integer such as {max(1, round(budget))}")

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from lit_embed.errors import ConfigError, RunBusyError
 from lit_embed.files import open_in_place, write_json_atomic, writing
-from lit_embed.folders import hold
+from lit_embed.folders import LAUNCH_LOCK, held, hold
 from lit_embed.progress import Progress, duration
 from lit_embed.signals import received_signal, stop_if_signalled
 from lit_embed.sweeps.outcomes import (
@@ -315,6 +315,19 @@ def _output_to(log: Path):
         out.close()
 
 
+#: Set in the environment of each run a launch starts (the launching process's id): ``--run`` of a sweep whose folder a
+#: live launch holds is refused unless that launch started it.
+LAUNCHED = "LIT_EMBED_SWEEP_LAUNCH"
+
+
+def check_not_launching(sweep: Sweep, run: Run) -> None:
+    """Refuse to run ``run`` by hand (``sweep --run``) while a launch of the sweep holds its folder: the launch runs
+    it too, and two versions of one run would be written, the later silently winning."""
+    if held(sweep.folder, LAUNCH_LOCK) and os.environ.get(LAUNCHED) is None:
+        raise RunBusyError(f"sweep folder {sweep.folder} is in use by a live `lit-embed sweep` launch, which runs {run.id} "
+                           f"itself: wait for it (--dry-run shows its progress), or stop it first")
+
+
 def claim_sweep_folder(sweep: Sweep) -> None:
     """Hold the sweep folder for this launch (one launch at a time) and record the plan in it."""
     try:
@@ -341,7 +354,7 @@ def _visible_gpus() -> list[str]:
 def _start(sweep: Sweep, run: Run, launch: Launch, gpus: list[str]) -> subprocess.Popen:
     """``lit-embed sweep --run`` in a session of its own (this process forwards one signal to it), its output
     appended to the run's ``output.log``."""
-    env = dict(os.environ)
+    env = {**os.environ, LAUNCHED: str(os.getpid())}
     if launch.launcher == "gpus":
         env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
     argv = [sys.executable, "-m", "lit_embed.commands", *run_argv(sweep, run, launch)]

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from lit_embed.errors import ConfigError
 from lit_embed.files import write_atomic
-from lit_embed.sweeps.launch import Launch, claim_sweep_folder, run_argv
+from lit_embed.sweeps.launch import LAUNCHED, Launch, claim_sweep_folder, run_argv
 from lit_embed.sweeps.outcomes import LOGS, OUTPUT_FILE, Outcome, outcome
 from lit_embed.sweeps.plan import Run, Stage, Sweep
 
@@ -102,6 +102,9 @@ def job_script(sweep: Sweep, stage: Stage, runs: list[Run], launch: Launch) -> s
         f"run={shlex.quote(stage.name)}/\"$name\"",
         f"log={shlex.quote(str(logs))}/\"$name\"/{OUTPUT_FILE}",
         'mkdir -p "$(dirname "$log")"',
+        # the log is appended to in place: never through a link (a sweep folder copied from elsewhere may hold one)
+        'if [ -L "$log" ]; then echo "lit-embed: error: sweep run\'s log $log is a symbolic link: remove it" >&2; exit 2; fi',
+        f"export {LAUNCHED}={shlex.quote('slurm')}  # this sweep's own run: not refused as run by hand beside a launch",
         f'srun {invocation} >> "$log" 2>&1',
         "",
     ]
