@@ -141,7 +141,7 @@ def discard_unstarted() -> list[Path]:
     hold one. Returns the run folders removed."""
     removed = []
     for folder in _claimed:
-        if folder.is_dir() and all(p.is_dir() or p.name in STARTED for p in folder.rglob("*")):
+        if folder.is_dir() and all(p.is_dir() or p.name in STARTED or _no_events(p) for p in folder.rglob("*")):
             for locked in [Path(held) for held in _held if folder in (Path(held), *Path(held).parents)]:
                 os.close(_held.pop(str(locked)))
             shutil.rmtree(folder, ignore_errors=True)
@@ -152,6 +152,15 @@ def discard_unstarted() -> list[Path]:
     _claimed.clear()
     _made.clear()
     return removed
+
+
+def _no_events(path: Path) -> bool:
+    """Whether ``path`` is a TensorBoard event file holding only its header (the one record of its version): what a
+    logger that has logged nothing leaves. A record is its length (8 bytes), their CRC (4), the data, its CRC (4)."""
+    if not path.name.startswith("events.out.tfevents.") or path.stat().st_size > 256:
+        return False
+    data = path.read_bytes()
+    return len(data) >= 12 and 16 + int.from_bytes(data[:8], "little") == len(data) and b"brain.Event:" in data
 
 
 def version_folders(root: str | os.PathLike) -> list[Path]:

@@ -131,6 +131,8 @@ def workspace(tmp_path_factory) -> Path:
     key = next(k for k, v in poisoned["state_dict"].items() if v.is_floating_point())
     poisoned["state_dict"][key][0] = float("nan")
     torch.save(poisoned, root / "nan.ckpt")
+    (root / "blank_line.txt").write_text("The cat sat on the <mask>.\n  \nThe sea is <mask>.\n\n")
+    (root / "not_utf8.txt").write_bytes(b"The cat sat on the <mask>.\nThe caf\xe9 is <mask>.\n")
     for name, value in (("nan", ".nan"), ("inf", ".inf")):
         (root / f"{name}_budget.yaml").write_text(f"class_path: lit_embed.embeddings.DPQEmbedding\ninit_args:\n  budget: {value}\n")
     killed = root / "runs/killed/version_0"  # killed between its step-4 save and last.ckpt's: a stale last, no results
@@ -404,6 +406,13 @@ CASES = [
         ("inf", "inf", [*DEMO, *SHORT, "--model.init_args.embedding", "inf_budget.yaml"]),
         ("1e400", "inf", ["compress", "--ckpt", "all-MiniLM-L6-v2", "--data", "sample-corpus", "--method", "svd", "--budget", "1e400",
                           "--out", "out_c"]))],
+    # every line of predict's input gets its row of output, or the command names the line that would not
+    *[(f"predict ({model}): {what}", [*argv, "--data.init_args.predict_input", name], 2, message)
+      for model, argv in (("MaskedLM", ["predict", "--config", str(CONFIGS / "demo.yaml"), "--ckpt_path", CKPT]),
+                          ("classifier", ["predict", "--config", "own.yaml", "--ckpt_path", "classifier.ckpt"]))
+      for what, name, message in (
+        ("a blank line", "blank_line.txt", r"predict_input \S*blank_line\.txt:2: the line is blank"),
+        ("a line not UTF-8", "not_utf8.txt", r"\S*not_utf8\.txt:2: not valid UTF-8"))],
     # a file written is never what the command reads, nor a file there already unless --overwrite, nor a folder
     ("convert OUT = IN, even with --overwrite", ["convert", "--trust", "weights.ckpt", "weights.ckpt", "--overwrite"], 2,
      r"OUT 'weights\.ckpt' is 'weights\.ckpt', which this command reads"),
@@ -662,6 +671,18 @@ def test_a_file_written_in_place_is_never_written_through_what_stands_there(kind
     assert user.read_text() == "a user's file"
     os.close(open_in_place(tmp_path / "new.log", "the log", append=True))  # a new file, or a regular one, opens
     os.close(open_in_place(tmp_path / "new.log", "the log", append=True))
+
+
+def test_every_line_of_a_text_input_is_a_row_or_named(tmp_path):
+    """Blank lines at the end are no rows; every other line is one, and one without a text is refused by number."""
+    from lit_embed.data.sources import text_lines
+    from lit_embed.errors import ConfigError
+
+    (tmp_path / "in.txt").write_text("a <mask>\n b\n\tc\td\n\n \n")
+    assert text_lines(str(tmp_path / "in.txt")) == ["a <mask>", " b", "\tc\td"]
+    (tmp_path / "in.txt").write_text("a\n\t\nb\n")
+    with pytest.raises(ConfigError, match=r"in\.txt:2: the line is blank"):
+        text_lines(str(tmp_path / "in.txt"))
 
 
 def test_an_atomic_write_onto_a_folder_names_the_folder_and_leaves_nothing(tmp_path):

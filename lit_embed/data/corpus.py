@@ -18,7 +18,13 @@ from lit_embed._compat import dataset_fingerprint
 from lit_embed.data.base import TextDataModule, check_batching
 from lit_embed.data.collate import FillMaskCollator
 from lit_embed.data.loading import EndlessStream, IndexedRows, ResumableLoader
-from lit_embed.data.sources import check_files, load_files, load_hub, refuse_script_datasets, resolve_file
+from lit_embed.data.sources import (
+    check_files,
+    load_files,
+    load_hub,
+    refuse_script_datasets,
+    text_lines,
+)
 from lit_embed.embeddings.text import TextEncoder
 from lit_embed.errors import ConfigError
 from lit_embed.interfaces import FillMaskModel, provides
@@ -232,7 +238,7 @@ class CorpusDataModule(TextDataModule):
         if isinstance(given, list):
             texts = [str(text) for text in given]
         elif str(given).endswith(".txt"):
-            texts = [line for line in Path(resolve_file(given)).read_text(encoding="utf-8").splitlines() if line.strip()]
+            texts = text_lines(given)
         else:
             rows = load_files([given], split="predict")
             if self.text_column not in rows.column_names:

@@ -28,7 +28,13 @@ from torch.utils.data import DataLoader
 from lit_embed._compat import dataset_fingerprint
 from lit_embed.data.base import TextDataModule, check_batching
 from lit_embed.data.loading import ResumableLoader
-from lit_embed.data.sources import SAMPLE_DIR, is_script_refusal, load_files, resolve_file, script_refusal
+from lit_embed.data.sources import (
+    SAMPLE_DIR,
+    is_script_refusal,
+    load_files,
+    script_refusal,
+    text_lines,
+)
 from lit_embed.data.tasks import (
     SPLITS,
     Paper,
@@ -262,8 +268,7 @@ class TaskDataModule(TextDataModule):
         if isinstance(given, list):
             texts = [[text] if isinstance(text, str) else list(text) for text in given]
         elif str(given).endswith(".txt"):
-            lines = Path(resolve_file(given)).read_text(encoding="utf-8").splitlines()
-            texts = [line.split("\t") for line in lines if line.strip()]
+            texts = [line.split("\t") for line in text_lines(given)]
         else:
             rows = load_files([given], split="predict")
             missing = [c for c in columns if c not in rows.column_names]

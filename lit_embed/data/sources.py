@@ -108,6 +108,22 @@ def check_utf8(path: Path) -> None:
                 ) from error
 
 
+def text_lines(name: str, what: str = "predict_input") -> list[str]:
+    """The lines of the text file ``name``, one row each, so that an output row stands for every line: refused, naming
+    the line, where one is not UTF-8 or is blank between texts (it would have no row); blank lines at its end are
+    none."""
+    path = resolve_file(name)
+    check_utf8(path)
+    lines = path.read_text(encoding="utf-8").splitlines()
+    while lines and not lines[-1].strip():
+        lines.pop()
+    blank = next((number for number, line in enumerate(lines, 1) if not line.strip()), None)
+    if blank is not None:
+        raise ConfigError(f"{what} {str(path)}:{blank}: the line is blank, and each line is one text that gets its row "
+                          f"of output: remove the line or give it a text")
+    return lines
+
+
 def load_files(files: list[str], split: str = "train", streaming: bool = False, column: str | None = None):
     """One dataset of all local ``files`` (all of one type).
 
