@@ -220,4 +220,35 @@ def _item_hint(hint: Any) -> Any:
     return _UNKNOWN
 
 
-__all__ = ["TRUST_KEYS", "checked_class", "name_user_classes", "recorded_config", "without_trust", "written_by_lit_embed"]
+#: An ``auto_map`` entry that names the folder's own code: ``module.Class``, ``module.py`` beside it (transformers also
+#: reads ``other/repo--module.Class``, a hub repository's code, and a module path that leaves the folder).
+OWN_CODE = re.compile(r"(?P<module>[A-Za-z_]\w*)\.[A-Za-z_]\w*")
+
+
+def check_auto_map(folder: str | os.PathLike, files: Iterable[str] = ("config.json", "tokenizer_config.json")) -> None:
+    """Refuse a model folder (a ``lit-embed export``) whose ``auto_map`` names code outside it: an entry that is not
+    ``module.Class`` with ``module.py`` a file of the folder itself (not a link), such as a hub repository's
+    (``repo--module.Class``) or another folder's. ``trust_remote_code=True`` runs what ``auto_map`` names; lit-embed's
+    loaders of exports check it first, so that trusting an export trusts only the code it holds."""
+    import json
+
+    folder = Path(folder)
+    for name in files:
+        try:
+            recorded = json.loads((folder / name).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue  # none, or unreadable: transformers says so when it reads it
+        auto_map = recorded.get("auto_map") if isinstance(recorded, dict) else None
+        for key, value in (auto_map.items() if isinstance(auto_map, dict) else []):
+            for reference in value if isinstance(value, list) else [value]:
+                own = OWN_CODE.fullmatch(reference) if isinstance(reference, str) else None
+                module = folder / f"{own['module']}.py" if own else None
+                if reference is not None and (module is None or module.is_symlink() or not module.is_file()):
+                    raise ConfigError(
+                        f"{folder / name} has auto_map {key}={reference!r}, which names code outside {folder} (or a "
+                        f"file it lacks): trust_remote_code=True would run it; an export's own auto_map names its "
+                        f"module.Class, module.py beside config.json. Export the checkpoint again"
+                    )
+
+
+__all__ = ["TRUST_KEYS", "check_auto_map", "checked_class", "name_user_classes", "recorded_config", "without_trust", "written_by_lit_embed"]

@@ -88,7 +88,7 @@ from lit_embed.interfaces import wire
 from lit_embed.metric_names import check_metrics, needs_two_values
 from lit_embed.models import Encoder, MaskedLM, SequenceClassifier, ShuffleRandom
 from lit_embed.models.metrics import TaskEvaluation
-from lit_embed.recorded import name_user_classes
+from lit_embed.recorded import check_auto_map, name_user_classes
 
 #: A few texts with words, punctuation, digits and accents, for the text encoder (and LSH's fitting).
 TEXTS = (
@@ -388,6 +388,7 @@ def load_export(folder: Path):
     from transformers import AutoModel  # noqa: PLC0415 (transformers' dynamic modules: only where an export is checked)
     from transformers.dynamic_module_utils import HF_MODULES_CACHE
 
+    check_auto_map(folder)  # trust_remote_code runs what auto_map names: only the export's own code
     try:
         return AutoModel.from_pretrained(folder, trust_remote_code=True).eval()
     finally:

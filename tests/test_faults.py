@@ -685,6 +685,29 @@ def test_every_line_of_a_text_input_is_a_row_or_named(tmp_path):
         text_lines(str(tmp_path / "in.txt"))
 
 
+@pytest.mark.parametrize(("reference", "refused"), [
+    ("modeling_lit_embed.LitEmbedModel", False), ("someone/repo--modeling.Evil", True), ("../elsewhere/mod.Evil", True),
+    ("linked.Evil", True), ("absent.Evil", True), ("a.b.Evil", True),
+])
+def test_an_exports_auto_map_names_only_code_it_holds(reference, refused, workspace, tmp_path):
+    """What trust_remote_code=True would run: lit-embed's loaders of an export refuse an auto_map entry naming a hub
+    repository's code, a path out of the folder, a module that is a link (here, to the user's own module) or absent."""
+    from lit_embed.errors import ConfigError
+    from lit_embed.recorded import check_auto_map
+
+    folder = tmp_path / "export"
+    shutil.copytree(workspace / "exported", folder)
+    (folder / "linked.py").symlink_to(workspace / "evil_code.py")
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "auto_map": {**config["auto_map"], "AutoModel": reference}}))
+    if not refused:
+        check_auto_map(folder)
+        return
+    with pytest.raises(ConfigError, match=rf"has auto_map AutoModel={re.escape(repr(reference))}, which names code "
+                                          rf"outside {folder}"):
+        check_auto_map(folder)
+
+
 def test_an_atomic_write_onto_a_folder_names_the_folder_and_leaves_nothing(tmp_path):
     (tmp_path / "out").mkdir()
     with pytest.raises(OutputExistsError, match=rf"'{tmp_path}/out' is a folder: give the name of a file to write"):
