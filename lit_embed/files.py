@@ -167,8 +167,8 @@ def check_file_output(out: str | os.PathLike, overwrite: bool, inputs: Iterable[
     for given in inputs:
         found = _local(given)
         if found is not None and path.exists() and os.path.samefile(found, path):
-            raise OutputExistsError(f"{option} {str(out)!r} is {str(given)!r}, which this command reads: writing it would "
-                                    f"replace what it reads; choose another {option}")
+            raise OutputExistsError(f"{option} {str(out)!r} is {str(given)!r}, which this command reads: the output would "
+                                    f"replace it; choose another {option}")
     if path.is_dir():
         raise OutputExistsError(f"{option} {str(out)!r} is a folder: give the name of a file to write")
     if path.exists() or path.is_symlink():

@@ -66,7 +66,8 @@ def main() -> int:
     if status:
         return status
     figure = Path(args.folder) / "pareto.png"  # with its TensorBoard event file, which stays in the sweep folder
-    status = lit_embed(["report", args.folder, "--output", str(Path(args.folder) / "report.md"), "--figure", str(figure)])
+    status = lit_embed(["report", args.folder, "--output", str(Path(args.folder) / "report.md"), "--figure", str(figure),
+                        "--overwrite"])  # a resumed demo's folder holds the last report
     if status == 0:
         Path(args.figure).parent.mkdir(parents=True, exist_ok=True)
         write_atomic(args.figure, figure.read_bytes())

@@ -8,7 +8,7 @@ from pathlib import Path
 from lit_embed import pareto
 from lit_embed.commands.parsing import ArgumentParser
 from lit_embed.errors import ConfigError
-from lit_embed.files import check_output, write_atomic
+from lit_embed.files import check_file_output, write_atomic
 from lit_embed.reporting import (
     Report,
     compress_reports,
@@ -39,7 +39,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--baseline", metavar="RUN_DIR", help="a run of the baseline model: its label's runs are the baseline")
     parser.add_argument("--format", choices=FORMATS, default="md", help="md (default), csv or latex")
     parser.add_argument("--digits", type=int, default=1, help="decimals of scores and PRR (default 1)")
-    parser.add_argument("--output", "-o", help="write to this file instead of printing")
+    parser.add_argument("--output", "-o", help="write to this file instead of printing (one that exists: --overwrite)")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace --output and --figure where they exist (never a file the report reads)")
     parser.add_argument("--figure", nargs="?", const="", metavar="FILE.png",
                         help="draw the Pareto figure (task score against embedding parameters, a line per strategy, the "
                         f"frontier marked, ± std over seeds) to this PNG, and to TensorBoard beside it, with its table; "
@@ -78,7 +80,7 @@ def main(argv: list[str]) -> int:
             *(Path(s) / MANIFEST for s in sweeps), *(f for p in args.run_dirs for f in Path(p).rglob("report.json"))]
     drawn = None
     if figure is not None:  # never over a file it read (a results.json, a sweep's plan, a compress report)
-        check_output(figure, True, lambda out: None, read, option="--figure")
+        check_file_output(figure, args.overwrite, read, option="--figure")
         scores, what = report.seed_scores() if report else ({}, "")
         points = pareto.points_of(report.runs, scores) if report else []
         if not points:
@@ -88,7 +90,7 @@ def main(argv: list[str]) -> int:
         drawn = pareto.draw(points, what)
     text = render(tables + sweep_tables + coverage + left_out_table(unfinished), args.format)
     if args.output:
-        check_output(Path(args.output), True, lambda out: None, read, option="--output")
+        check_file_output(args.output, args.overwrite, read, option="--output")
     if drawn is not None:
         pareto.save(drawn, figure)
         print(f"lit-embed report: wrote {figure} and its TensorBoard image (tag {pareto.TAG}) in {figure.parent}",
