@@ -1,11 +1,12 @@
-"""The zoo's picture (``lit-embed report --figure``): task score against embedding parameters, one line per method.
+"""The zoo's picture (``lit-embed report --figure``): task score against the embedding's bytes, one line per method.
 
-A point is a model (a report row: a label) that ran a task: its embedding parameters (results.json's count) and its
+A point is a model (a report row: a label) that ran a task: the bytes its embedding needs at inference (results.json's
+``embedding_bytes``: each tensor at its stored dtype, codes as stored) and its
 score over seeds, the mean over its tasks of the metric the score tables show (test split where logged, else
 validation), as those tables average a benchmark. A method is a strategy (results.json's ``strategy``), with the
 variant a sweep stage's label names (``post-hoc``: fitted to a pretrained table, not pre-trained): its points at
 different budgets make its line. A point is on the frontier when no other point scores at least as well with at most
-as many parameters (and better in one). The error bars are ± one sample standard deviation over seeds.
+as many bytes (and better in one). The error bars are ± one sample standard deviation over seeds.
 
 matplotlib is imported only to draw, with the Agg backend (no display); the PNG is written atomically and the same
 image goes to a TensorBoard event file beside it.
@@ -31,12 +32,12 @@ MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">", "h", "p", "8", "d")
 
 @dataclass(frozen=True)
 class Point:
-    """One model of the figure: its method's line, its row name, its embedding parameters, its score per seed, and
+    """One model of the figure: its method's line, its row name, its embedding's inference bytes, its score per seed, and
     the efficiency of its task runs (means over them; ``None`` where none recorded it)."""
 
     method: str
     label: str
-    parameters: int
+    bytes: int
     scores: dict[int | None, float]
     memory_mb: float | None = None
     train_ms: float | None = None
@@ -53,13 +54,13 @@ class Point:
 
 
 def frontier(points: list[Point]) -> list[Point]:
-    """The points no other point dominates (as many parameters or fewer and as high a mean score or higher, better
-    in one), by parameters."""
+    """The points no other point dominates (as many bytes or fewer and as high a mean score or higher, better
+    in one), by bytes."""
     def dominated(p: Point) -> bool:
-        return any(q.parameters <= p.parameters and q.mean >= p.mean and (q.parameters, q.mean) != (p.parameters, p.mean)
+        return any(q.bytes <= p.bytes and q.mean >= p.mean and (q.bytes, q.mean) != (p.bytes, p.mean)
                    for q in points)
 
-    return sorted((p for p in points if not dominated(p)), key=lambda p: (p.parameters, -p.mean))
+    return sorted((p for p in points if not dominated(p)), key=lambda p: (p.bytes, -p.mean))
 
 
 def points_of(runs: list[dict], scores: dict[str, dict[int | None, float]]) -> list[Point]:
@@ -67,17 +68,17 @@ def points_of(runs: list[dict], scores: dict[str, dict[int | None, float]]) -> l
     found = []
     for label, by_seed in scores.items():
         mine = [r for r in runs if r["label"] == label and r.get("_task")]
-        counted = [r["parameters"]["embedding_params"] for r in mine if r.get("parameters")]
+        counted = [r["parameters"]["embedding_bytes"] for r in mine if (r.get("parameters") or {}).get("embedding_bytes")]
         if not by_seed or not counted:
             continue
         efficiency = [r["efficiency"] for r in mine if r.get("efficiency")]
         found.append(Point(
-            method=_method(mine, label), label=label, parameters=counted[0],
+            method=_method(mine, label), label=label, bytes=counted[0],
             scores=dict(by_seed), memory_mb=_mean(e.get("peak_memory_mb") for e in efficiency),
             train_ms=_mean((e.get("train") or {}).get("ms_per_sample") for e in efficiency),
             infer_ms=_mean((e.get("infer") or {}).get("ms_per_sample") for e in efficiency),
         ))
-    return sorted(found, key=lambda p: (p.method, p.parameters))
+    return sorted(found, key=lambda p: (p.method, p.bytes))
 
 
 def _method(runs: list[dict], label: str) -> str:
@@ -93,15 +94,15 @@ def _mean(values) -> float | None:
 
 
 def pareto_table(points: list[Point], what: str, digits: int = 1) -> Table:
-    """Per method and budget: embedding parameters, score, whether on the frontier, memory and time per sample."""
+    """Per method and budget: the embedding's inference bytes, score, whether on the frontier, memory and time per sample."""
     best = {p.label for p in frontier(points)}
-    rows = [[p.method, p.label, f"{p.parameters:,}", _score(p, digits), str(len(p.scores)), "yes" if p.label in best else MISSING,
+    rows = [[p.method, p.label, f"{p.bytes:,}", _score(p, digits), str(len(p.scores)), "yes" if p.label in best else MISSING,
              _measured(p.memory_mb, ".0f"), _measured(p.train_ms, ".3g"), _measured(p.infer_ms, ".3g")] for p in points]
     notes = [f"score: {what} x 100, mean ± std over seeds (the figure's error bars: ± one std)",
-             "frontier: no other model scores as well with as few embedding parameters",
+             "frontier: no other model scores as well with as few embedding bytes (at inference)",
              "memory (peak, MB) and time per sample (training: forward + backward; inference: forward) from the task runs' "
              f"efficiency callback, means over them; {NOT_MEASURED} where no run recorded it"]
-    return Table("Pareto: task score against embedding parameters", ["Method", "Model", "#Emb Params", "Score", "Seeds",
+    return Table("Pareto: task score against embedding bytes", ["Method", "Model", "Emb bytes", "Score", "Seeds",
                  "Frontier", "Memory (MB)", "Train ms/sample", "Infer ms/sample"], rows, notes)
 
 
@@ -115,7 +116,7 @@ def _measured(value: float | None, spec: str) -> str:
 
 
 def draw(points: list[Point], what: str):
-    """The figure: a line per method (its points by parameters, ± one std over seeds), the frontier ringed and joined."""
+    """The figure: a line per method (its points by bytes, ± one std over seeds), the frontier ringed and joined."""
     import matplotlib
 
     matplotlib.use("Agg")  # no display: a report runs in batch jobs and tests
@@ -124,16 +125,16 @@ def draw(points: list[Point], what: str):
     figure = Figure(figsize=(9, 5.5), layout="constrained")
     axes = figure.add_subplot()
     for index, method in enumerate(dict.fromkeys(p.method for p in points)):
-        mine = sorted((p for p in points if p.method == method), key=lambda p: p.parameters)
-        axes.errorbar([p.parameters for p in mine], [100 * p.mean for p in mine], yerr=[100 * p.std for p in mine],
+        mine = sorted((p for p in points if p.method == method), key=lambda p: p.bytes)
+        axes.errorbar([p.bytes for p in mine], [100 * p.mean for p in mine], yerr=[100 * p.std for p in mine],
                       marker=MARKERS[index % len(MARKERS)], markersize=5, capsize=3, linewidth=1.2, label=method)
     best = frontier(points)
-    axes.plot([p.parameters for p in best], [100 * p.mean for p in best], linestyle="--", color="black", linewidth=0.8,
+    axes.plot([p.bytes for p in best], [100 * p.mean for p in best], linestyle="--", color="black", linewidth=0.8,
               marker="o", markersize=11, markerfacecolor="none", markeredgecolor="black", label="frontier")
     axes.set_xscale("log")
-    axes.set_xlabel("embedding parameters (log scale)")
+    axes.set_xlabel("embedding bytes at inference (log scale)")
     axes.set_ylabel(f"{what} x 100")
-    axes.set_title("Task score against embedding parameters (mean ± std over seeds)")
+    axes.set_title("Task score against embedding bytes (mean ± std over seeds)")
     axes.grid(True, which="both", alpha=0.3)
     axes.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))
     return figure

@@ -12,13 +12,13 @@ import torch
 from torch.nn import functional as F
 
 from lit_embed.compress.methods import CompressionMethod, Job, method_named, strategy_from, with_common_rows
-from lit_embed.compress.summary import tensor_bytes
 from lit_embed.embeddings import (
     FactorizedEmbedding,
     ProductQuantizedEmbedding,
     ScalarQuantizedEmbedding,
     UnkEmbedding,
 )
+from lit_embed.embeddings.base import state_bytes
 from lit_embed.errors import ConfigError, UserError
 from lit_embed.testing import check_compression_method
 from tests.helpers import CONFIGS
@@ -133,7 +133,7 @@ def test_scalar_quantisation_counts_bytes_and_rebuilds_each_value_within_half_a_
     (strategy,) = method_named(f"int{bits}").fit(job_of(weight)).values()
     assert isinstance(strategy, ScalarQuantizedEmbedding) and strategy.codes.dtype == torch.uint8
     stored = 100 * code_bytes + 100 * 8  # codes, and a float32 scale and offset per row
-    assert tensor_bytes(strategy.state_dict()) == stored
+    assert state_bytes(strategy.state_dict()) == stored
     assert strategy.num_embedding_parameters() == ScalarQuantizedEmbedding.count_parameters(100, hidden, bits) == -(-stored // 4)
     rebuilt = strategy(torch.arange(100)).detach()
     step = (weight.max(1).values - weight.min(1).values) / (2**bits - 1)
@@ -171,7 +171,7 @@ def test_product_quantisation_finds_clusters_and_says_which_k_means_ran(backend)
     (strategy,) = method.fit(job_of(weight)).values()
     assert isinstance(strategy, ProductQuantizedEmbedding)
     assert strategy.num_embedding_parameters() == 4 * 12 + 200 * 2  # K d codebook values and V G codes
-    assert tensor_bytes(strategy.state_dict()) == 4 * 12 * 4 + 200 * 2
+    assert state_bytes(strategy.state_dict()) == 4 * 12 * 4 + 200 * 2
     assert torch.allclose(strategy(torch.arange(200)).detach(), weight, atol=1e-5)
     ran = method.details["k-means"]
     assert ran == (f"faiss {faiss.__version__}" if backend == "faiss" else "torch (lit-embed's k-means++ and Lloyd)")

@@ -35,7 +35,8 @@ def write_run(root: Path, method: str, label: str, embedding: int, seed: int | N
     write_json_atomic(folder / RESULTS_FILE, {
         "format": 1, "status": "complete", "label": label, "task": task, "seed": seed, "strategy": method,
         "parameters": {"total_params": 80_000 + embedding, "embedding_params": embedding, "baseline_total_params": 80_000 + DENSE,
-                       "baseline_embedding_params": DENSE, **compression(embedding, 80_000 + embedding, DENSE, 80_000 + DENSE)},
+                       "baseline_embedding_params": DENSE, **compression(embedding, 80_000 + embedding, DENSE, 80_000 + DENSE),
+                       "embedding_bytes": 4 * embedding, "baseline_embedding_bytes": 4 * DENSE},
         "efficiency": efficiency,
         "metrics": metrics,
     })
@@ -53,7 +54,7 @@ def zoo(root: Path) -> Path:
 
 def rows(text: str) -> dict[str, list[str]]:
     """The Pareto table's rows of a Markdown report, by model."""
-    part = text.split("Pareto: task score against embedding parameters", 1)[1]
+    part = text.split("Pareto: task score against embedding bytes", 1)[1]
     lines = [line for line in part.splitlines() if line.startswith("|")][2:]
     cells = [[c.strip() for c in line.strip("|").split("|")] for line in lines]
     return {row[1]: row for row in cells}
@@ -80,7 +81,7 @@ def test_figure_and_table_give_the_frontier_error_bars_and_efficiency_per_method
     for method, label, embedding, scores in MODELS:
         values = [100 * s for s in scores.values()]
         mean, std = statistics.mean(values), statistics.stdev(values)
-        assert table[label][:5] == [method, label, f"{embedding:,}", f"{mean:.1f} ± {std:.1f}", str(len(scores))]
+        assert table[label][:5] == [method, label, f"{4 * embedding:,}", f"{mean:.1f} ± {std:.1f}", str(len(scores))]
     frontier_rows = {label for label, row in table.items() if row[5] == "yes"}
     assert frontier_rows == {"robe 0.1%", "hashing 1%", "hashing 10%", "dense"}
     assert table["dense"][6:] == ["900", "2.5", "0.5"]
@@ -162,7 +163,7 @@ def test_a_variant_a_sweep_stage_names_is_a_line_of_its_own_beside_its_strategys
     strategy's line."""
     def run(label: str, parameters: int, variant: str) -> dict:
         return {"label": label, "_task": "topics", "strategy": "QREmbedding", "variant": variant,
-                "parameters": {"embedding_params": parameters}}
+                "parameters": {"embedding_params": parameters, "embedding_bytes": 4 * parameters}}
 
     runs = [run("qr 1pct", 19_500, ""), run("qr 10pct", 195_000, ""), run("qr 1pct post-hoc", 117_000, "post-hoc")]
     points = points_of(runs, {"qr 1pct": {0: 0.5}, "qr 10pct": {0: 0.6}, "qr 1pct post-hoc": {0: 0.7}})

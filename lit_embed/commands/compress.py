@@ -148,7 +148,7 @@ def compress(
     best, validation = next(iter(candidates)), None
     if len(candidates) > 1:
         best, validation = choose_k(source, candidates, chosen, accelerator, limit_val_batches)
-    strategy = candidates[best]
+    strategy = candidates[best].for_inference()  # what inference reads: DPQ's queries are neither counted nor saved
     cosines = {k: rebuilt_cosines(source.weight, s, split.common_ids) for k, s in candidates.items()}
 
     report = {

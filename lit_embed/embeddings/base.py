@@ -6,7 +6,7 @@ A strategy owns both halves of what makes it different from a dense table:
 * how codes become vectors of the backbone's hidden size (:meth:`EmbeddingStrategy.forward`).
 
 It also answers what the rest of the system asks of it: its own parameter count (the number the
-papers report), a full ``V x d`` weight for a tied MLM decoder where one exists, random codes for
+papers report), the bytes it needs at inference (:meth:`EmbeddingStrategy.inference_bytes`: the zoo's unit), a full ``V x d`` weight for a tied MLM decoder where one exists, random codes for
 the Shuffle+Random objective and MLM, and its defining state as persistent buffers, so that a checkpoint
 restores it exactly and every DDP rank agrees (those whose shape only the checkpoint knows are listed in
 ``sized_by_checkpoint``, :mod:`lit_embed.embeddings.state`). :meth:`EmbeddingStrategy.config` says how to
@@ -155,6 +155,23 @@ class EmbeddingStrategy(CheckpointSized, ABC):
         ``None`` where it counts them all. ``lit-embed params`` prints it beside the module's own count."""
         return None
 
+    def for_inference(self) -> EmbeddingStrategy:
+        """The strategy as inference needs it, what ``lit-embed compress`` saves: itself, unless training keeps tensors
+        that inference does not read (DPQ's queries and keys), which the returned strategy leaves out."""
+        return self
+
+    def inference_bytes(self) -> int:
+        """Bytes the embedding needs at inference: every tensor of :meth:`for_inference`'s state at its stored dtype
+        (codes as the strategy stores them, packed where it packs them). The unit on which methods are compared: a
+        parameter count puts a 4-bit code and a float32 value on one footing."""
+        return state_bytes(self.for_inference().state_dict())
+
+    def training_figures(self) -> dict[str, int]:
+        """What training holds, beside :meth:`inference_bytes`: trainable parameters, and the bytes of the whole state
+        (training-only tensors included)."""
+        return {"trainable_params": sum(p.numel() for p in self.parameters() if p.requires_grad),
+                "training_bytes": state_bytes(self.state_dict())}
+
     def num_total_parameters(self) -> int:
         """What the strategy adds to a model's total (PCR_All, PoEP): all of its parameters, or its embedding figure
         where that is larger: stored codes the papers count as parameters (sparse-coding ids and weights, additive
@@ -228,3 +245,8 @@ class EmbeddingStrategy(CheckpointSized, ABC):
         for tensor in (*self.parameters(), *self.buffers()):
             return tensor.device
         return torch.device("cpu")
+
+
+def state_bytes(state: dict[str, Tensor]) -> int:
+    """Bytes the tensors take as stored (what a safetensors file of them holds, less its header)."""
+    return sum(t.numel() * t.element_size() for t in state.values())
