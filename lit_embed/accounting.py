@@ -6,7 +6,8 @@ Position and token-type embeddings belong to the backbone, not to the embedding,
 
 from __future__ import annotations
 
-#: Bytes of one value of the dense baseline table (float32), the table a budget's fraction and the bytes' share refer to.
+#: Bytes of one value of the dense table a budget's fraction and the bytes' share refer to (float32). Here, not in
+#: lit_embed.embeddings.sizing, so that a report reads it without importing torch.
 DENSE_VALUE_BYTES = 4
 
 

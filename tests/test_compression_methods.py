@@ -153,7 +153,7 @@ def test_svd_is_the_best_rank_r_approximation_and_sizes_to_a_budget():
         assert strategy.num_embedding_parameters() == 300 * rank + rank * 12 + 12  # V r + r d + the mean
         error = (strategy(torch.arange(300)).detach().double() - weight.double()).pow(2).sum()
         assert float(error) == pytest.approx(float(singular[rank:].pow(2).sum()), rel=1e-4, abs=1e-6)  # Eckart-Young
-    method = method_named("svd", {"budget": 300 * 4 + 4 * 12 + 12})
+    method = method_named("svd", {"budget": 4 * (300 * 4 + 4 * 12 + 12)})  # bytes: float32 factors and mean
     (strategy,) = method.fit(job_of(weight)).values()
     assert strategy.rank == method.details["rank"] == 4 and "budget=" in method.details["budget"]
     with pytest.raises(ConfigError, match=r"rank=13 must lie in \[1, min\(vocabulary=300, hidden=12\)\]: change --rank"):

@@ -67,6 +67,19 @@ def papers_count(cls, vocab: int, d: int, **a) -> int:
     raise AssertionError(cls)
 
 
+def papers_bytes(cls, vocab: int, d: int, **a) -> int:
+    """The bytes inference keeps: the paper's float32 values at 4 bytes each, and the integer state stored beside them
+    (each hash function's two int64 coefficients; mixed dimension's int64 block and row of each id; DPQ's V x D codes,
+    which its paper counts one parameter each, at a byte each for K <= 256)."""
+    values = papers_count(cls, vocab, d, **a)
+    if cls is DPQEmbedding:
+        codes = vocab * a.get("groups", 8)
+        return 4 * (values - codes) + codes * (1 if a["codewords"] <= 256 else 2)
+    stored = {HashingTrickEmbedding: 2 * 2 * 8, WeightedHashEmbedding: 2 * 2 * 8, ROBEEmbedding: 2 * 2 * 8,
+              DeepHashEmbedding: a.get("num_hashes", 1024) * 2 * 8, MixedDimensionEmbedding: 2 * vocab * 8}
+    return 4 * values + stored.get(cls, 0)
+
+
 def zipf_widths(vocab: int, base_dim: int, blocks: int = 4, alpha: float = 0.3, d: int = 384) -> tuple[list, list]:
     """Mixed dimensions by the id-order proxy, worked from the paper's rule: blocks of 1, 2, 4, 8 fifteenths of the
     vocabulary, popularity the mean of 1/rank over a block, d_i = round(base_dim (p_i / p_0)^alpha)."""
@@ -117,8 +130,9 @@ def test_mixed_dimension_ranks_by_a_count_file_and_its_checkpoint_needs_no_file(
     assert strategy.block_dims == [12, 1, 1]  # the rare blocks count nothing: the narrowest width
     config = strategy.config(with_sizes=True)
     assert config["init_args"]["frequencies"] is None and config["init_args"]["block_dims"] == [12, 1, 1]
-    budgeted = MixedDimensionEmbedding(300, 12, num_blocks=3, frequencies=str(path), alpha=0.5, budget=876)
+    budgeted = MixedDimensionEmbedding(300, 12, num_blocks=3, frequencies=str(path), alpha=0.5, budget=876 * 4 + 4800)
     assert budgeted.block_dims == [11, 1, 1] and budgeted.num_embedding_parameters() == 876  # (42 + 12) 11 + 85 + 173 + 24
+    assert budgeted.inference_bytes() == 876 * 4 + 2 * 300 * 8  # and each id's int64 block and row
     path.unlink()
     rebuilt = build_from_config(EmbeddingStrategy, config, "embedding")
     rebuilt.load_state_dict(strategy.state_dict())
@@ -148,35 +162,35 @@ def test_each_method_counts_what_its_paper_counts(cls):
         assert cls(3000, 24, **arguments).num_embedding_parameters() == expected, arguments
 
 
-#: method -> what a budget of 10%, 1% and 0.1% of a 30522 x 384 table gives: the value chosen, or the values either
-#: side that the refusal names (one where the budget lies beyond the method's smallest size)
+#: method -> what a budget of 10%, 1% and 0.1% of a 30522 x 384 float32 table's bytes gives: the value chosen, or the
+#: values either side that the refusal names (one where the budget lies beyond the method's smallest size)
 BUDGETS = {
-    HashingTrickEmbedding: {0.1: 3052, 0.01: 305, 0.001: (30, 31)},  # rows of 384: 0.1% lies between two
-    WeightedHashEmbedding: {0.1: 2893, 0.01: 146, 0.001: (1,)},  # the V x 2 importance weights are 0.52% alone
-    ROBEEmbedding: {0.1: 1_172_045, 0.01: 117_204, 0.001: 11_720},  # any number of values
-    DeepHashEmbedding: {0.1: 587, 0.01: 78, 0.001: 8},
-    FactorizedEmbedding: {0.1: 38, 0.01: (3, 4), 0.001: (1,)},  # each unit of E costs V + H = 30,906
+    HashingTrickEmbedding: {0.1: 3052, 0.01: 305, 0.001: (30, 31)},  # rows of 1,536 bytes: 0.1% lies between two
+    WeightedHashEmbedding: {0.1: 2893, 0.01: 146, 0.001: (1,)},  # the V x 2 float32 importance weights are 0.52% alone
+    ROBEEmbedding: {0.1: 1_172_037, 0.01: 117_196, 0.001: 11_712},  # any number of values (and 32 bytes of hashing)
+    DeepHashEmbedding: {0.1: 585, 0.01: 76, 0.001: (5, 6)},  # 1024 hashes' int64 coefficients are 16,384 bytes
+    FactorizedEmbedding: {0.1: 38, 0.01: (3, 4), 0.001: (1,)},  # each unit of E costs (V + H) x 4 = 123,624 bytes
     QREmbedding: {0.1: 3041, 0.01: (175,), 0.001: (175,)},  # (ceil(V/m) + m) d is smallest at m = sqrt(V): 1.15%
     TTEmbedding: {0.1: 77, 0.01: (23, 24), 0.001: (6, 7)},  # the middle core grows as r^2
-    MixedDimensionEmbedding: {0.1: (100, 101), 0.01: 10, 0.001: (1,)},  # a unit of base_dim widens 16,278 rows
-    DPQEmbedding: {0.1: 2416, 0.01: (2,), 0.001: (2,)},  # 8 codes per token are 2.1% already
+    MixedDimensionEmbedding: {0.1: 90, 0.01: (1,), 0.001: (1,)},  # each id's int64 block and row: 6.25% of the bytes
+    DPQEmbedding: {0.1: 2734, 0.01: 146, 0.001: (2,)},  # 8 one-byte codes per token are 0.52% already
 }
 
 
 @pytest.mark.parametrize("share", [0.1, 0.01, 0.001])
 @pytest.mark.parametrize("cls", list(BUDGETS), ids=lambda cls: cls.__name__)
 def test_each_method_meets_a_budget_within_one_percent_or_names_the_nearest_it_can(cls, share):
-    expected, target = BUDGETS[cls][share], round(share * V * D)
+    expected, target = BUDGETS[cls][share], round(share * V * D * 4)
     if isinstance(expected, int):
         sizing = fit_budget(cls, V, D, share, {})
         assert sizing.value == expected and abs(sizing.count - target) <= TOLERANCE * target
-        assert sizing.count == papers_count(cls, V, D, **_full_arguments(cls, sizing.value))
+        assert sizing.count == papers_bytes(cls, V, D, **_full_arguments(cls, sizing.value))
         return
     with pytest.raises(ConfigError) as refused:
         fit_budget(cls, V, D, share, {})
     message = str(refused.value)
     for value in expected:
-        count = papers_count(cls, V, D, **_full_arguments(cls, value))
+        count = papers_bytes(cls, V, D, **_full_arguments(cls, value))
         assert abs(count - target) > TOLERANCE * target and f"{count:,}" in message and f"{cls.size_parameter}={value})" in message
     assert len(expected) == 2 or "its smallest size" in message
 
@@ -187,6 +201,8 @@ def _full_arguments(cls, value: int) -> dict:
         arguments |= {"vocab_factors": [32, 32, 32], "dim_factors": [8, 6, 8]}
     if cls is MixedDimensionEmbedding:
         arguments["block_sizes"], arguments["block_dims"] = zipf_widths(V, value)
+    if cls is DPQEmbedding:
+        arguments["codewords"] = value
     return arguments
 
 
@@ -294,9 +310,9 @@ def test_each_methods_yaml_counts_at_a_budget_of_the_demo_as_the_readme_says(nam
             assert f"{count}, " in message and f"({parameter}={value})" in message
         return
     report = json.loads(out.getvalue())
-    sizing, dense = report["sizing"], 30522 * report["hidden_size"]
-    assert code == 0 and sizing["count"] == report["embedding_params"]
-    assert abs(report["embedding_params"] - 0.01 * dense) <= 0.01 * 0.01 * dense
+    sizing, dense = report["sizing"], 30522 * report["hidden_size"] * 4
+    assert code == 0 and sizing["count"] == report["embedding_bytes"]
+    assert abs(report["embedding_bytes"] - 0.01 * dense) <= 0.01 * 0.01 * dense
     assert row[:2] == [f"{sizing['parameter']}={sizing['value']}", f"{sizing['count']:,}"]
 
 

@@ -246,7 +246,7 @@ class SVDOptions:
 
     Args:
         rank: r, the singular vectors kept (at most the hidden size).
-        budget: size r to this many embedding parameters, or this fraction of the dense table (then rank is ignored).
+        budget: size r to this many bytes at inference, or this fraction of the dense table's bytes (then rank is ignored).
     """
 
     rank: int = 64
@@ -390,7 +390,7 @@ class FitOptions:
     Args:
         strategy: the strategy to fit: a YAML file of one (``configs/embedding/*.yaml``, ``budget:`` included) or its
             ``class_path``/``init_args`` inline; the vocabulary and hidden sizes are the table's.
-        budget: size the strategy to this many embedding parameters, or this fraction of the table, in place of its
+        budget: size the strategy to this many bytes at inference, or this fraction of the table's bytes, in place of its
             file's ``budget`` (a sweep gives one strategy file several budgets).
         loss: ``mse`` (mean squared error of each row) or ``cosine`` (1 - cosine similarity of each row).
         weighting: ``frequency``: each row weighs log(2 + its count in the data); ``uniform``: all rows alike.

@@ -12,15 +12,16 @@ restores it exactly and every DDP rank agrees (those whose shape only the checkp
 ``sized_by_checkpoint``, :mod:`lit_embed.embeddings.state`). :meth:`EmbeddingStrategy.config` says how to
 rebuild it, and :func:`lit_embed.testing.check_strategy` checks all of this on any strategy.
 
-Every strategy takes a ``budget`` (:mod:`lit_embed.embeddings.sizing`): it names the constructor argument that sizes it
-(``size_parameter``), the values that argument may take (:meth:`EmbeddingStrategy.size_range`) and its count from its
-arguments alone (:meth:`EmbeddingStrategy.count_parameters`), and the base class does the rest.
+Every strategy takes a ``budget`` of bytes (:mod:`lit_embed.embeddings.sizing`): it names the constructor argument that
+sizes it (``size_parameter``) and the values that argument may take (:meth:`EmbeddingStrategy.size_range`); the base
+class counts its bytes from its arguments (:meth:`EmbeddingStrategy.count_bytes`) and does the rest.
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
+import json
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import Any, ClassVar
@@ -141,6 +142,17 @@ class EmbeddingStrategy(CheckpointSized, ABC):
             return cls(vocab_size, hidden_size, **arguments).num_embedding_parameters()
 
     @classmethod
+    def count_bytes(cls, vocab_size: int | None, hidden_size: int, **arguments: Any) -> int:
+        """:meth:`inference_bytes` of ``cls(vocab_size, hidden_size, **arguments)`` from the arguments alone (what a budget
+        sizes): built on the meta device, which holds no values, and counted, so that every tensor it keeps counts at
+        its dtype."""
+        key = (cls, vocab_size, hidden_size, json.dumps(arguments, sort_keys=True, default=repr))
+        if key not in _COUNTED_BYTES:
+            with torch.device("meta"):
+                _COUNTED_BYTES[key] = cls(vocab_size, hidden_size, **arguments).inference_bytes()
+        return _COUNTED_BYTES[key]
+
+    @classmethod
     def size_range(cls, vocab_size: int | None, hidden_size: int, **arguments: Any) -> tuple[int, int]:
         """The smallest and largest values of ``size_parameter`` with these other arguments (both included)."""
         return 1, 2**31 - 1
@@ -250,3 +262,7 @@ class EmbeddingStrategy(CheckpointSized, ABC):
 def state_bytes(state: dict[str, Tensor]) -> int:
     """Bytes the tensors take as stored (what a safetensors file of them holds, less its header)."""
     return sum(t.numel() * t.element_size() for t in state.values())
+
+
+#: :meth:`EmbeddingStrategy.count_bytes` by class, sizes and arguments: a budget's search and a sweep's plan ask again.
+_COUNTED_BYTES: dict[tuple[type, int | None, int, str], int] = {}

@@ -32,7 +32,7 @@ class DPQEmbedding(EmbeddingStrategy):
         temperature: of the training softmax.
         init_std: standard deviation of the normal initialisation.
         codes_only: the inference form: each token's codes stored (``code_table``), no queries or keys to choose them.
-        budget: size K to this many parameters, or this fraction of the dense table.
+        budget: size K to this many bytes at inference, or this fraction of the dense table's bytes.
     """
 
     size_parameter = "codewords"

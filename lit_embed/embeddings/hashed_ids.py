@@ -58,7 +58,7 @@ class HashingTrickEmbedding(HashedIdStrategy):
         signed: multiply by the sign hash.
         seed: draws the hash functions.
         init_std: standard deviation of the normal initialisation.
-        budget: size ``num_buckets`` to this many parameters, or this fraction of the dense table.
+        budget: size ``num_buckets`` to this many bytes at inference, or this fraction of the dense table's bytes.
     """
 
     size_parameter = "num_buckets"
@@ -100,7 +100,7 @@ class WeightedHashEmbedding(HashedIdStrategy):
         seed: draws the hash functions.
         init_std: standard deviation of the pool's normal initialisation; the importance weights start at 1/k plus
             noise of that scale, so that a token's k weights get different gradients.
-        budget: size ``num_buckets`` to this many parameters, or this fraction of the dense table.
+        budget: size ``num_buckets`` to this many bytes at inference, or this fraction of the dense table's bytes.
     """
 
     size_parameter = "num_buckets"
@@ -140,7 +140,7 @@ class ROBEEmbedding(HashedIdStrategy):
             HashedNets).
         seed: draws the hash functions (offset and sign).
         init_std: standard deviation of the array's normal initialisation.
-        budget: size ``memory`` to this many parameters, or this fraction of the dense table.
+        budget: size ``memory`` to this many bytes at inference, or this fraction of the dense table's bytes.
     """
 
     size_parameter = "memory"
@@ -190,7 +190,7 @@ class DeepHashEmbedding(HashedIdStrategy):
         num_hashes: k, the encoding's length.
         num_buckets: m, each hash's range.
         seed: draws the hash functions.
-        budget: size ``width`` to this many parameters, or this fraction of the dense table.
+        budget: size ``width`` to this many bytes at inference, or this fraction of the dense table's bytes.
     """
 
     size_parameter = "width"
