@@ -242,3 +242,27 @@ def test_fit_refuses_what_it_cannot_fit_before_any_work(tmp_path):
             method_named("fit", {"strategy": strategy}).check(fit_job())
     with pytest.raises(ConfigError, match="max_steps=0 must be at least 1"):
         method_named("fit", {"strategy": FACTORISED, "max_steps": 0}).check(fit_job())
+
+
+def test_pq_and_sparse_coding_take_a_budget_of_bytes_and_refuse_one_they_cannot_meet():
+    """--budget on pq sizes K (the V x G one-byte codes fixed by the groups); on sparse_coding it sizes |V_C|, the most
+    frequent tokens of the data common (the split's unseen common ids, its specials, first), for one k."""
+    weight = table(600, 64)
+    dense = 600 * 64 * 4
+    (pq,) = method_named("pq", {"groups": 4, "budget": 0.1, "iterations": 2}).fit(job_of(weight)).values()
+    assert pq.codewords == round((0.1 * dense - 600 * 4) / (64 * 4)) and abs(pq.inference_bytes() - 0.1 * dense) <= 0.01 * 0.1 * dense
+    with pytest.raises(ConfigError, match=r"ProductQuantizedEmbedding cannot meet budget=0.01 .*its smallest size"):
+        method_named("pq", {"groups": 4, "budget": 0.01}).check(job_of(weight))
+    counts = torch.arange(600, dtype=torch.float).flip(0)  # id 0 the most frequent
+    counts[[3, 597]] = 0  # common in the split but unseen: special tokens
+    job = Job(weight, torch.tensor([0, 1, 2, 3, 597]), counts=counts)
+    method = method_named("sparse_coding", {"k": 3, "budget": 0.3})
+    method.check(job)
+    (coded,) = method.fit(job).values()
+    assert abs(coded.inference_bytes() - 0.3 * dense) <= 0.01 * 0.3 * dense and "num_common=" in method.details["budget"]
+    common = coded.common_ids().tolist()
+    assert {3, 597} <= set(common) and sorted(common) == [i for i in range(len(common) - 1)] + [597]
+    with pytest.raises(ConfigError, match=r"--budget sizes the common tokens for one k, and k=\[1, 2\]: give a single --k"):
+        method_named("sparse_coding", {"k": [1, 2], "budget": 0.3}).check(job)
+    with pytest.raises(ConfigError, match=r"SparseCodedEmbedding cannot meet budget=0.0001"):
+        method_named("sparse_coding", {"k": 3, "budget": 0.0001}).check(job)

@@ -79,7 +79,9 @@ def format_summary(report: dict) -> str:
         f"- model: {report['source']}",
         f"- data: {report['data']}",
         f"- vocabulary {v['size']} x {v['hidden']}: {v['seen']} tokens seen in the data, {v['kept']} kept; "
-        f"common |V_C| = {v['common']} (special tokens included), rare |V_R| = {v['rare']}",
+        + (f"common |V_C| = {v['common']} (special tokens included), rare |V_R| = {v['rare']}" if v.get("partial", True)
+           else f"{report['method']} compresses the whole table (the frequent |V_C| = {v['common']} and rare rows below are "
+                f"only groups to report by)"),
         "",
         "| | before | after | after / before |",
         "| --- | ---: | ---: | ---: |",
