@@ -45,8 +45,9 @@ def papers_count(cls, vocab: int, d: int, **a) -> int:
     """Each paper's parameter count, written from the paper (not from the strategy's code)."""
     if cls is HashingTrickEmbedding:  # Weinberger et al.: a table of m buckets
         return a["num_buckets"] * d
-    if cls is WeightedHashEmbedding:  # Svenstrup et al. §3: B d shared vectors + K k importance parameters
-        return a["num_buckets"] * d + vocab * a.get("num_hashes", 2)
+    if cls is WeightedHashEmbedding:  # Svenstrup et al. §3: B d shared vectors + K k importance parameters (K = V: one
+        k = a.get("num_hashes", 2)   # row per word, their dictionary case); appending the weights narrows the pool
+        return a["num_buckets"] * (d - k if a.get("append_weights") else d) + a.get("importance_rows", vocab) * k
     if cls is ROBEEmbedding:  # Desai et al.: the array's size is the memory
         return a["memory"]
     if cls is DeepHashEmbedding:  # Kang et al.: only the decoder network's weights and biases
@@ -75,7 +76,7 @@ def papers_bytes(cls, vocab: int, d: int, **a) -> int:
     if cls is DPQEmbedding:
         codes = vocab * a.get("groups", 8)
         return 4 * (values - codes) + codes * (1 if a["codewords"] <= 256 else 2)
-    stored = {HashingTrickEmbedding: 2 * 2 * 8, WeightedHashEmbedding: 2 * 2 * 8, ROBEEmbedding: 2 * 2 * 8,
+    stored = {HashingTrickEmbedding: 2 * 2 * 8, WeightedHashEmbedding: (2 + ("importance_rows" in a)) * 2 * 8, ROBEEmbedding: 2 * 2 * 8,
               DeepHashEmbedding: a.get("num_hashes", 1024) * 2 * 8, MixedDimensionEmbedding: 2 * vocab * 8}
     return 4 * values + stored.get(cls, 0)
 
@@ -95,7 +96,8 @@ def zipf_widths(vocab: int, base_dim: int, blocks: int = 4, alpha: float = 0.3, 
 #: method -> argument sets its count is checked with (built small: 3000 ids, width 24)
 FORMULAS = {
     HashingTrickEmbedding: [{"num_buckets": 7}, {"num_buckets": 500, "signed": False}],
-    WeightedHashEmbedding: [{"num_buckets": 50}, {"num_buckets": 9, "num_hashes": 3}],
+    WeightedHashEmbedding: [{"num_buckets": 50}, {"num_buckets": 9, "num_hashes": 3},
+                            {"num_buckets": 40, "importance_rows": 100}, {"num_buckets": 40, "importance_rows": 7, "append_weights": True}],
     ROBEEmbedding: [{"memory": 100, "block_size": 8}, {"memory": 7777, "block_size": 5}],
     DeepHashEmbedding: [{"width": 16, "num_hashes": 32}, {"width": 5, "num_layers": 3, "num_hashes": 64}],
     FactorizedEmbedding: [{"rank": 4}, {"rank": 24, "bias": True}],
@@ -204,6 +206,24 @@ def _full_arguments(cls, value: int) -> dict:
     if cls is DPQEmbedding:
         arguments["codewords"] = value
     return arguments
+
+
+@pytest.mark.parametrize("append", [False, True])
+def test_hash_embeddings_hash_each_id_to_an_importance_row_and_may_append_its_weights(append):
+    """Svenstrup et al. eq. (1)-(2), written out: e(x) = sum_i P[h_0(x), i] E[h_i(x)], h_0 into the K importance rows;
+    with the weights appended, [e(x), P[h_0(x)]]. K far below V is what lets hash embeddings meet 1% and 0.1%."""
+    torch.manual_seed(0)
+    hashed = WeightedHashEmbedding(3000, 24, num_buckets=40, num_hashes=3, importance_rows=7, append_weights=append)
+    ids = torch.tensor([0, 5, 2999, 1234])
+    slots = hash_ids(ids, hashed.importance_hash, 7)[:, 0]
+    rows = hash_ids(ids, hashed.hash_coefficients, 40)
+    weights = hashed.importance[slots]
+    expected = sum(weights[:, i, None] * hashed.pool[rows[:, i]] for i in range(3))
+    if append:
+        expected = torch.cat([expected, weights], dim=-1)
+    assert torch.allclose(hashed(ids), expected) and hashed(ids).shape == (4, 24)
+    assert len(set(slots.tolist())) > 1 and int(slots.max()) < 7
+    assert WeightedHashEmbedding(V, D, importance_rows=1000, budget=0.001).num_buckets == 25  # 0.1%: was out of reach
 
 
 def test_qr_with_concatenation_is_the_two_sub_embedding_but_for_its_quotient_rows():

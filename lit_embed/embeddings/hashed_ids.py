@@ -91,32 +91,51 @@ class HashingTrickEmbedding(HashedIdStrategy):
 class WeightedHashEmbedding(HashedIdStrategy):
     """Hash embeddings (Svenstrup, Hansen & Winther, "Hash Embeddings for Efficient Word Representations", NeurIPS
     2017): id x is ``sum_i p_x^i E[h_i(x)]``, ``num_hashes`` rows of a shared pool E of ``num_buckets`` vectors
-    weighted by x's own importance parameters ``p_x`` (one row of a ``vocab_size x num_hashes`` table: the paper's
-    dictionary case). Parameters: ``num_buckets * d + vocab_size * num_hashes`` (the paper's ``B d + K k``).
+    weighted by x's importance parameters ``p_x``: row ``h_0(x)`` of a ``importance_rows x num_hashes`` table P, h_0 a
+    hash of its own into K = ``importance_rows`` rows (the paper's general case); left unset, one row per id (its
+    dictionary case, K = V). With ``append_weights`` the k weights are appended to the sum (the paper's option), the
+    pool then ``hidden_size - num_hashes`` wide. Parameters: ``num_buckets * width + K * num_hashes`` (the paper's
+    ``B d + K k``).
 
     Args:
         num_buckets: B, vectors in the shared pool.
         num_hashes: k, hash functions (the paper: 2).
-        seed: draws the hash functions.
+        seed: draws the hash functions (h_0 from ``seed + 1``).
         init_std: standard deviation of the pool's normal initialisation; the importance weights start at 1/k plus
             noise of that scale, so that a token's k weights get different gradients.
+        importance_rows: K, rows of the importance table, each id hashed to one; unset: one row per id.
+        append_weights: append each id's k importance weights to its vector.
         budget: size ``num_buckets`` to this many bytes at inference, or this fraction of the dense table's bytes.
     """
 
     size_parameter = "num_buckets"
+    importance_hash: Tensor  # h_0's coefficients, where importance_rows is set
 
     def __init__(self, vocab_size: int, hidden_size: int, num_buckets: int = 1000, num_hashes: int = 2, seed: int = 0,
-                 init_std: float = 0.02, budget: int | float | None = None) -> None:
+                 init_std: float = 0.02, importance_rows: int | None = None, append_weights: bool = False,
+                 budget: int | float | None = None) -> None:
         super().__init__(vocab_size, hidden_size, num_hashes, seed)
         if num_buckets < 1:
             raise ConfigError(f"num_buckets={num_buckets} must be at least 1")
+        if importance_rows is not None and importance_rows < 1:
+            raise ConfigError(f"importance_rows={importance_rows} must be at least 1, or unset for one row per id")
+        width = hidden_size - num_hashes if append_weights else hidden_size
+        if width < 1:
+            raise ConfigError(f"append_weights leaves hidden_size - num_hashes = {width} columns for the pool: "
+                              f"lower num_hashes or leave append_weights off")
         self.num_buckets, self.num_hashes, self.init_std = num_buckets, num_hashes, init_std
-        self.pool = nn.Parameter(torch.empty(num_buckets, hidden_size).normal_(0.0, init_std))
-        self.importance = nn.Parameter(torch.empty(vocab_size, num_hashes).normal_(1.0 / num_hashes, init_std))
+        self.importance_rows, self.append_weights = importance_rows, append_weights
+        self.pool = nn.Parameter(torch.empty(num_buckets, width).normal_(0.0, init_std))
+        rows = vocab_size if importance_rows is None else importance_rows
+        self.importance = nn.Parameter(torch.empty(rows, num_hashes).normal_(1.0 / num_hashes, init_std))
+        if importance_rows is not None:  # h_0: an id's importance row
+            self.register_buffer("importance_hash", hash_coefficients(seed + 1, 1), persistent=True)
 
     @classmethod
-    def count_parameters(cls, vocab_size: int, hidden_size: int, num_buckets: int = 1000, num_hashes: int = 2, **_) -> int:
-        return num_buckets * hidden_size + vocab_size * num_hashes
+    def count_parameters(cls, vocab_size: int, hidden_size: int, num_buckets: int = 1000, num_hashes: int = 2,
+                         importance_rows: int | None = None, append_weights: bool = False, **_) -> int:
+        width = hidden_size - num_hashes if append_weights else hidden_size
+        return num_buckets * width + (vocab_size if importance_rows is None else importance_rows) * num_hashes
 
     @classmethod
     def size_range(cls, vocab_size: int, hidden_size: int, **_) -> tuple[int, int]:
@@ -124,8 +143,10 @@ class WeightedHashEmbedding(HashedIdStrategy):
 
     def forward(self, codes: Tensor) -> Tensor:
         rows = self.hashed(codes, self.num_buckets)  # (..., k)
-        weights = nn.functional.embedding(codes, self.importance)  # (..., k)
-        return (nn.functional.embedding(rows, self.pool) * weights.unsqueeze(-1)).sum(-2)
+        slot = codes if self.importance_rows is None else hash_ids(codes, self.importance_hash, self.importance_rows)[..., 0]
+        weights = nn.functional.embedding(slot, self.importance)  # (..., k)
+        summed = (nn.functional.embedding(rows, self.pool) * weights.unsqueeze(-1)).sum(-2)
+        return torch.cat([summed, weights], dim=-1) if self.append_weights else summed
 
 
 class ROBEEmbedding(HashedIdStrategy):
