@@ -52,7 +52,8 @@ def papers_count(cls, vocab: int, d: int, **a) -> int:
         return a["memory"]
     if cls is DeepHashEmbedding:  # Kang et al.: only the decoder network's weights and biases
         widths = [a.get("num_hashes", 1024)] + [a["width"]] * a.get("num_layers", 2) + [d]
-        return sum(i * o + o for i, o in zip(widths, widths[1:]))
+        normalised = 2 * a["width"] * a.get("num_layers", 2) if a.get("batch_norm") else 0  # a scale and shift a unit
+        return sum(i * o + o for i, o in zip(widths, widths[1:])) + normalised
     if cls is FactorizedEmbedding:  # ALBERT §3.1: O(V x E + E x H)
         return vocab * a["rank"] + a["rank"] * d + (d if a.get("bias") else 0)
     if cls is QREmbedding:  # Shi et al. §3: (ceil(|S| / m) + m) x D; concatenation halves D per table
@@ -99,7 +100,8 @@ FORMULAS = {
     WeightedHashEmbedding: [{"num_buckets": 50}, {"num_buckets": 9, "num_hashes": 3},
                             {"num_buckets": 40, "importance_rows": 100}, {"num_buckets": 40, "importance_rows": 7, "append_weights": True}],
     ROBEEmbedding: [{"memory": 100, "block_size": 8}, {"memory": 7777, "block_size": 5}],
-    DeepHashEmbedding: [{"width": 16, "num_hashes": 32}, {"width": 5, "num_layers": 3, "num_hashes": 64}],
+    DeepHashEmbedding: [{"width": 16, "num_hashes": 32}, {"width": 5, "num_layers": 3, "num_hashes": 64},
+                        {"width": 6, "num_layers": 2, "num_hashes": 16, "batch_norm": True}],
     FactorizedEmbedding: [{"rank": 4}, {"rank": 24, "bias": True}],
     QREmbedding: [{"remainder_rows": 55}, {"remainder_rows": 7, "operation": "add"}, {"remainder_rows": 100, "operation": "concat"}],
     DPQEmbedding: [{"codewords": 16}, {"codewords": 5, "groups": 3}],
@@ -224,6 +226,24 @@ def test_hash_embeddings_hash_each_id_to_an_importance_row_and_may_append_its_we
     assert torch.allclose(hashed(ids), expected) and hashed(ids).shape == (4, 24)
     assert len(set(slots.tolist())) > 1 and int(slots.max()) < 7
     assert WeightedHashEmbedding(V, D, importance_rows=1000, budget=0.001).num_buckets == 25  # 0.1%: was out of reach
+
+
+def test_dhe_batch_normalises_each_hidden_layer_as_its_paper_when_asked():
+    """Kang et al.'s decoder, written out: h = Mish(BN(W x + b)) per hidden layer, BN with the running statistics at
+    inference; in training the batch's own, over every token of the batch."""
+    torch.manual_seed(0)
+    dhe = DeepHashEmbedding(3000, 12, width=8, num_layers=2, num_hashes=16, batch_norm=True)
+    ids = torch.randint(3000, (3, 5), generator=torch.Generator().manual_seed(1))
+    trained = dhe(ids)  # training mode: updates the running statistics
+    assert trained.shape == (3, 5, 12) and dhe.decoder[1].num_batches_tracked == 1
+    dhe.eval()
+    x = dhe.encode(ids).reshape(-1, 16)
+    for linear, norm in ((dhe.decoder[0], dhe.decoder[1]), (dhe.decoder[3], dhe.decoder[4])):
+        z = (linear(x) - norm.running_mean) / torch.sqrt(norm.running_var + norm.eps) * norm.weight + norm.bias
+        x = z * torch.tanh(torch.nn.functional.softplus(z))  # Mish
+    expected = dhe.decoder[6](x).reshape(3, 5, 12)
+    assert torch.allclose(dhe(ids), expected, atol=1e-6)
+    assert torch.allclose(dhe(ids[:1]), dhe(ids)[:1], atol=1e-6)  # at inference a vector does not depend on its batch
 
 
 def test_qr_with_concatenation_is_the_two_sub_embedding_but_for_its_quotient_rows():

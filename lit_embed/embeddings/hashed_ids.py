@@ -201,9 +201,10 @@ class DeepHashEmbedding(HashedIdStrategy):
     Recommendation", KDD 2021): no table at all. Id x is encoded by ``num_hashes`` universal hashes into
     ``num_buckets`` buckets, each mapped uniformly to [-1, 1] (the paper's uniform encoding, k = 1024, m = 10^6),
     and a deep network of ``num_layers`` hidden layers of ``width`` units with Mish activations decodes it into the
-    vector. Parameters: the network's, ``k w + w + (L - 1)(w^2 + w) + w d + d``. The paper's batch normalisation is
-    left out (a strategy's vectors must not depend on the batch they come in). A tied decoder runs the network on
-    every id (``V x k`` encodings per step): the method has no table to score instead.
+    vector. Parameters: the network's, ``k w + w + (L - 1)(w^2 + w) + w d + d``. The paper's batch normalisation
+    after each hidden layer is an option (``batch_norm``, ``2 w`` more parameters a layer): in training a vector then
+    depends on the batch it comes in (at inference, on the running statistics only), so it is off by default. A tied
+    decoder runs the network on every id (``V x k`` encodings per step): the method has no table to score instead.
 
     Args:
         width: units of each hidden layer.
@@ -211,28 +212,33 @@ class DeepHashEmbedding(HashedIdStrategy):
         num_hashes: k, the encoding's length.
         num_buckets: m, each hash's range.
         seed: draws the hash functions.
+        batch_norm: batch normalisation after each hidden layer's linear map, before its Mish (the paper's network).
         budget: size ``width`` to this many bytes at inference, or this fraction of the dense table's bytes.
     """
 
     size_parameter = "width"
 
     def __init__(self, vocab_size: int, hidden_size: int, width: int = 256, num_layers: int = 2, num_hashes: int = 1024,
-                 num_buckets: int = 1_000_000, seed: int = 0, budget: int | float | None = None) -> None:
+                 num_buckets: int = 1_000_000, seed: int = 0, batch_norm: bool = False,
+                 budget: int | float | None = None) -> None:
         super().__init__(vocab_size, hidden_size, num_hashes, seed)
         if width < 1 or num_layers < 1:
             raise ConfigError(f"width={width} and num_layers={num_layers} must be at least 1")
         if num_buckets < 2:
             raise ConfigError(f"num_buckets={num_buckets} must be at least 2 (the encoding spans [-1, 1])")
         self.width, self.num_layers, self.num_hashes, self.num_buckets = width, num_layers, num_hashes, num_buckets
+        self.batch_norm = batch_norm
         layers: list[nn.Module] = []
         for inputs in [num_hashes] + [width] * (num_layers - 1):
-            layers += [nn.Linear(inputs, width), nn.Mish()]
+            layers += [nn.Linear(inputs, width), *([nn.BatchNorm1d(width)] if batch_norm else []), nn.Mish()]
         self.decoder = nn.Sequential(*layers, nn.Linear(width, hidden_size))
 
     @classmethod
     def count_parameters(cls, vocab_size: int, hidden_size: int, width: int = 256, num_layers: int = 2,
-                         num_hashes: int = 1024, **_) -> int:
-        return num_hashes * width + width + (num_layers - 1) * (width * width + width) + width * hidden_size + hidden_size
+                         num_hashes: int = 1024, batch_norm: bool = False, **_) -> int:
+        normalised = 2 * width * num_layers if batch_norm else 0
+        return (num_hashes * width + width + (num_layers - 1) * (width * width + width) + width * hidden_size + hidden_size
+                + normalised)
 
     def encode(self, codes: Tensor) -> Tensor:
         """The dense hash encoding ``(..., num_hashes)`` in [-1, 1]."""
@@ -240,7 +246,8 @@ class DeepHashEmbedding(HashedIdStrategy):
         return buckets * (2.0 / (self.num_buckets - 1)) - 1.0
 
     def forward(self, codes: Tensor) -> Tensor:
-        return self.decoder(self.encode(codes))
+        encoded = self.encode(codes)  # batch normalisation normalises over every token of the batch
+        return self.decoder(encoded.reshape(-1, self.num_hashes)).reshape(*codes.shape, self.hidden_size)
 
 
 __all__ = [
