@@ -119,7 +119,8 @@ def test_params_json_gives_inference_bytes_beside_the_papers_counts():
     vocab, d = 30522, report["hidden_size"]
     assert report["embedding_params"] == 32 * d + vocab * 8  # the paper's count: a code is one parameter
     assert report["embedding_bytes"] == 32 * d * 4 + vocab * 8  # a code is a byte (K = 32), no queries or keys
-    assert report["embedding_training_bytes"] == (vocab * d + 2 * 32 * d) * 4  # queries, keys, values
+    assert report["embedding_training_bytes"] == (vocab * d + 2 * 32 * d + 2 * 32) * 4  # queries, keys, values, and the
+    # scores' running mean and variance (batch_norm_scores: the yaml follows the authors' default)
     assert report["embedding_trainable_params"] == vocab * d + 2 * 32 * d
     assert report["baseline_embedding_bytes"] == vocab * d * 4
     dense = params_json(["params", "--config", config, "--json"])

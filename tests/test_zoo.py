@@ -246,6 +246,25 @@ def test_dhe_batch_normalises_each_hidden_layer_as_its_paper_when_asked():
     assert torch.allclose(dhe(ids[:1]), dhe(ids)[:1], atol=1e-6)  # at inference a vector does not depend on its batch
 
 
+def test_dpq_batch_normalises_its_scores_as_the_authors_code_does():
+    """softmax_BN: each codeword's score normalised over the batch's tokens and groups, no scale or shift; the choice is
+    the argmax of the normalised scores; training moves the running statistics by 1% of the way (TensorFlow's
+    momentum 0.99); inference, and the codes the inference form stores, use the running statistics."""
+    torch.manual_seed(0)
+    dpq = DPQEmbedding(300, 12, codewords=7, groups=3, batch_norm_scores=True)
+    ids = torch.randint(300, (4, 9), generator=torch.Generator().manual_seed(1))
+    raw = torch.einsum("...gw,gkw->...gk", dpq.queries[ids], dpq.keys).reshape(-1, 7).detach()
+    dpq(ids)  # a training step's forward
+    assert torch.allclose(dpq.score_mean, 0.01 * raw.mean(0), atol=1e-7)
+    assert torch.allclose(dpq.score_var, 0.99 + 0.01 * raw.var(0, unbiased=True), atol=1e-6)
+    dpq.eval()
+    normalised = ((raw - dpq.score_mean) / torch.sqrt(dpq.score_var + 1e-3)).reshape(4, 9, 3, 7)
+    expected = dpq.values[torch.arange(3), normalised.argmax(-1)].flatten(-2)
+    with torch.no_grad():
+        assert torch.equal(dpq(ids), expected)
+        assert torch.equal(dpq.for_inference()(ids), expected)
+
+
 def test_qr_with_concatenation_is_the_two_sub_embedding_but_for_its_quotient_rows():
     """The docs' sentence: QR-concat with m rows is SubspaceEmbedding(f=2, Q=m, radix codes), the quotient table
     ceil(V/m) rows (the same vectors where V = m^2)."""
