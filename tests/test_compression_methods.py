@@ -266,3 +266,15 @@ def test_pq_and_sparse_coding_take_a_budget_of_bytes_and_refuse_one_they_cannot_
         method_named("sparse_coding", {"k": [1, 2], "budget": 0.3}).check(job)
     with pytest.raises(ConfigError, match=r"SparseCodedEmbedding cannot meet budget=0.0001"):
         method_named("sparse_coding", {"k": 3, "budget": 0.0001}).check(job)
+
+
+def test_aq_takes_a_budget_of_bytes_for_its_codebooks():
+    """Each of M codebooks costs K d float32 values and a one-byte code per row: 10% of a 600 x 64 table at K = 16 is
+    M = 15360 / (16 x 64 x 4 + 600) = 3.3, and no M meets it within 1%; 4.6% is M = 2."""
+    weight = table(600, 64)
+    with pytest.raises(ConfigError, match=r"AdditiveQuantizedEmbedding cannot meet budget=0.1"):
+        method_named("aq", {"codewords": 16, "budget": 0.1}).check(job_of(weight))
+    method = method_named("aq", {"codewords": 16, "budget": 2 * (16 * 64 * 4 + 600), "max_steps": 1})
+    (strategy,) = method.fit(job_of(weight)).values()
+    assert strategy.num_codebooks == 2 and strategy.inference_bytes() == 2 * (16 * 64 * 4 + 600)
+    assert "codebooks=2" in method.details["budget"]

@@ -164,6 +164,8 @@ class AQOptions:
         batch_size: rows per step.
         lr: Adam's learning rate.
         clip_norm: gradients are clipped to this global norm, as in the released code.
+        budget: size M to this many bytes at inference, or this fraction of the table's bytes (then codebooks is
+            ignored): each codebook costs K d float32 values and a one-byte code per row.
     """
 
     codebooks: int = 32
@@ -173,6 +175,7 @@ class AQOptions:
     batch_size: int = 64
     lr: float = 1e-4
     clip_norm: float = 0.001
+    budget: int | float | None = None
 
 
 class CodeLearner(nn.Module):
@@ -729,9 +732,22 @@ class AdditiveQuantization(CompressionMethod):
 
     name = "aq"
     Options = AQOptions
+    options: AQOptions
+
+    def check(self, job: Job) -> None:
+        self.sized(job)  # a budget it cannot meet is refused before the training
+
+    def sized(self, job: Job) -> AQOptions:
+        """The options, with the codebooks the budget chose where one is given."""
+        if self.options.budget is None:
+            return self.options
+        vocab, hidden = job.weight.shape
+        sizing = fit_budget(AdditiveQuantizedEmbedding, vocab, hidden, self.options.budget, {"codewords": self.options.codewords})
+        self.details["budget"] = sizing.describe()
+        return replace(self.options, codebooks=int(sizing.value or 0))
 
     def fit(self, job: Job) -> dict[int | None, EmbeddingStrategy]:
-        return {None: additive_quantize(job.weight, self.options, seed=job.seed, device=job.device)}
+        return {None: additive_quantize(job.weight, self.sized(job), seed=job.seed, device=job.device)}
 
 
 class LowRank(CompressionMethod):
