@@ -1,9 +1,14 @@
-"""The papers' figures against a baseline: PCR_All, PCR_Emb, PoEP (parameters), PRR (scores), speed-up.
+"""The papers' figures against a baseline: PCR_All, PCR_Emb, PoEP (parameters), PRR (scores), speed-up; and the zoo's
+unit beside them, the bytes the embedding needs at inference.
 
 Position and token-type embeddings belong to the backbone, not to the embedding, for these figures.
 """
 
 from __future__ import annotations
+
+#: Bytes of one value of the dense table a budget's fraction and the bytes' share refer to (float32). Here, not in
+#: lit_embed.embeddings.sizing, so that a report reads it without importing torch.
+DENSE_VALUE_BYTES = 4
 
 
 def compression(embedding: int, total: int, baseline_embedding: int, baseline_total: int) -> dict[str, float]:
@@ -46,6 +51,9 @@ def parameter_report(model, baseline: dict[str, int] | None = None) -> dict:
     report["baseline_poep"] = base["embedding_params"] / base["total_params"]
     report.update(module_total_params=held["total_params"], module_embedding_params=held["embedding_params"],
                   counting_rules=model.counting_rules())
+    report.update(embedding_bytes=model.embedding.inference_bytes(),
+                  baseline_embedding_bytes=base.get("embedding_bytes", DENSE_VALUE_BYTES * base["embedding_params"]),
+                  **{f"embedding_{key}": value for key, value in model.embedding.training_figures().items()})
     sizing = model.embedding.sizing  # what the strategy's budget chose, where it was given one
     report["sizing"] = None if sizing is None else {**sizing.as_dict(), "chosen": sizing.describe()}
     return report
@@ -59,6 +67,14 @@ def human(n: float) -> str:
     return str(int(n))
 
 
+def human_bytes(n: float) -> str:
+    """Bytes in decimal units: 46.9 MB, 1.2 KB, 512 B."""
+    for unit, size in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+        if abs(n) >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{int(n)} B"
+
+
 def format_parameters(report: dict) -> str:
     rows = [
         ("strategy", report["strategy"]),
@@ -67,6 +83,10 @@ def format_parameters(report: dict) -> str:
         ("embedding params", f"{report['embedding_params']:,} ({human(report['embedding_params'])})"),
         ("baseline total", f"{report['baseline_total_params']:,} ({human(report['baseline_total_params'])})"),
         ("baseline embedding", f"{report['baseline_embedding_params']:,} ({human(report['baseline_embedding_params'])})"),
+        ("embedding bytes", f"{report['embedding_bytes']:,} at inference ({human_bytes(report['embedding_bytes'])}, "
+                            f"{100 * report['embedding_bytes'] / report['baseline_embedding_bytes']:.3g}% of the baseline's "
+                            f"{human_bytes(report['baseline_embedding_bytes'])}); training holds "
+                            f"{report['embedding_training_bytes']:,}, {report['embedding_trainable_params']:,} trainable"),
         ("PCR_All", f"{100 * report['pcr_all']:.2f}%"),
         ("PCR_Emb", f"{100 * report['pcr_emb']:.2f}%"),
         ("PoEP", f"{100 * report['poep']:.2f}% (baseline {100 * report['baseline_poep']:.2f}%)"),

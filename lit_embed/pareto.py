@@ -1,11 +1,18 @@
-"""The zoo's picture (``lit-embed report --figure``): task score against embedding parameters, one line per method.
+"""The zoo's picture (``lit-embed report --figure``): task score against the embedding's bytes, one line per method.
 
-A point is a model (a report row: a label) that ran a task: its embedding parameters (results.json's count) and its
-score over seeds, the mean over its tasks of the metric the score tables show (test split where logged, else
-validation), as those tables average a benchmark. A method is a strategy (results.json's ``strategy``), with the
-variant a sweep stage's label names (``post-hoc``: fitted to a pretrained table, not pre-trained): its points at
-different budgets make its line. A point is on the frontier when no other point scores at least as well with at most
-as many parameters (and better in one). The error bars are ± one sample standard deviation over seeds.
+A point is a model (a report row: a label) that ran a task: the bytes its embedding needs at inference (results.json's
+``embedding_bytes``: each tensor at its stored dtype, codes as stored) and its score over seeds, the mean over its
+tasks of the metric the score tables show (test split where logged, else validation), as those tables average a
+benchmark. A method is a strategy (results.json's ``strategy``), with the variant a sweep stage's label names
+(``post-hoc``: fitted to a pretrained table, not pre-trained): its points at different budgets make its line.
+
+Models of two paths are never compared: those pre-trained from scratch and those compressed post hoc from one
+pretrained model (a ``post-hoc`` variant) each get a panel, a frontier, and their uncompressed model (the dense
+table's points of that path) as a reference line; chance is drawn where the task's metric is accuracy. A point is on
+its path's frontier unless a point of that path with no more bytes beats it beyond the seeds' noise
+(:func:`beats`: a one-sided paired t-test over the seeds both ran, p < :data:`ALPHA`); a frontier point that a
+cheaper frontier point cannot be told from is a tie, drawn and listed as one. The error bars are ± one sample
+standard deviation over seeds. Each method has one colour and one marker in every panel.
 
 matplotlib is imported only to draw, with the Agg backend (no display); the PNG is written atomically and the same
 image goes to a TensorBoard event file beside it.
@@ -14,10 +21,12 @@ image goes to a TensorBoard event file beside it.
 from __future__ import annotations
 
 import io
+import math
 import statistics
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from lit_embed.files import write_atomic, writing
 from lit_embed.tables import MISSING, Table, mean_std
@@ -25,19 +34,28 @@ from lit_embed.tables import MISSING, Table, mean_std
 NOT_MEASURED = "not measured"
 #: The tag of the figure in TensorBoard.
 TAG = "report/pareto"
-#: A marker per method besides its colour: the zoo has more methods than matplotlib's ten colours.
+#: A marker per method besides its colour: the zoo has more methods than one palette's colours.
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">", "h", "p", "8", "d")
+#: The paths, in panel order: models pre-trained from scratch, and models compressed post hoc from a pretrained one.
+PRETRAINED, POST_HOC = "pre-trained", "post hoc"
+#: The word of a sweep stage's label that puts its runs on the post-hoc path.
+POST_HOC_WORD = "post-hoc"
+#: A point beats another when a one-sided paired t-test over their common seeds gives p below this.
+ALPHA = 0.05
+#: The strategy of a path's uncompressed model.
+DENSE = "DenseEmbedding"
 
 
 @dataclass(frozen=True)
 class Point:
-    """One model of the figure: its method's line, its row name, its embedding parameters, its score per seed, and
-    the efficiency of its task runs (means over them; ``None`` where none recorded it)."""
+    """One model of the figure: its method's line, its row name, its embedding's inference bytes, its score per seed,
+    its path, and the efficiency of its task runs (means over them; ``None`` where none recorded it)."""
 
     method: str
     label: str
-    parameters: int
+    bytes: int
     scores: dict[int | None, float]
+    path: str = PRETRAINED
     memory_mb: float | None = None
     train_ms: float | None = None
     infer_ms: float | None = None
@@ -51,15 +69,45 @@ class Point:
         """The sample standard deviation over seeds (0 for one seed: no bar)."""
         return mean_std(list(self.scores.values()))[1] or 0.0
 
+    @property
+    def reference(self) -> bool:
+        """Whether this is its path's uncompressed model (the dense table)."""
+        return self.method.split(" ")[0] == DENSE
+
+
+def beats(q: Point, p: Point) -> bool:
+    """Whether ``q`` scores higher than ``p`` beyond the seeds' noise: over the seeds both ran (at least two), the
+    differences q - p have a positive mean that a one-sided paired t-test finds at p < :data:`ALPHA` (all equal and
+    positive: beyond noise; fewer than two common seeds: no noise to judge by, so never)."""
+    common = sorted(set(q.scores) & set(p.scores), key=str)
+    if len(common) < 2:
+        return False
+    differences = [q.scores[s] - p.scores[s] for s in common]
+    mean, spread = statistics.fmean(differences), statistics.stdev(differences)
+    if spread == 0:
+        return mean > 0
+    from scipy.stats import t
+
+    return bool(t.sf(mean / (spread / math.sqrt(len(common))), len(common) - 1) < ALPHA)
+
 
 def frontier(points: list[Point]) -> list[Point]:
-    """The points no other point dominates (as many parameters or fewer and as high a mean score or higher, better
-    in one), by parameters."""
+    """The points no point of their path with as many bytes or fewer beats beyond noise (:func:`beats`), by path and
+    bytes."""
     def dominated(p: Point) -> bool:
-        return any(q.parameters <= p.parameters and q.mean >= p.mean and (q.parameters, q.mean) != (p.parameters, p.mean)
-                   for q in points)
+        return any(q is not p and q.path == p.path and q.bytes <= p.bytes and beats(q, p) for q in points)
 
-    return sorted((p for p in points if not dominated(p)), key=lambda p: (p.parameters, -p.mean))
+    return sorted((p for p in points if not dominated(p)), key=lambda p: (PATHS.index(p.path), p.bytes, -p.mean))
+
+
+def ties(points: list[Point]) -> dict[str, list[str]]:
+    """Each frontier point's cheaper frontier points of its path that it does not beat beyond noise (by label): where
+    there are any, its place on the frontier is a tie, not a measured gain."""
+    best = frontier(points)
+    return {p.label: [q.label for q in best if q.path == p.path and q.bytes < p.bytes and not beats(p, q)] for p in best}
+
+
+PATHS = (PRETRAINED, POST_HOC)
 
 
 def points_of(runs: list[dict], scores: dict[str, dict[int | None, float]]) -> list[Point]:
@@ -67,17 +115,18 @@ def points_of(runs: list[dict], scores: dict[str, dict[int | None, float]]) -> l
     found = []
     for label, by_seed in scores.items():
         mine = [r for r in runs if r["label"] == label and r.get("_task")]
-        counted = [r["parameters"]["embedding_params"] for r in mine if r.get("parameters")]
+        counted = [r["parameters"]["embedding_bytes"] for r in mine if (r.get("parameters") or {}).get("embedding_bytes")]
         if not by_seed or not counted:
             continue
         efficiency = [r["efficiency"] for r in mine if r.get("efficiency")]
+        method = _method(mine, label)
         found.append(Point(
-            method=_method(mine, label), label=label, parameters=counted[0],
-            scores=dict(by_seed), memory_mb=_mean(e.get("peak_memory_mb") for e in efficiency),
+            method=method, label=label, bytes=counted[0], scores=dict(by_seed),
+            path=POST_HOC if POST_HOC_WORD in f"{method} {label}".split(" ") else PRETRAINED, memory_mb=_mean(e.get("peak_memory_mb") for e in efficiency),
             train_ms=_mean((e.get("train") or {}).get("ms_per_sample") for e in efficiency),
             infer_ms=_mean((e.get("infer") or {}).get("ms_per_sample") for e in efficiency),
         ))
-    return sorted(found, key=lambda p: (p.method, p.parameters))
+    return sorted(found, key=lambda p: (PATHS.index(p.path), p.method, p.bytes))
 
 
 def _method(runs: list[dict], label: str) -> str:
@@ -92,17 +141,55 @@ def _mean(values) -> float | None:
     return statistics.fmean(found) if found else None
 
 
-def pareto_table(points: list[Point], what: str, digits: int = 1) -> Table:
-    """Per method and budget: embedding parameters, score, whether on the frontier, memory and time per sample."""
-    best = {p.label for p in frontier(points)}
-    rows = [[p.method, p.label, f"{p.parameters:,}", _score(p, digits), str(len(p.scores)), "yes" if p.label in best else MISSING,
-             _measured(p.memory_mb, ".0f"), _measured(p.train_ms, ".3g"), _measured(p.infer_ms, ".3g")] for p in points]
-    notes = [f"score: {what} x 100, mean ± std over seeds (the figure's error bars: ± one std)",
-             "frontier: no other model scores as well with as few embedding parameters",
+def chance(runs: list[dict]) -> float | None:
+    """The accuracy of guessing one of the task's labels at random, where every scored run is of one classification
+    task shown by accuracy (``None`` otherwise: no line drawn)."""
+    from lit_embed.data.tasks import TASKS
+
+    tasks = {r["_task"] for r in runs if r.get("_task")}
+    task = TASKS.get(next(iter(tasks))) if len(tasks) == 1 else None
+    if task is None or not task.labels or task.shown_metric(None) != "accuracy":
+        return None
+    return 1 / len(task.labels)
+
+
+def references(points: list[Point]) -> dict[str, Point]:
+    """Each path's uncompressed model (its dense table's point; the cheapest where there are several)."""
+    found: dict[str, Point] = {}
+    for p in sorted((p for p in points if p.reference), key=lambda p: p.bytes):
+        found.setdefault(p.path, p)
+    return found
+
+
+def pareto_table(points: list[Point], what: str, digits: int = 1, guess: float | None = None) -> Table:
+    """Per path, method and budget: the embedding's inference bytes (and their share of the uncompressed model's),
+    score, PRR against the uncompressed model, frontier (or tie), memory and time per sample."""
+    tied, best, base = ties(points), {p.label for p in frontier(points)}, references(points)
+
+    def frontier_cell(p: Point) -> str:
+        if p.label not in best:
+            return MISSING
+        return f"tie with {', '.join(tied[p.label])}" if tied[p.label] else "yes"
+
+    rows = []
+    for p in points:
+        ref = base.get(p.path)
+        rows.append([p.path, p.method, p.label, f"{p.bytes:,}", MISSING if ref is None else f"{100 * p.bytes / ref.bytes:.3g}%",
+                     _score(p, digits), MISSING if ref is None or not ref.mean else f"{p.mean / ref.mean:.3f}",
+                     str(len(p.scores)), frontier_cell(p), _measured(p.memory_mb, ".0f"), _measured(p.train_ms, ".3g"),
+                     _measured(p.infer_ms, ".3g")])
+    missing = [path for path in dict.fromkeys(p.path for p in points) if path not in base]
+    notes = [f"score: {what} x 100, mean ± std over seeds (the figure's error bars: ± one std)"
+             + ("" if guess is None else f"; chance {100 * guess:.1f}"),
+             "bytes: the embedding's at inference; % of dense and PRR (score / score) against the path's uncompressed "
+             "model" + (f"; {' and '.join(missing)} has no uncompressed model among the runs: –" if missing else ""),
+             f"frontier: no model of the same path with as few bytes or fewer beats it beyond the seeds' noise (a one-sided "
+             f"paired t-test over their common seeds, p < {ALPHA}; with fewer than two common seeds nothing is beyond noise); "
+             f"tie: a cheaper frontier model it does not beat beyond noise; paths are never compared",
              "memory (peak, MB) and time per sample (training: forward + backward; inference: forward) from the task runs' "
              f"efficiency callback, means over them; {NOT_MEASURED} where no run recorded it"]
-    return Table("Pareto: task score against embedding parameters", ["Method", "Model", "#Emb Params", "Score", "Seeds",
-                 "Frontier", "Memory (MB)", "Train ms/sample", "Infer ms/sample"], rows, notes)
+    return Table("Pareto: task score against embedding bytes", ["Path", "Method", "Model", "Emb bytes", "% of dense",
+                 "Score", "PRR", "Seeds", "Frontier", "Memory (MB)", "Train ms/sample", "Infer ms/sample"], rows, notes)
 
 
 def _score(point: Point, digits: int) -> str:
@@ -114,28 +201,64 @@ def _measured(value: float | None, spec: str) -> str:
     return NOT_MEASURED if value is None else format(value, spec)
 
 
-def draw(points: list[Point], what: str):
-    """The figure: a line per method (its points by parameters, ± one std over seeds), the frontier ringed and joined."""
+def styles(points: list[Point]) -> dict[str, tuple[tuple, str]]:
+    """One colour and one marker per method, the same in every panel (a strategy's post-hoc line takes its colour)."""
+    from matplotlib import colormaps
+
+    tab20 = colormaps["tab20"]
+    palette = [tuple(tab20(i)) for i in (*range(0, tab20.N, 2), *range(1, tab20.N, 2))]  # dark hues, then light ones
+    kinds = list(dict.fromkeys(sorted(_kind(p.method) for p in points)))
+    return {p.method: (palette[kinds.index(_kind(p.method)) % len(palette)], MARKERS[kinds.index(_kind(p.method)) % len(MARKERS)])
+            for p in points}
+
+
+def _kind(method: str) -> str:
+    return " ".join(word for word in method.split(" ") if word != POST_HOC_WORD)
+
+
+def draw(points: list[Point], what: str, guess: float | None = None):
+    """The figure: a panel per path; in each, a line per method (its points by bytes, ± one std over seeds), the
+    uncompressed model's score as a line with its ± one std band, chance, and the frontier ringed and joined (ties
+    ringed in grey)."""
     import matplotlib
 
     matplotlib.use("Agg")  # no display: a report runs in batch jobs and tests
     from matplotlib.figure import Figure
 
-    figure = Figure(figsize=(9, 5.5), layout="constrained")
-    axes = figure.add_subplot()
-    for index, method in enumerate(dict.fromkeys(p.method for p in points)):
-        mine = sorted((p for p in points if p.method == method), key=lambda p: p.parameters)
-        axes.errorbar([p.parameters for p in mine], [100 * p.mean for p in mine], yerr=[100 * p.std for p in mine],
-                      marker=MARKERS[index % len(MARKERS)], markersize=5, capsize=3, linewidth=1.2, label=method)
-    best = frontier(points)
-    axes.plot([p.parameters for p in best], [100 * p.mean for p in best], linestyle="--", color="black", linewidth=0.8,
-              marker="o", markersize=11, markerfacecolor="none", markeredgecolor="black", label="frontier")
-    axes.set_xscale("log")
-    axes.set_xlabel("embedding parameters (log scale)")
-    axes.set_ylabel(f"{what} x 100")
-    axes.set_title("Task score against embedding parameters (mean ± std over seeds)")
-    axes.grid(True, which="both", alpha=0.3)
-    axes.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    paths = [path for path in PATHS if any(p.path == path for p in points)]
+    figure = Figure(figsize=(9 if len(paths) == 1 else 15, 5.5), layout="constrained")
+    panels = figure.subplots(1, len(paths), squeeze=False, sharey=True)[0]
+    style, tied, base = styles(points), ties(points), references(points)
+    for axes, path in zip(panels, paths):
+        mine = [p for p in points if p.path == path]
+        for method in dict.fromkeys(p.method for p in mine):
+            line = sorted((p for p in mine if p.method == method), key=lambda p: p.bytes)
+            colour, marker = style[method]
+            axes.errorbar([p.bytes for p in line], [100 * p.mean for p in line], yerr=[100 * p.std for p in line],
+                          color=colour, marker=marker, markersize=5, capsize=3, linewidth=1.2, label=_kind(method))
+        ref = base.get(path)
+        if ref is not None:
+            axes.axhline(100 * ref.mean, color="grey", linewidth=1, label="uncompressed")
+            axes.axhspan(100 * (ref.mean - ref.std), 100 * (ref.mean + ref.std), color="grey", alpha=0.12)
+        if guess is not None:
+            axes.axhline(100 * guess, color="grey", linestyle=":", linewidth=1, label="chance")
+        best = [p for p in frontier(points) if p.path == path]
+        axes.plot([p.bytes for p in best], [100 * p.mean for p in best], linestyle="--", color="black", linewidth=0.8,
+                  label="frontier")
+        for p in best:
+            axes.plot([p.bytes], [100 * p.mean], marker="o", markersize=11, markerfacecolor="none",
+                      markeredgecolor="grey" if tied[p.label] else "black", linestyle="none")
+        axes.set_xscale("log")
+        axes.set_xlabel("embedding bytes at inference (log scale)")
+        axes.set_title(f"{path}" + ("" if ref is not None else " (no uncompressed model among the runs)"))
+        axes.grid(True, which="both", alpha=0.3)
+    panels[0].set_ylabel(f"{what} x 100")
+    handles: dict[str, Any] = {}
+    for axes in panels:
+        for handle, label in zip(*axes.get_legend_handles_labels()):
+            handles.setdefault(label, handle)
+    figure.suptitle("Task score against embedding bytes, per path (mean ± std over seeds; grey rings: ties)")
+    figure.legend(handles=list(handles.values()), labels=list(handles), fontsize=8, loc="outside right center")
     return figure
 
 

@@ -474,6 +474,15 @@ COSINE_ROW_NAMES = {"unk": "<unk>", "sparse_coding": "", "pca": "PCA", "aq": "AQ
 TOKEN_SETS = (("all", "(V_C ∪ V_R)"), ("common", "(V_C)"), ("rare", "(V_R)"))
 
 
+def _method_row(report: dict) -> str:
+    """A compress output's method as a row: its name, the strategy ``fit`` fitted, and the budget it was given (two
+    fitted strategies, or one method at two budgets, are rows of their own)."""
+    strategy = (report.get("details") or {}).get("strategy") if report["method"] == "fit" else None
+    budget = (report.get("options") or {}).get("budget")
+    return " ".join(str(part) for part in (COSINE_ROW_NAMES.get(report["method"], report["method"]), strategy,
+                                           None if budget is None else f"budget={budget}") if part)
+
+
 def cosine_tables(reports: list[dict]) -> list[Table]:
     """Sparse-coding Table 9: the mean cosine similarity of rebuilt to original embeddings (x 100), one table per
     retention, a column per task, a row per method and k (every k an output tried). A method that keeps the common
@@ -485,8 +494,7 @@ def cosine_tables(reports: list[dict]) -> list[Table]:
         for k, cosine in by_k.items():
             if not cosine:
                 continue
-            name = " ".join(part for part in (COSINE_ROW_NAMES.get(report["method"], report["method"]),
-                                              f"k={k}" if k else "") if part)
+            name = " ".join(part for part in (_method_row(report), f"k={k}" if k else "") if part)
             sets = (("rare", ""),) if cosine.get("common_rows_identical") else TOKEN_SETS
             for kind, suffix in sets:
                 if cosine.get(kind) is not None:

@@ -168,7 +168,8 @@ SHAPE = Shape(dict, "a mapping", required=("label",), keys={
         "arch": TEXT, "layers": WHOLE, "hidden": WHOLE, "heads": WHOLE, "ffn": WHOLE}),
     "parameters": Shape(dict, "a mapping", nullable=True,
                         required=("total_params", "embedding_params", "pcr_all", "pcr_emb", "poep"), keys={
-        "total_params": WHOLE, "embedding_params": WHOLE, "pcr_all": NUMBER, "pcr_emb": NUMBER, "poep": NUMBER}),
+        "total_params": WHOLE, "embedding_params": WHOLE, "pcr_all": NUMBER, "pcr_emb": NUMBER, "poep": NUMBER,
+        "embedding_bytes": WHOLE, "baseline_embedding_bytes": WHOLE}),
     "efficiency": Shape(dict, "a mapping", nullable=True, keys={
         "train": TIMING, "infer": TIMING, "peak_memory_mb": Shape((int, float), "a finite number", nullable=True),
         "device": TEXT}),

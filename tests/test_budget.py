@@ -1,6 +1,7 @@
-"""A strategy sized to a parameter budget (lit_embed.embeddings.sizing): every built-in strategy counts itself from its
-arguments as it counts itself built, meets a budget within 1% or refuses naming the budgets it can meet, and
-`lit-embed params` shows what the budget chose."""
+"""A strategy sized to a memory budget (lit_embed.embeddings.sizing): every built-in strategy counts its parameters and
+its inference bytes from its arguments as it counts them built, meets a budget of bytes (or of a fraction of the dense
+float32 table's bytes) within 1% or refuses naming the budgets it can meet, and `lit-embed params` shows what the budget
+chose."""
 
 from __future__ import annotations
 
@@ -16,9 +17,11 @@ from lit_embed.embeddings import (
     AdditiveQuantizedEmbedding,
     CanineHashEmbedding,
     DenseEmbedding,
+    DPQEmbedding,
     EmbeddingStrategy,
     HashAdd,
     HashEmbedding,
+    HashingTrickEmbedding,
     HashPool,
     HashProj,
     PCAEmbedding,
@@ -65,6 +68,7 @@ def test_a_strategy_counts_itself_from_its_arguments_as_it_counts_itself_built(c
     for arguments in BUILT[cls]:
         built = cls(vocab, hidden, **arguments)
         assert cls.count_parameters(vocab, hidden, **arguments) == built.num_embedding_parameters(), arguments
+        assert cls.count_bytes(vocab, hidden, **arguments) == built.inference_bytes(), arguments
 
 
 #: strategy -> its arguments beside the budget, for the 30522 x 384 table (counts for the unlimited vocabularies)
@@ -87,11 +91,12 @@ BUDGETED = {
 @pytest.mark.parametrize("share", [0.1, 0.01, 0.001])
 @pytest.mark.parametrize("cls", list(BUDGETED), ids=lambda cls: cls.__name__)
 def test_a_budget_is_met_within_one_percent_or_refused_naming_what_can_be_met(cls, share):
-    """At 10%, 1% and 0.1% of a 30522 x 384 table: the count chosen lies within 1% of the budget, or the refusal names
-    counts the strategy does reach, on either side of the budget (or its one edge), none of them within 1%."""
+    """At 10%, 1% and 0.1% of a 30522 x 384 float32 table's bytes: the bytes chosen lie within 1% of the budget, and
+    the strategy built holds them; or the refusal names bytes the strategy does reach, on either side of the budget (or
+    its one edge), none of them within 1%."""
     vocab = None if cls.unlimited_vocabulary else V
-    budget = share if vocab else round(share * V * D)
-    target = round(share * V * D)
+    target = round(share * V * D * 4)
+    budget = share if vocab else target
     try:
         sizing = fit_budget(cls, vocab, D, budget, BUDGETED[cls])
     except ConfigError as refused:
@@ -99,48 +104,56 @@ def test_a_budget_is_met_within_one_percent_or_refused_naming_what_can_be_met(cl
         values = [int(v) for v in re.findall(r"\(\w+=(\d+)\)", str(refused))]
         assert named and all(abs(n - target) > TOLERANCE * target for n in named), refused
         for value, count in zip(values, named):  # the nearest budgets named are what those sizes give
-            assert cls.count_parameters(vocab, D, **{**BUDGETED[cls], cls.size_parameter: value}) == count
+            assert cls.count_bytes(vocab, D, **{**BUDGETED[cls], cls.size_parameter: value}) == count
         assert len(named) == 2 or "smallest size" in str(refused) or "largest size" in str(refused)
         return
     assert abs(sizing.count - target) <= TOLERANCE * target
-    assert sizing.count == cls.count_parameters(vocab, D, **{**BUDGETED[cls], sizing.parameter: sizing.value})
+    assert sizing.count == cls.count_bytes(vocab, D, **{**BUDGETED[cls], sizing.parameter: sizing.value})
+    if cls not in (CanineHashEmbedding, SubspaceEmbedding):  # built small enough to hold here
+        assert cls(vocab, D, **BUDGETED[cls], budget=budget).inference_bytes() == sizing.count
 
 
 def test_the_known_choices_of_the_existing_strategies():
-    """Figures worked by hand: Q = 1% of 30522 x 384 / 384 = 305.2 rows, and at least 32 (31^3 < 30522); MD5's 128
-    bits cap HashAdd at (2 * 128 + 1) * 384; HashPool's (ceil(128/k) + 2^k + 1) * 384 leaves no k for 1% (117,204
-    parameters: k=8 gives 273 rows, k=9 528)."""
-    assert fit_budget(SubspaceEmbedding, V, D, 0.01, {}).value == 305
-    with pytest.raises(ConfigError, match=r"12,288, 0.105% of dense \(table_size=32\), its smallest size"):
-        fit_budget(SubspaceEmbedding, V, D, 1000, {})
-    with pytest.raises(ConfigError, match=r"98,688 \(num_bits=128\), its largest size"):
+    """Figures worked by hand in bytes (1% of the 30522 x 384 float32 table is 468,818 bytes): DPQ's K = (468,818 -
+    30522 x 8 one-byte codes) / (384 x 4) = 146.3 codewords; the hashing trick's (468,818 - 32 bytes of hash
+    coefficients) / 1536 = 305 buckets; PQ's 30522 x 2 codes leave (468,818 - 61,044) / 1536 = 265 codewords, beyond
+    the 256 a byte indexes: refused, naming its largest size; HashAdd's largest, 128 bits, is (2 x 128 + 6) x 384 float32
+    values and MD5's 2-byte key: 402,434 bytes; int4's codes and row scales are 13% of the table's bytes,
+    its one size."""
+    assert fit_budget(DPQEmbedding, V, D, 0.01, {}).value == 146
+    assert fit_budget(HashingTrickEmbedding, V, D, 0.01, {}).value == 305
+    assert fit_budget(HashingTrickEmbedding, V, D, 468_512, {}).count == 305 * 384 * 4 + 32
+    with pytest.raises(ConfigError, match=r"ProductQuantizedEmbedding cannot meet budget=0.01 \(468,818 bytes, 1% of dense\)"
+                                          r".*454,260, 0.969% of dense \(codewords=256\), its largest size"):
+        fit_budget(ProductQuantizedEmbedding, V, D, 0.01, {"groups": 2})
+    with pytest.raises(ConfigError, match=r"402,434 \(num_bits=128\), its largest size"):
         fit_budget(HashAdd, None, D, 1_172_045, {})
-    with pytest.raises(ConfigError, match=r"104,832 \(chunk_bits=8\) and 202,752 \(chunk_bits=9\)"):
-        fit_budget(HashPool, None, D, 117_204, {})
 
 
 def test_a_scalar_quantised_table_has_one_size_for_its_bits():
-    count = ScalarQuantizedEmbedding.count_parameters(V, D, bits=4)
-    assert ScalarQuantizedEmbedding(V, D, bits=4, budget=count).sizing.count == count
-    with pytest.raises(ConfigError, match=r"ScalarQuantizedEmbedding has one size, 1,526,100 parameters, 13% of dense, which is not budget=0.1"):
+    stored = V * D // 2 + 8 * V  # two 4-bit codes a byte, a float32 scale and offset a row
+    assert ScalarQuantizedEmbedding.count_bytes(V, D, bits=4) == stored
+    assert ScalarQuantizedEmbedding(V, D, bits=4, budget=stored).sizing.count == stored
+    with pytest.raises(ConfigError, match=r"ScalarQuantizedEmbedding has one size, 6,104,400 bytes, 13% of dense, which is "
+                                          r"not budget=0.1"):
         ScalarQuantizedEmbedding(V, D, bits=4, budget=0.1)
 
 
 def test_the_dense_table_has_one_size():
-    assert fit_budget(DenseEmbedding, V, D, 1.0, {}).count == V * D
-    assert DenseEmbedding(100, 8, budget=800).sizing.count == 800
-    with pytest.raises(ConfigError, match=r"DenseEmbedding has one size, 800 parameters, 100% of dense, which is not "
-                                          r"budget=0.5 \(400, 50% of dense\)"):
+    assert fit_budget(DenseEmbedding, V, D, 1.0, {}).count == V * D * 4
+    assert DenseEmbedding(100, 8, budget=3200).sizing.count == 3200
+    with pytest.raises(ConfigError, match=r"DenseEmbedding has one size, 3,200 bytes, 100% of dense, which is not "
+                                          r"budget=0.5 \(1,600 bytes, 50% of dense\)"):
         DenseEmbedding(100, 8, budget=0.5)
 
 
 @pytest.mark.parametrize("budget, message", [
-    (0, r"budget=0 must be a positive number of parameters"),
+    (0, r"budget=0 must be a positive number of bytes"),
     (-5, r"budget=-5 must be a positive number"),
     (1.5, r"budget=1.5 is a fraction outside \(0, 1\].*an integer such as 2"),
     (0.0, r"budget=0.0 is a fraction outside"),
-    (True, r"budget=True must be a number of parameters"),
-    ("1%", r"budget='1%' must be a number of parameters"),
+    (True, r"budget=True must be a number of bytes"),
+    ("1%", r"budget='1%' must be a number of bytes"),
 ])
 def test_a_budget_that_is_no_count_or_fraction_is_refused_by_its_value(budget, message):
     with pytest.raises(ConfigError, match=message):
@@ -154,30 +167,34 @@ def test_a_fraction_needs_a_vocabulary_to_be_a_fraction_of():
 
 
 def test_the_budget_replaces_the_size_given_and_the_config_rebuilds_the_choice(caplog):
+    """3000 x 20 float32 is 240,000 bytes; 2 radix tables keep 3000 x 2 int32 codes (24,000 bytes): 25% leaves
+    (60,000 - 24,000) / (20 x 4) = 450 rows."""
     with caplog.at_level("INFO", "lit_embed.embeddings.sizing"):
-        strategy = SubspaceEmbedding(3000, 20, num_tables=2, table_size=80, budget=0.02)
-    assert strategy.table_size == 60 and strategy.num_embedding_parameters() == 1200 == strategy.sizing.count
-    assert "table_size=60 gives 1,200" in caplog.text and "in place of the 80 given" in caplog.text
+        strategy = SubspaceEmbedding(3000, 20, num_tables=2, table_size=80, budget=0.25)
+    assert strategy.table_size == 450 and strategy.inference_bytes() == 60_000 == strategy.sizing.count
+    assert "table_size=450 gives 60,000" in caplog.text and "in place of the 80 given" in caplog.text
     config = strategy.config()["init_args"]
-    assert config["budget"] == 0.02 and config["table_size"] == 60
+    assert config["budget"] == 0.25 and config["table_size"] == 450
     again = build_from_config(EmbeddingStrategy, strategy.config(with_sizes=True), "embedding")
-    assert again.table_size == 60 and again.sizing == strategy.sizing
+    assert again.table_size == 450 and again.sizing == strategy.sizing
     assert SubspaceEmbedding(3000, 20).sizing is None
-    # a size argument without default may be left to the budget
-    assert UnkEmbedding(3000, 20, budget=6000).num_common == 300
-    assert functools.partial(SparseCodedEmbedding, budget=0.6)(3000, 20).sizing.count == pytest.approx(36000, rel=0.01)
+    # a size argument without default may be left to the budget: <unk> keeps C rows, and the int32 row map of 3000 ids
+    unk = UnkEmbedding(3000, 20, budget=36_008)
+    assert unk.num_common == 300 and unk.inference_bytes() == 300 * 20 * 4 + 3000 * 4 + 8
+    coded = functools.partial(SparseCodedEmbedding, budget=0.6)(3000, 20)
+    assert coded.inference_bytes() == coded.sizing.count == pytest.approx(0.6 * 240_000, rel=0.01)
 
 
 DEMO = str(REPO / "configs" / "demo.yaml")
 
 
 def test_params_shows_what_the_budget_chose_and_refuses_what_cannot_be_met(capsys):
-    report = params_json(["params", "--config", DEMO, "--json", "--model.init_args.embedding.init_args.budget", "0.01"])
+    report = params_json(["params", "--config", DEMO, "--json", "--model.init_args.embedding.init_args.budget", "0.1"])
     sizing = report["sizing"]
-    assert sizing["parameter"] == "table_size" and sizing["count"] == report["embedding_params"]
-    assert sizing["target"] == round(0.01 * 30522 * report["hidden_size"]) and sizing["budget"] == 0.01
+    assert sizing["parameter"] == "table_size" and sizing["count"] == report["embedding_bytes"]
+    assert sizing["target"] == round(0.1 * 30522 * report["hidden_size"] * 4) and sizing["budget"] == 0.1
     assert abs(sizing["count"] - sizing["target"]) <= 0.01 * sizing["target"]
-    assert main(["params", "--config", DEMO, "--model.init_args.embedding.init_args.budget", "0.01"]) == 0
+    assert main(["params", "--config", DEMO, "--model.init_args.embedding.init_args.budget", "0.1"]) == 0
     printed = capsys.readouterr().out
     assert f"table_size={sizing['value']} gives {sizing['count']:,}" in printed
     shown = next(line for line in section("strategies", "Parameter accounting").splitlines() if line.startswith("budget  "))
@@ -194,9 +211,9 @@ def test_a_budget_beyond_the_configured_hashers_bits_is_refused_with_its_largest
     budget that would need more is a budget the strategy cannot meet, never a num_bits the hasher then refuses."""
     argv = ["params", "--config", str(REPO / "configs" / "demo_hashformer.yaml"), "--model.init_args.embedding",
             str(REPO / "configs" / "embedding" / f"{strategy}.yaml"), "--model.init_args.embedding.init_args.budget"]
-    assert main([*argv, "200000"]) == 2
+    assert main([*argv, "800000"]) == 2
     error = capsys.readouterr().err
-    assert "cannot meet budget=200000" in error and "(num_bits=128), its largest size" in error, error
+    assert "cannot meet budget=800000" in error and "(num_bits=128), its largest size" in error, error
     assert "exceeds the 128 bits" not in error
 
 
@@ -222,5 +239,6 @@ class _LowRank(EmbeddingStrategy):
 
 def test_a_strategy_without_a_formula_is_counted_built_on_the_meta_device():
     assert _LowRank.count_parameters(1000, 16, rank=3) == 3 * (1000 + 16)
-    strategy = _LowRank(1000, 16, budget=5 * 1016)
+    assert _LowRank.count_bytes(1000, 16, rank=3) == 4 * 3 * (1000 + 16)
+    strategy = _LowRank(1000, 16, budget=4 * 5 * 1016)
     assert strategy.rank == 5 and strategy.a.device.type == "cpu" and strategy.num_embedding_parameters() == 5080

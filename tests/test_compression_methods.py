@@ -12,13 +12,13 @@ import torch
 from torch.nn import functional as F
 
 from lit_embed.compress.methods import CompressionMethod, Job, method_named, strategy_from, with_common_rows
-from lit_embed.compress.summary import tensor_bytes
 from lit_embed.embeddings import (
     FactorizedEmbedding,
     ProductQuantizedEmbedding,
     ScalarQuantizedEmbedding,
     UnkEmbedding,
 )
+from lit_embed.embeddings.base import state_bytes
 from lit_embed.errors import ConfigError, UserError
 from lit_embed.testing import check_compression_method
 from tests.helpers import CONFIGS
@@ -133,7 +133,7 @@ def test_scalar_quantisation_counts_bytes_and_rebuilds_each_value_within_half_a_
     (strategy,) = method_named(f"int{bits}").fit(job_of(weight)).values()
     assert isinstance(strategy, ScalarQuantizedEmbedding) and strategy.codes.dtype == torch.uint8
     stored = 100 * code_bytes + 100 * 8  # codes, and a float32 scale and offset per row
-    assert tensor_bytes(strategy.state_dict()) == stored
+    assert state_bytes(strategy.state_dict()) == stored
     assert strategy.num_embedding_parameters() == ScalarQuantizedEmbedding.count_parameters(100, hidden, bits) == -(-stored // 4)
     rebuilt = strategy(torch.arange(100)).detach()
     step = (weight.max(1).values - weight.min(1).values) / (2**bits - 1)
@@ -153,7 +153,7 @@ def test_svd_is_the_best_rank_r_approximation_and_sizes_to_a_budget():
         assert strategy.num_embedding_parameters() == 300 * rank + rank * 12 + 12  # V r + r d + the mean
         error = (strategy(torch.arange(300)).detach().double() - weight.double()).pow(2).sum()
         assert float(error) == pytest.approx(float(singular[rank:].pow(2).sum()), rel=1e-4, abs=1e-6)  # Eckart-Young
-    method = method_named("svd", {"budget": 300 * 4 + 4 * 12 + 12})
+    method = method_named("svd", {"budget": 4 * (300 * 4 + 4 * 12 + 12)})  # bytes: float32 factors and mean
     (strategy,) = method.fit(job_of(weight)).values()
     assert strategy.rank == method.details["rank"] == 4 and "budget=" in method.details["budget"]
     with pytest.raises(ConfigError, match=r"rank=13 must lie in \[1, min\(vocabulary=300, hidden=12\)\]: change --rank"):
@@ -171,7 +171,7 @@ def test_product_quantisation_finds_clusters_and_says_which_k_means_ran(backend)
     (strategy,) = method.fit(job_of(weight)).values()
     assert isinstance(strategy, ProductQuantizedEmbedding)
     assert strategy.num_embedding_parameters() == 4 * 12 + 200 * 2  # K d codebook values and V G codes
-    assert tensor_bytes(strategy.state_dict()) == 4 * 12 * 4 + 200 * 2
+    assert state_bytes(strategy.state_dict()) == 4 * 12 * 4 + 200 * 2
     assert torch.allclose(strategy(torch.arange(200)).detach(), weight, atol=1e-5)
     ran = method.details["k-means"]
     assert ran == (f"faiss {faiss.__version__}" if backend == "faiss" else "torch (lit-embed's k-means++ and Lloyd)")
@@ -242,3 +242,39 @@ def test_fit_refuses_what_it_cannot_fit_before_any_work(tmp_path):
             method_named("fit", {"strategy": strategy}).check(fit_job())
     with pytest.raises(ConfigError, match="max_steps=0 must be at least 1"):
         method_named("fit", {"strategy": FACTORISED, "max_steps": 0}).check(fit_job())
+
+
+def test_pq_and_sparse_coding_take_a_budget_of_bytes_and_refuse_one_they_cannot_meet():
+    """--budget on pq sizes K (the V x G one-byte codes fixed by the groups); on sparse_coding it sizes |V_C|, the most
+    frequent tokens of the data common (the split's unseen common ids, its specials, first), for one k."""
+    weight = table(600, 64)
+    dense = 600 * 64 * 4
+    (pq,) = method_named("pq", {"groups": 4, "budget": 0.1, "iterations": 2}).fit(job_of(weight)).values()
+    assert pq.codewords == round((0.1 * dense - 600 * 4) / (64 * 4)) and abs(pq.inference_bytes() - 0.1 * dense) <= 0.01 * 0.1 * dense
+    with pytest.raises(ConfigError, match=r"ProductQuantizedEmbedding cannot meet budget=0.01 .*its smallest size"):
+        method_named("pq", {"groups": 4, "budget": 0.01}).check(job_of(weight))
+    counts = torch.arange(600, dtype=torch.float).flip(0)  # id 0 the most frequent
+    counts[[3, 597]] = 0  # common in the split but unseen: special tokens
+    job = Job(weight, torch.tensor([0, 1, 2, 3, 597]), counts=counts)
+    method = method_named("sparse_coding", {"k": 3, "budget": 0.3})
+    method.check(job)
+    (coded,) = method.fit(job).values()
+    assert abs(coded.inference_bytes() - 0.3 * dense) <= 0.01 * 0.3 * dense and "num_common=" in method.details["budget"]
+    common = coded.common_ids().tolist()
+    assert {3, 597} <= set(common) and sorted(common) == [i for i in range(len(common) - 1)] + [597]
+    with pytest.raises(ConfigError, match=r"--budget sizes the common tokens for one k, and k=\[1, 2\]: give a single --k"):
+        method_named("sparse_coding", {"k": [1, 2], "budget": 0.3}).check(job)
+    with pytest.raises(ConfigError, match=r"SparseCodedEmbedding cannot meet budget=0.0001"):
+        method_named("sparse_coding", {"k": 3, "budget": 0.0001}).check(job)
+
+
+def test_aq_takes_a_budget_of_bytes_for_its_codebooks():
+    """Each of M codebooks costs K d float32 values and a one-byte code per row: 10% of a 600 x 64 table at K = 16 is
+    M = 15360 / (16 x 64 x 4 + 600) = 3.3, and no M meets it within 1%; 4.6% is M = 2."""
+    weight = table(600, 64)
+    with pytest.raises(ConfigError, match=r"AdditiveQuantizedEmbedding cannot meet budget=0.1"):
+        method_named("aq", {"codewords": 16, "budget": 0.1}).check(job_of(weight))
+    method = method_named("aq", {"codewords": 16, "budget": 2 * (16 * 64 * 4 + 600), "max_steps": 1})
+    (strategy,) = method.fit(job_of(weight)).values()
+    assert strategy.num_codebooks == 2 and strategy.inference_bytes() == 2 * (16 * 64 * 4 + 600)
+    assert "codebooks=2" in method.details["budget"]

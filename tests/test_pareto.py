@@ -13,7 +13,19 @@ from PIL import Image
 from lit_embed.accounting import compression
 from lit_embed.commands import main
 from lit_embed.files import write_json_atomic
-from lit_embed.pareto import TAG, Point, frontier, points_of
+from lit_embed.pareto import (
+    POST_HOC,
+    PRETRAINED,
+    TAG,
+    Point,
+    beats,
+    draw,
+    frontier,
+    points_of,
+    references,
+    styles,
+    ties,
+)
 from lit_embed.results import RESULTS_FILE
 
 DENSE = 1_953_408  # 30522 x 64
@@ -35,7 +47,8 @@ def write_run(root: Path, method: str, label: str, embedding: int, seed: int | N
     write_json_atomic(folder / RESULTS_FILE, {
         "format": 1, "status": "complete", "label": label, "task": task, "seed": seed, "strategy": method,
         "parameters": {"total_params": 80_000 + embedding, "embedding_params": embedding, "baseline_total_params": 80_000 + DENSE,
-                       "baseline_embedding_params": DENSE, **compression(embedding, 80_000 + embedding, DENSE, 80_000 + DENSE)},
+                       "baseline_embedding_params": DENSE, **compression(embedding, 80_000 + embedding, DENSE, 80_000 + DENSE),
+                       "embedding_bytes": 4 * embedding, "baseline_embedding_bytes": 4 * DENSE},
         "efficiency": efficiency,
         "metrics": metrics,
     })
@@ -53,21 +66,40 @@ def zoo(root: Path) -> Path:
 
 def rows(text: str) -> dict[str, list[str]]:
     """The Pareto table's rows of a Markdown report, by model."""
-    part = text.split("Pareto: task score against embedding parameters", 1)[1]
+    part = text.split("Pareto: task score against embedding bytes", 1)[1]
     lines = [line for line in part.splitlines() if line.startswith("|")][2:]
     cells = [[c.strip() for c in line.strip("|").split("|")] for line in lines]
-    return {row[1]: row for row in cells}
+    return {row[2]: row for row in cells}
 
 
-def test_frontier_keeps_the_points_nothing_beats_with_as_few_parameters():
-    def point(label: str, parameters: int, score: float) -> Point:
-        return Point("m", label, parameters, {0: score})
+def point(label: str, size: int, *scores: float, path: str = PRETRAINED, method: str = "m") -> Point:
+    return Point(method, label, size, dict(enumerate(scores)), path)
 
-    points = [point("a", 100, 0.5), point("b", 1000, 0.7), point("c", 1000, 0.6), point("d", 10_000, 0.65),
-              point("e", 50, 0.5), point("f", 5000, 0.9), point("g", 5000, 0.9), point("h", 20, 0.1)]
-    assert [p.label for p in frontier(points)] == ["h", "e", "b", "f", "g"]  # a ties e on score with more parameters
-    assert frontier([]) == []
-    assert [p.label for p in frontier([point("only", 7, 0.0)])] == ["only"]
+
+def test_a_point_beats_another_only_beyond_the_seeds_noise():
+    """A paired one-sided t-test over common seeds: 0.5 ahead with a spread of 1.7 is noise; a steady lead is not; one
+    common seed is never beyond noise."""
+    low = point("low", 10, 0.70, 0.72, 0.74)
+    assert beats(point("steady", 10, 0.80, 0.81, 0.83), low) and not beats(low, point("steady", 10, 0.80, 0.81, 0.83))
+    noisy = point("noisy", 10, 0.70 + 0.017, 0.72 - 0.012, 0.74 + 0.010)  # 0.5 ahead on average, spread 1.5
+    assert not beats(noisy, low)
+    assert not beats(point("one seed", 10, 0.99), point("other", 10, 0.10))
+    assert beats(point("all ahead by 0.1", 10, 0.8, 0.8), point("b", 10, 0.7, 0.7))  # no spread, all ahead
+
+
+def test_frontier_keeps_what_no_cheaper_point_beats_beyond_noise_draws_ties_and_never_joins_paths():
+    points = [
+        point("cheap", 100, 0.60, 0.62, 0.64),
+        point("dominated", 1000, 0.40, 0.42, 0.41),  # the cheaper 'cheap' beats it at every seed
+        point("tie", 5000, 0.61, 0.64, 0.63),  # more bytes, no better beyond noise: a tie with 'cheap'
+        point("gain", 9000, 0.80, 0.83, 0.82),  # beats every cheaper frontier point
+        point("other path", 10, 0.10, 0.11, 0.12, path=POST_HOC),  # cheaper than all, never compared with them
+        point("post hoc best", 2000, 0.90, 0.91, 0.92, path=POST_HOC),
+    ]
+    best = frontier(points)
+    assert [p.label for p in best] == ["cheap", "tie", "gain", "other path", "post hoc best"]
+    assert ties(points) == {"cheap": [], "tie": ["cheap"], "gain": [], "other path": [], "post hoc best": []}
+    assert frontier([]) == [] and [p.label for p in frontier([point("only", 7, 0.0)])] == ["only"]
 
 
 def test_figure_and_table_give_the_frontier_error_bars_and_efficiency_per_method_and_budget(tmp_path, capsys):
@@ -80,12 +112,16 @@ def test_figure_and_table_give_the_frontier_error_bars_and_efficiency_per_method
     for method, label, embedding, scores in MODELS:
         values = [100 * s for s in scores.values()]
         mean, std = statistics.mean(values), statistics.stdev(values)
-        assert table[label][:5] == [method, label, f"{embedding:,}", f"{mean:.1f} ± {std:.1f}", str(len(scores))]
-    frontier_rows = {label for label, row in table.items() if row[5] == "yes"}
-    assert frontier_rows == {"robe 0.1%", "hashing 1%", "hashing 10%", "dense"}
-    assert table["dense"][6:] == ["900", "2.5", "0.5"]
-    assert table["robe 0.1%"][6:] == ["not measured"] * 3
-    assert "score: topics accuracy x 100, mean ± std over seeds" in captured.out
+        assert table[label][:4] == [PRETRAINED, method, label, f"{4 * embedding:,}"]
+        assert table[label][4] == f"{100 * embedding / DENSE:.3g}%"  # of the path's uncompressed model's bytes
+        assert table[label][5:8] == [f"{mean:.1f} ± {std:.1f}", f"{statistics.mean(scores.values()) / 0.82:.3f}", str(len(scores))]
+    frontier_rows = {label: row[8] for label, row in table.items() if row[8] != "–"}
+    # robe 10% is beaten by hashing 10% at every seed with fewer bytes; hashing 10% beats hashing 1% (every seed ahead);
+    # dense leads hashing 10% by 0.02, 0.02, 0.05: t = 3.0 on 2 degrees of freedom, p = 0.048, just beyond noise
+    assert frontier_rows == {"robe 0.1%": "yes", "hashing 1%": "yes", "hashing 10%": "yes", "dense": "yes"}
+    assert table["dense"][9:] == ["900", "2.5", "0.5"]
+    assert table["robe 0.1%"][9:] == ["not measured"] * 3
+    assert "score: topics accuracy x 100, mean ± std over seeds (the figure's error bars: ± one std); chance 16.7" in captured.out
     with Image.open(figure) as image:
         assert image.format == "PNG" and image.size == (990, 605)  # 9 x 5.5 inches at 110 dpi
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -109,7 +145,7 @@ def test_a_benchmark_point_is_its_average_over_the_tasks_per_seed(tmp_path, caps
     assert main(["report", str(runs), "--figure", str(tmp_path / "glue.png")]) == 0
     out = capsys.readouterr().out
     per_seed = [100 * (0.90 + 0.40) / 2, 100 * (0.92 + 0.30) / 2]
-    assert rows(out)["3se"][3] == f"{statistics.mean(per_seed):.1f} ± {statistics.stdev(per_seed):.1f}"
+    assert rows(out)["3se"][5] == f"{statistics.mean(per_seed):.1f} ± {statistics.stdev(per_seed):.1f}"
     assert "score: GLUE average x 100" in out
 
 
@@ -162,9 +198,35 @@ def test_a_variant_a_sweep_stage_names_is_a_line_of_its_own_beside_its_strategys
     strategy's line."""
     def run(label: str, parameters: int, variant: str) -> dict:
         return {"label": label, "_task": "topics", "strategy": "QREmbedding", "variant": variant,
-                "parameters": {"embedding_params": parameters}}
+                "parameters": {"embedding_params": parameters, "embedding_bytes": 4 * parameters}}
 
     runs = [run("qr 1pct", 19_500, ""), run("qr 10pct", 195_000, ""), run("qr 1pct post-hoc", 117_000, "post-hoc")]
     points = points_of(runs, {"qr 1pct": {0: 0.5}, "qr 10pct": {0: 0.6}, "qr 1pct post-hoc": {0: 0.7}})
     assert {p.label: p.method for p in points} == {"qr 1pct": "QREmbedding", "qr 10pct": "QREmbedding",
                                                    "qr 1pct post-hoc": "QREmbedding post-hoc"}
+
+
+def test_each_path_is_a_panel_with_its_reference_and_each_method_one_colour_and_marker_everywhere():
+    """Pre-trained and post-hoc points in two panels; the dense table of each is its reference line, not a frontier
+    compared across paths; a strategy's post-hoc line keeps its colour and marker; 20 methods, 20 styles."""
+    def run(label: str, size: int, strategy: str, variant: str = "") -> dict:
+        return {"label": label, "_task": "topics", "strategy": strategy, "variant": variant,
+                "parameters": {"embedding_bytes": size}}
+
+    runs = [run("dense", 7_800_000, "DenseEmbedding"), run("qr 10%", 780_000, "QREmbedding"),
+            run("dense post-hoc", 46_000_000, "DenseEmbedding", "post-hoc"),
+            run("qr 10% post-hoc", 4_600_000, "QREmbedding", "post-hoc")]
+    scores = {"dense": {0: 0.3, 1: 0.32}, "qr 10%": {0: 0.2, 1: 0.25}, "dense post-hoc": {0: 0.8, 1: 0.82},
+              "qr 10% post-hoc": {0: 0.7, 1: 0.75}}
+    points = points_of(runs, scores)
+    assert {p.label: p.path for p in points} == {"dense": PRETRAINED, "qr 10%": PRETRAINED,
+                                                 "dense post-hoc": POST_HOC, "qr 10% post-hoc": POST_HOC}
+    assert {p.path: p.label for p in references(points).values()} == {PRETRAINED: "dense", POST_HOC: "dense post-hoc"}
+    figure = draw(points, "topics accuracy", guess=1 / 6)
+    panels = [a for a in figure.axes if a.get_title()]
+    assert [a.get_title() for a in panels] == [PRETRAINED, POST_HOC]
+    colour = {a.get_title(): {c.get_label(): (c.lines[0].get_color(), c.lines[0].get_marker()) for c in a.containers
+                              if c.get_label() == "QREmbedding"} for a in panels}
+    assert colour[PRETRAINED] == colour[POST_HOC] != {}
+    many = [Point(f"method {i}", f"m{i}", 10 + i, {0: 0.5}) for i in range(20)]
+    assert len(set(styles(many).values())) == 20

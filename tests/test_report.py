@@ -505,3 +505,19 @@ def test_table_9_rows_by_method_and_k_columns_by_task_one_table_a_retention_mean
         "| mine k=3 (V_R) | 50.00 | – |",
     ]
     assert "| k=1 | 60.00 |" in half and "JCoLA" not in half.split("\n\n")[1]
+
+
+def test_each_compress_method_strategy_and_budget_is_a_cosine_row_of_its_own():
+    """Two strategies fitted by ``fit``, and svd at two budgets, are four rows, never averaged into one."""
+    from lit_embed.reporting import cosine_tables
+
+    def report(method: str, cosine: float, strategy: str | None = None, budget: float | None = None) -> dict:
+        return {"method": method, "retention": 0.5, "task": "topics", "details": {"strategy": strategy} if strategy else {},
+                "options": {"budget": budget}, "cosine": {"all": cosine, "common": cosine, "rare": cosine,
+                                                          "common_rows_identical": False}}
+
+    (table,) = cosine_tables([report("fit", 0.2, "HashingTrickEmbedding", 0.1), report("fit", 0.4, "ROBEEmbedding", 0.1),
+                              report("svd", 0.6, budget=0.1), report("svd", 0.5, budget=0.01)])
+    names = {row[0].rsplit(" (", 1)[0] for row in table.rows}  # each row once per token set: (V_C ∪ V_R), (V_C), (V_R)
+    assert names == {"fit HashingTrickEmbedding budget=0.1", "fit ROBEEmbedding budget=0.1", "svd budget=0.1",
+                     "svd budget=0.01"}

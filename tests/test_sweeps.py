@@ -182,9 +182,9 @@ def test_a_post_hoc_fit_a_strategy_cannot_make_is_left_out_before_it_runs(tmp_pa
     out = capsys.readouterr().out
     assert "unmet    posthoc/strategy=md5_proj,budget=1pct: HashProj does not index vocabulary ids" in out
     assert ("unmet    posthoc/strategy=albert_factorized,budget=1pct: FactorizedEmbedding cannot meet budget=0.01 "
-            "(117,204 parameters, 1% of dense)") in out
+            "(468,818 bytes, 1% of dense)") in out
     assert "left     posthoc/strategy=hashing_trick,budget=1pct\n" in out
-    assert "unmet    baselines/method=svd_1pct: FactorizedEmbedding cannot meet budget=0.01 (117,204 parameters" in out
+    assert "unmet    baselines/method=svd_1pct: FactorizedEmbedding cannot meet budget=0.01 (468,818 bytes" in out
     assert "left     baselines/method=int8\n" in out
     assert "--strategy" in out and "--budget 0.01" in out
 
@@ -322,15 +322,15 @@ def test_a_run_that_diverged_is_settled_left_out_of_its_grid_and_not_started_aga
 
 
 def budgets(tmp_path: Path) -> Path:
-    """A zoo-like sweep on the demo's 30522 x 64 table at 1% (19,534 parameters): the hashing trick meets it, ALBERT's
-    factorisation cannot (its smallest is 30,586), and a strategy file that does not exist fails otherwise; then a
+    """A zoo-like sweep on the demo's 30522 x 64 table at 1% of its bytes (78,136): the hashing trick meets it, ALBERT's
+    factorisation cannot (its smallest is 122,344 bytes), and a strategy file that does not exist fails otherwise; then a
     stage that fine-tunes each."""
     strategies = {"hashing": {"model.init_args.embedding": str(CONFIGS / "embedding" / "hashing_trick.yaml")},
                   "albert": {"model.init_args.embedding": str(CONFIGS / "embedding" / "albert_factorized.yaml")},
                   "broken": {"model.init_args.embedding": str(tmp_path / "nowhere.yaml")}}
     return sweep_file(tmp_path, {"stages": {
         "pretrain": {"config": str(CONFIGS / "sweeps" / "zoo" / "demo_pretrain.yaml"),
-                     "axes": {"strategy": strategies, "budget": {"1pct": {"model.init_args.embedding.init_args.budget": 19534}}},
+                     "axes": {"strategy": strategies, "budget": {"1pct": {"model.init_args.embedding.init_args.budget": 78136}}},
                      "seeds": [0]},
         "finetune": {"config": str(CONFIGS / "sweeps" / "zoo" / "demo_finetune.yaml"),
                      "set": {"model.init_args.checkpoint": "${pretrain.checkpoint}"},
@@ -342,8 +342,8 @@ def test_a_cell_whose_strategy_cannot_meet_its_budget_is_left_out_said_and_never
     path = budgets(tmp_path)
     assert main(["sweep", "--config", str(path), "--dry-run"]) == 0
     out = capsys.readouterr().out
-    cause = "unmet    pretrain/strategy=albert,budget=1pct,seed=0: FactorizedEmbedding cannot meet budget=19534"
-    assert cause in out and "the nearest it can meet is 30,586" in out
+    cause = "unmet    pretrain/strategy=albert,budget=1pct,seed=0: FactorizedEmbedding cannot meet budget=78136"
+    assert cause in out and "the nearest it can meet is 122,344" in out
     for seed in (0, 1):
         assert (f"unmet    finetune/strategy=albert,budget=1pct,seed={seed}: starts from "
                 f"pretrain/strategy=albert,budget=1pct,seed=0, which is left out") in out
@@ -363,7 +363,7 @@ def test_a_cell_whose_strategy_cannot_meet_its_budget_is_left_out_said_and_never
     assert main(["report", str(tmp_path / "out")]) == 0
     report = capsys.readouterr().out
     assert "| pretrain | 3 | 0 | 0 | 1 | 0 | 0 | 2 |" in report  # Runs, Done, Diverged, Unmet, Running, Failed, Left
-    assert "- pretrain/strategy=albert,budget=1pct,seed=0: unmet (FactorizedEmbedding cannot meet budget=19534" in report
+    assert "- pretrain/strategy=albert,budget=1pct,seed=0: unmet (FactorizedEmbedding cannot meet budget=78136" in report
 
 
 def hold_elsewhere(folder: Path) -> subprocess.Popen:
@@ -780,7 +780,7 @@ def test_the_zoo_sweeps_pretrain_every_strategy_at_three_budgets_then_fine_tune_
     strategies = {}
     for run in pretrain.runs:
         overrides = dict(run.overrides())
-        assert overrides["model.init_args.embedding.init_args.budget"] in [round(f * dense) for f in (0.1, 0.01, 0.001)]
+        assert overrides["model.init_args.embedding.init_args.budget"] in [round(f * dense * 4) for f in (0.1, 0.01, 0.001)]  # bytes
         config = Path(run.configs()[0])  # else the experiment config's own strategy file, named relative to it
         embedding = overrides.get("model.init_args.embedding") or config.parent / yaml.safe_load(config.read_text())[
             "model"]["init_args"]["embedding"]

@@ -45,13 +45,15 @@ def papers_count(cls, vocab: int, d: int, **a) -> int:
     """Each paper's parameter count, written from the paper (not from the strategy's code)."""
     if cls is HashingTrickEmbedding:  # Weinberger et al.: a table of m buckets
         return a["num_buckets"] * d
-    if cls is WeightedHashEmbedding:  # Svenstrup et al. §3: B d shared vectors + K k importance parameters
-        return a["num_buckets"] * d + vocab * a.get("num_hashes", 2)
+    if cls is WeightedHashEmbedding:  # Svenstrup et al. §3: B d shared vectors + K k importance parameters (K = V: one
+        k = a.get("num_hashes", 2)   # row per word, their dictionary case); appending the weights narrows the pool
+        return a["num_buckets"] * (d - k if a.get("append_weights") else d) + a.get("importance_rows", vocab) * k
     if cls is ROBEEmbedding:  # Desai et al.: the array's size is the memory
         return a["memory"]
     if cls is DeepHashEmbedding:  # Kang et al.: only the decoder network's weights and biases
         widths = [a.get("num_hashes", 1024)] + [a["width"]] * a.get("num_layers", 2) + [d]
-        return sum(i * o + o for i, o in zip(widths, widths[1:]))
+        normalised = 2 * a["width"] * a.get("num_layers", 2) if a.get("batch_norm") else 0  # a scale and shift a unit
+        return sum(i * o + o for i, o in zip(widths, widths[1:])) + normalised
     if cls is FactorizedEmbedding:  # ALBERT §3.1: O(V x E + E x H)
         return vocab * a["rank"] + a["rank"] * d + (d if a.get("bias") else 0)
     if cls is QREmbedding:  # Shi et al. §3: (ceil(|S| / m) + m) x D; concatenation halves D per table
@@ -65,6 +67,19 @@ def papers_count(cls, vocab: int, d: int, **a) -> int:
     if cls is DPQEmbedding:  # Chen et al. §4: what inference keeps, K x d values and V x D codes (one parameter each)
         return a["codewords"] * d + vocab * a.get("groups", 8)
     raise AssertionError(cls)
+
+
+def papers_bytes(cls, vocab: int, d: int, **a) -> int:
+    """The bytes inference keeps: the paper's float32 values at 4 bytes each, and the integer state stored beside them
+    (each hash function's two int64 coefficients; mixed dimension's int64 block and row of each id; DPQ's V x D codes,
+    which its paper counts one parameter each, at a byte each for K <= 256)."""
+    values = papers_count(cls, vocab, d, **a)
+    if cls is DPQEmbedding:
+        codes = vocab * a.get("groups", 8)
+        return 4 * (values - codes) + codes * (1 if a["codewords"] <= 256 else 2)
+    stored = {HashingTrickEmbedding: 2 * 2 * 8, WeightedHashEmbedding: (2 + ("importance_rows" in a)) * 2 * 8, ROBEEmbedding: 2 * 2 * 8,
+              DeepHashEmbedding: a.get("num_hashes", 1024) * 2 * 8, MixedDimensionEmbedding: 2 * vocab * 8}
+    return 4 * values + stored.get(cls, 0)
 
 
 def zipf_widths(vocab: int, base_dim: int, blocks: int = 4, alpha: float = 0.3, d: int = 384) -> tuple[list, list]:
@@ -82,9 +97,11 @@ def zipf_widths(vocab: int, base_dim: int, blocks: int = 4, alpha: float = 0.3, 
 #: method -> argument sets its count is checked with (built small: 3000 ids, width 24)
 FORMULAS = {
     HashingTrickEmbedding: [{"num_buckets": 7}, {"num_buckets": 500, "signed": False}],
-    WeightedHashEmbedding: [{"num_buckets": 50}, {"num_buckets": 9, "num_hashes": 3}],
+    WeightedHashEmbedding: [{"num_buckets": 50}, {"num_buckets": 9, "num_hashes": 3},
+                            {"num_buckets": 40, "importance_rows": 100}, {"num_buckets": 40, "importance_rows": 7, "append_weights": True}],
     ROBEEmbedding: [{"memory": 100, "block_size": 8}, {"memory": 7777, "block_size": 5}],
-    DeepHashEmbedding: [{"width": 16, "num_hashes": 32}, {"width": 5, "num_layers": 3, "num_hashes": 64}],
+    DeepHashEmbedding: [{"width": 16, "num_hashes": 32}, {"width": 5, "num_layers": 3, "num_hashes": 64},
+                        {"width": 6, "num_layers": 2, "num_hashes": 16, "batch_norm": True}],
     FactorizedEmbedding: [{"rank": 4}, {"rank": 24, "bias": True}],
     QREmbedding: [{"remainder_rows": 55}, {"remainder_rows": 7, "operation": "add"}, {"remainder_rows": 100, "operation": "concat"}],
     DPQEmbedding: [{"codewords": 16}, {"codewords": 5, "groups": 3}],
@@ -117,8 +134,9 @@ def test_mixed_dimension_ranks_by_a_count_file_and_its_checkpoint_needs_no_file(
     assert strategy.block_dims == [12, 1, 1]  # the rare blocks count nothing: the narrowest width
     config = strategy.config(with_sizes=True)
     assert config["init_args"]["frequencies"] is None and config["init_args"]["block_dims"] == [12, 1, 1]
-    budgeted = MixedDimensionEmbedding(300, 12, num_blocks=3, frequencies=str(path), alpha=0.5, budget=876)
+    budgeted = MixedDimensionEmbedding(300, 12, num_blocks=3, frequencies=str(path), alpha=0.5, budget=876 * 4 + 4800)
     assert budgeted.block_dims == [11, 1, 1] and budgeted.num_embedding_parameters() == 876  # (42 + 12) 11 + 85 + 173 + 24
+    assert budgeted.inference_bytes() == 876 * 4 + 2 * 300 * 8  # and each id's int64 block and row
     path.unlink()
     rebuilt = build_from_config(EmbeddingStrategy, config, "embedding")
     rebuilt.load_state_dict(strategy.state_dict())
@@ -148,35 +166,35 @@ def test_each_method_counts_what_its_paper_counts(cls):
         assert cls(3000, 24, **arguments).num_embedding_parameters() == expected, arguments
 
 
-#: method -> what a budget of 10%, 1% and 0.1% of a 30522 x 384 table gives: the value chosen, or the values either
-#: side that the refusal names (one where the budget lies beyond the method's smallest size)
+#: method -> what a budget of 10%, 1% and 0.1% of a 30522 x 384 float32 table's bytes gives: the value chosen, or the
+#: values either side that the refusal names (one where the budget lies beyond the method's smallest size)
 BUDGETS = {
-    HashingTrickEmbedding: {0.1: 3052, 0.01: 305, 0.001: (30, 31)},  # rows of 384: 0.1% lies between two
-    WeightedHashEmbedding: {0.1: 2893, 0.01: 146, 0.001: (1,)},  # the V x 2 importance weights are 0.52% alone
-    ROBEEmbedding: {0.1: 1_172_045, 0.01: 117_204, 0.001: 11_720},  # any number of values
-    DeepHashEmbedding: {0.1: 587, 0.01: 78, 0.001: 8},
-    FactorizedEmbedding: {0.1: 38, 0.01: (3, 4), 0.001: (1,)},  # each unit of E costs V + H = 30,906
+    HashingTrickEmbedding: {0.1: 3052, 0.01: 305, 0.001: (30, 31)},  # rows of 1,536 bytes: 0.1% lies between two
+    WeightedHashEmbedding: {0.1: 2893, 0.01: 146, 0.001: (1,)},  # the V x 2 float32 importance weights are 0.52% alone
+    ROBEEmbedding: {0.1: 1_172_037, 0.01: 117_196, 0.001: 11_712},  # any number of values (and 32 bytes of hashing)
+    DeepHashEmbedding: {0.1: 585, 0.01: 76, 0.001: (5, 6)},  # 1024 hashes' int64 coefficients are 16,384 bytes
+    FactorizedEmbedding: {0.1: 38, 0.01: (3, 4), 0.001: (1,)},  # each unit of E costs (V + H) x 4 = 123,624 bytes
     QREmbedding: {0.1: 3041, 0.01: (175,), 0.001: (175,)},  # (ceil(V/m) + m) d is smallest at m = sqrt(V): 1.15%
     TTEmbedding: {0.1: 77, 0.01: (23, 24), 0.001: (6, 7)},  # the middle core grows as r^2
-    MixedDimensionEmbedding: {0.1: (100, 101), 0.01: 10, 0.001: (1,)},  # a unit of base_dim widens 16,278 rows
-    DPQEmbedding: {0.1: 2416, 0.01: (2,), 0.001: (2,)},  # 8 codes per token are 2.1% already
+    MixedDimensionEmbedding: {0.1: 90, 0.01: (1,), 0.001: (1,)},  # each id's int64 block and row: 6.25% of the bytes
+    DPQEmbedding: {0.1: 2734, 0.01: 146, 0.001: (2,)},  # 8 one-byte codes per token are 0.52% already
 }
 
 
 @pytest.mark.parametrize("share", [0.1, 0.01, 0.001])
 @pytest.mark.parametrize("cls", list(BUDGETS), ids=lambda cls: cls.__name__)
 def test_each_method_meets_a_budget_within_one_percent_or_names_the_nearest_it_can(cls, share):
-    expected, target = BUDGETS[cls][share], round(share * V * D)
+    expected, target = BUDGETS[cls][share], round(share * V * D * 4)
     if isinstance(expected, int):
         sizing = fit_budget(cls, V, D, share, {})
         assert sizing.value == expected and abs(sizing.count - target) <= TOLERANCE * target
-        assert sizing.count == papers_count(cls, V, D, **_full_arguments(cls, sizing.value))
+        assert sizing.count == papers_bytes(cls, V, D, **_full_arguments(cls, sizing.value))
         return
     with pytest.raises(ConfigError) as refused:
         fit_budget(cls, V, D, share, {})
     message = str(refused.value)
     for value in expected:
-        count = papers_count(cls, V, D, **_full_arguments(cls, value))
+        count = papers_bytes(cls, V, D, **_full_arguments(cls, value))
         assert abs(count - target) > TOLERANCE * target and f"{count:,}" in message and f"{cls.size_parameter}={value})" in message
     assert len(expected) == 2 or "its smallest size" in message
 
@@ -187,7 +205,64 @@ def _full_arguments(cls, value: int) -> dict:
         arguments |= {"vocab_factors": [32, 32, 32], "dim_factors": [8, 6, 8]}
     if cls is MixedDimensionEmbedding:
         arguments["block_sizes"], arguments["block_dims"] = zipf_widths(V, value)
+    if cls is DPQEmbedding:
+        arguments["codewords"] = value
     return arguments
+
+
+@pytest.mark.parametrize("append", [False, True])
+def test_hash_embeddings_hash_each_id_to_an_importance_row_and_may_append_its_weights(append):
+    """Svenstrup et al. eq. (1)-(2), written out: e(x) = sum_i P[h_0(x), i] E[h_i(x)], h_0 into the K importance rows;
+    with the weights appended, [e(x), P[h_0(x)]]. K far below V is what lets hash embeddings meet 1% and 0.1%."""
+    torch.manual_seed(0)
+    hashed = WeightedHashEmbedding(3000, 24, num_buckets=40, num_hashes=3, importance_rows=7, append_weights=append)
+    ids = torch.tensor([0, 5, 2999, 1234])
+    slots = hash_ids(ids, hashed.importance_hash, 7)[:, 0]
+    rows = hash_ids(ids, hashed.hash_coefficients, 40)
+    weights = hashed.importance[slots]
+    expected = sum(weights[:, i, None] * hashed.pool[rows[:, i]] for i in range(3))
+    if append:
+        expected = torch.cat([expected, weights], dim=-1)
+    assert torch.allclose(hashed(ids), expected) and hashed(ids).shape == (4, 24)
+    assert len(set(slots.tolist())) > 1 and int(slots.max()) < 7
+    assert WeightedHashEmbedding(V, D, importance_rows=1000, budget=0.001).num_buckets == 25  # 0.1%: was out of reach
+
+
+def test_dhe_batch_normalises_each_hidden_layer_as_its_paper_when_asked():
+    """Kang et al.'s decoder, written out: h = Mish(BN(W x + b)) per hidden layer, BN with the running statistics at
+    inference; in training the batch's own, over every token of the batch."""
+    torch.manual_seed(0)
+    dhe = DeepHashEmbedding(3000, 12, width=8, num_layers=2, num_hashes=16, batch_norm=True)
+    ids = torch.randint(3000, (3, 5), generator=torch.Generator().manual_seed(1))
+    trained = dhe(ids)  # training mode: updates the running statistics
+    assert trained.shape == (3, 5, 12) and dhe.decoder[1].num_batches_tracked == 1
+    dhe.eval()
+    x = dhe.encode(ids).reshape(-1, 16)
+    for linear, norm in ((dhe.decoder[0], dhe.decoder[1]), (dhe.decoder[3], dhe.decoder[4])):
+        z = (linear(x) - norm.running_mean) / torch.sqrt(norm.running_var + norm.eps) * norm.weight + norm.bias
+        x = z * torch.tanh(torch.nn.functional.softplus(z))  # Mish
+    expected = dhe.decoder[6](x).reshape(3, 5, 12)
+    assert torch.allclose(dhe(ids), expected, atol=1e-6)
+    assert torch.allclose(dhe(ids[:1]), dhe(ids)[:1], atol=1e-6)  # at inference a vector does not depend on its batch
+
+
+def test_dpq_batch_normalises_its_scores_as_the_authors_code_does():
+    """softmax_BN: each codeword's score normalised over the batch's tokens and groups, no scale or shift; the choice is
+    the argmax of the normalised scores; training moves the running statistics by 1% of the way (TensorFlow's
+    momentum 0.99); inference, and the codes the inference form stores, use the running statistics."""
+    torch.manual_seed(0)
+    dpq = DPQEmbedding(300, 12, codewords=7, groups=3, batch_norm_scores=True)
+    ids = torch.randint(300, (4, 9), generator=torch.Generator().manual_seed(1))
+    raw = torch.einsum("...gw,gkw->...gk", dpq.queries[ids], dpq.keys).reshape(-1, 7).detach()
+    dpq(ids)  # a training step's forward
+    assert torch.allclose(dpq.score_mean, 0.01 * raw.mean(0), atol=1e-7)
+    assert torch.allclose(dpq.score_var, 0.99 + 0.01 * raw.var(0, unbiased=True), atol=1e-6)
+    dpq.eval()
+    normalised = ((raw - dpq.score_mean) / torch.sqrt(dpq.score_var + 1e-3)).reshape(4, 9, 3, 7)
+    expected = dpq.values[torch.arange(3), normalised.argmax(-1)].flatten(-2)
+    with torch.no_grad():
+        assert torch.equal(dpq(ids), expected)
+        assert torch.equal(dpq.for_inference()(ids), expected)
 
 
 def test_qr_with_concatenation_is_the_two_sub_embedding_but_for_its_quotient_rows():
@@ -294,9 +369,9 @@ def test_each_methods_yaml_counts_at_a_budget_of_the_demo_as_the_readme_says(nam
             assert f"{count}, " in message and f"({parameter}={value})" in message
         return
     report = json.loads(out.getvalue())
-    sizing, dense = report["sizing"], 30522 * report["hidden_size"]
-    assert code == 0 and sizing["count"] == report["embedding_params"]
-    assert abs(report["embedding_params"] - 0.01 * dense) <= 0.01 * 0.01 * dense
+    sizing, dense = report["sizing"], 30522 * report["hidden_size"] * 4
+    assert code == 0 and sizing["count"] == report["embedding_bytes"]
+    assert abs(report["embedding_bytes"] - 0.01 * dense) <= 0.01 * 0.01 * dense
     assert row[:2] == [f"{sizing['parameter']}={sizing['value']}", f"{sizing['count']:,}"]
 
 

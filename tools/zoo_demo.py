@@ -1,6 +1,7 @@
 """Run the zoo demo end to end and redraw its figure, ``docs/assets/zoo_demo.png`` (issue 28).
 
-The demo sweep (``configs/sweeps/zoo.yaml``: every strategy at 10%, 1% and 0.1% of the dense table, pre-trained, then
+The demo sweep (``configs/sweeps/zoo.yaml``: every strategy asked at 10%, 1% and 0.1% of the dense table's bytes, the
+cells its structure cannot meet left out, pre-trained, then
 fine-tuned with 3 seeds, offline on the CPU) runs what is not done yet in ``--folder``; then ``lit-embed report`` writes
 its tables to ``FOLDER/report.md`` and the Pareto figure to ``FOLDER/pareto.png`` (its TensorBoard image beside it),
 copied to ``--figure``. The wall time and the machine's load

@@ -155,7 +155,7 @@ class ResultsWriter(pl.Callback):
         baseline = None
         if self._baseline is not None:
             counts = self._baseline["parameters"]
-            baseline = {"total_params": counts["total_params"], "embedding_params": counts["embedding_params"]}
+            baseline = {key: counts[key] for key in ("total_params", "embedding_params", "embedding_bytes") if key in counts}
         report = parameter_report(pl_module, baseline)
         report["baseline"] = self.baseline or "dense"
         return report
@@ -252,6 +252,7 @@ def _parameter_figures(parameters: dict | None) -> dict[str, float]:
         "params/embedding": parameters["embedding_params"],
         "params/baseline_total": parameters["baseline_total_params"],
         "params/baseline_embedding": parameters["baseline_embedding_params"],
+        "bytes/embedding": parameters["embedding_bytes"],
         "compression/pcr_all": parameters["pcr_all"],
         "compression/pcr_emb": parameters["pcr_emb"],
         "compression/poep": parameters["poep"],

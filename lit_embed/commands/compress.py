@@ -24,6 +24,7 @@ import pytorch_lightning as pl
 import torch
 import yaml
 from jsonargparse import ActionConfigFile, ActionYesNo, ArgumentParser
+from torch import Tensor
 
 from lit_embed._compat import instantiate
 from lit_embed.checkpoints import build_from_config
@@ -41,6 +42,8 @@ from lit_embed.compress.model_io import (
 from lit_embed.compress.summary import counts, format_summary, rebuilt_cosines, rebuilt_errors
 from lit_embed.compress.vocabulary import check_retention, count_tokens, coverage, split_vocabulary
 from lit_embed.data.sources import load_files, resolve_file
+from lit_embed.embeddings.base import EmbeddingStrategy
+from lit_embed.embeddings.sparse_coded import PartialEmbedding
 from lit_embed.embeddings.state import public_class_path
 from lit_embed.embeddings.text import VocabTextEncoder
 from lit_embed.errors import ConfigError, MissingFileError
@@ -148,8 +151,9 @@ def compress(
     best, validation = next(iter(candidates)), None
     if len(candidates) > 1:
         best, validation = choose_k(source, candidates, chosen, accelerator, limit_val_batches)
-    strategy = candidates[best]
-    cosines = {k: rebuilt_cosines(source.weight, s, split.common_ids) for k, s in candidates.items()}
+    strategy = candidates[best].for_inference()  # what inference reads: DPQ's queries are neither counted nor saved
+    cosines = {k: rebuilt_cosines(source.weight, s, common_of(s, split.common_ids)) for k, s in candidates.items()}
+    common_ids = common_of(strategy, split.common_ids)  # a budget may have chosen them in place of the split
 
     report = {
         "source": source.name,
@@ -161,13 +165,14 @@ def compress(
         "retention": retention,
         "k": best,
         "vocabulary": {"size": vocab, "hidden": hidden, "seen": split.seen, "kept": split.kept,
-                       "common": len(split.common_ids), "rare": vocab - len(split.common_ids),
+                       "common": len(common_ids), "rare": vocab - len(common_ids),
+                       "partial": isinstance(strategy, PartialEmbedding),
                        "special_ids": list(split.special_ids)},
         **counts(source.weight, strategy, source.module if source.module is not None else source.hf_model),
         "cosine": cosines[best],
-        "mse": rebuilt_errors(source.weight, strategy, split.common_ids),
+        "mse": rebuilt_errors(source.weight, strategy, common_ids),
         "cosine_by_k": {str(k): c for k, c in cosines.items() if k is not None},  # one output gives Table 9's k=1 to 5
-        "coverage": None if chosen.module is None else coverage(chosen.module.test_examples(), encoder, split.common_ids),
+        "coverage": None if chosen.module is None else coverage(chosen.module.test_examples(), encoder, common_ids),
         "validation": validation,
         "checkpoints_taken": checkpoints_taken(),  # which file a run or experiment folder gave, and why
     }
@@ -190,6 +195,11 @@ def compress(
     print(format_summary(report), end="")
     print(f"Wrote {target}/")
     return report
+
+
+def common_of(strategy: EmbeddingStrategy, split: Tensor) -> Tensor:
+    """The common ids a partial strategy keeps (the split's, or those its budget chose); the split's for the others."""
+    return strategy.common_ids() if isinstance(strategy, PartialEmbedding) else split
 
 
 def choose_k(source: Source, candidates: dict, data: Data, accelerator: str, limit_val_batches: int | None) -> tuple[int, dict]:

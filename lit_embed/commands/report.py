@@ -86,8 +86,9 @@ def main(argv: list[str]) -> int:
         if not points:
             raise ConfigError(f"--figure: no model has both a task score and parameter counts in {' '.join(args.run_dirs)}: "
                               f"give fine-tuned runs (their results.json) or a sweep folder that holds them")
-        tables.append(pareto.pareto_table(points, what, args.digits))
-        drawn = pareto.draw(points, what)
+        guess = pareto.chance(report.runs) if report else None
+        tables.append(pareto.pareto_table(points, what, args.digits, guess))
+        drawn = pareto.draw(points, what, guess)
     text = render(tables + sweep_tables + coverage + left_out_table(unfinished), args.format)
     if args.output:
         check_file_output(args.output, args.overwrite, read, option="--output")

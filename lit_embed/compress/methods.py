@@ -19,7 +19,7 @@ import importlib.util
 import math
 import time
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import ClassVar, Literal
 
@@ -164,6 +164,8 @@ class AQOptions:
         batch_size: rows per step.
         lr: Adam's learning rate.
         clip_norm: gradients are clipped to this global norm, as in the released code.
+        budget: size M to this many bytes at inference, or this fraction of the table's bytes (then codebooks is
+            ignored): each codebook costs K d float32 values and a one-byte code per row.
     """
 
     codebooks: int = 32
@@ -173,6 +175,7 @@ class AQOptions:
     batch_size: int = 64
     lr: float = 1e-4
     clip_norm: float = 0.001
+    budget: int | float | None = None
 
 
 class CodeLearner(nn.Module):
@@ -246,7 +249,7 @@ class SVDOptions:
 
     Args:
         rank: r, the singular vectors kept (at most the hidden size).
-        budget: size r to this many embedding parameters, or this fraction of the dense table (then rank is ignored).
+        budget: size r to this many bytes at inference, or this fraction of the dense table's bytes (then rank is ignored).
     """
 
     rank: int = 64
@@ -282,12 +285,15 @@ class PQOptions:
         iterations: k-means iterations in each group.
         backend: ``faiss`` (its k-means; it must be installed), ``torch`` (lit-embed's own, batched in torch), or
             ``auto``: faiss where installed, else torch.
+        budget: size K to this many bytes at inference, or this fraction of the table's bytes (then codewords is
+            ignored): the V x G one-byte codes are fixed by ``groups``.
     """
 
     groups: int = 8
     codewords: int = 256
     iterations: int = 20
     backend: Literal["auto", "faiss", "torch"] = "auto"
+    budget: int | float | None = None
 
 
 def nearest_centroid(points: Tensor, centroids: Tensor) -> Tensor:
@@ -390,7 +396,7 @@ class FitOptions:
     Args:
         strategy: the strategy to fit: a YAML file of one (``configs/embedding/*.yaml``, ``budget:`` included) or its
             ``class_path``/``init_args`` inline; the vocabulary and hidden sizes are the table's.
-        budget: size the strategy to this many embedding parameters, or this fraction of the table, in place of its
+        budget: size the strategy to this many bytes at inference, or this fraction of the table's bytes, in place of its
             file's ``budget`` (a sweep gives one strategy file several budgets).
         loss: ``mse`` (mean squared error of each row) or ``cosine`` (1 - cosine similarity of each row).
         weighting: ``frequency``: each row weighs log(2 + its count in the data); ``uniform``: all rows alike.
@@ -636,25 +642,61 @@ class ChoosesK(CompressionMethod):
     """A method fitted for each k of its options, the best kept on validation."""
 
     Options = KChoice
+    options: KChoice
 
     @property
     def tries(self) -> int:
         return len(self.options.ks)
 
 
+@dataclass
+class SparseCodingOptions(KChoice):
+    """The k a method is fitted with, and the budget that sizes its common tokens.
+
+    Args:
+        budget: size |V_C| to this many bytes at inference, or this fraction of the table's bytes, in place of the
+            --retention split: the most frequent tokens in the data are common (specials first); one k only.
+    """
+
+    budget: int | float | None = None
+
+
 class SparseCoding(ChoosesK):
     """The paper's frequency-aware partial sparse coding (k nearest common rows, LLE weights, the length)."""
 
     name = "sparse_coding"
+    Options = SparseCodingOptions
+    options: SparseCodingOptions
 
     def check(self, job: Job) -> None:
-        common, k = len(job.common_ids), max(self.options.ks)
+        k = max(self.options.ks)
+        if self.options.budget is not None:
+            if len(self.options.ks) > 1:
+                raise ConfigError(f"--budget sizes the common tokens for one k, and k={self.options.k}: give a single --k")
+            self.common_ids(job)  # a budget it cannot meet is refused before the neighbour search
+            return
+        common = len(job.common_ids)
         if k > common:
             raise ConfigError(f"k={k} exceeds |V_C|={common}, the common tokens to choose neighbours from: "
                               f"lower k or raise --retention")
 
+    def common_ids(self, job: Job) -> Tensor:
+        """The common ids: the retention split's, or as many as the budget leaves room for, the most frequent first
+        (the split's unseen common ids, its special tokens, before all; then its other common ids; then the rest)."""
+        if self.options.budget is None:
+            return job.common_ids
+        vocab, hidden = job.weight.shape
+        sizing = fit_budget(SparseCodedEmbedding, vocab, hidden, self.options.budget, {"k": self.options.ks[0]})
+        self.details["budget"] = sizing.describe()
+        counts = job.counts if job.counts is not None else torch.zeros(vocab)
+        common = torch.zeros(vocab, dtype=torch.bool)
+        common[job.common_ids] = True
+        group = torch.where(common & (counts == 0), 0, torch.where(common, 1, 2))
+        ranked = sorted(range(vocab), key=lambda i: (int(group[i]), -float(counts[i]), i))
+        return torch.tensor(sorted(ranked[: sizing.value]))
+
     def fit(self, job: Job) -> dict[int | None, EmbeddingStrategy]:
-        return sparse_code(job.weight, job.common_ids, self.options.ks)
+        return sparse_code(job.weight, self.common_ids(job), self.options.ks)
 
 
 class PCACoding(ChoosesK):
@@ -690,9 +732,22 @@ class AdditiveQuantization(CompressionMethod):
 
     name = "aq"
     Options = AQOptions
+    options: AQOptions
+
+    def check(self, job: Job) -> None:
+        self.sized(job)  # a budget it cannot meet is refused before the training
+
+    def sized(self, job: Job) -> AQOptions:
+        """The options, with the codebooks the budget chose where one is given."""
+        if self.options.budget is None:
+            return self.options
+        vocab, hidden = job.weight.shape
+        sizing = fit_budget(AdditiveQuantizedEmbedding, vocab, hidden, self.options.budget, {"codewords": self.options.codewords})
+        self.details["budget"] = sizing.describe()
+        return replace(self.options, codebooks=int(sizing.value or 0))
 
     def fit(self, job: Job) -> dict[int | None, EmbeddingStrategy]:
-        return {None: additive_quantize(job.weight, self.options, seed=job.seed, device=job.device)}
+        return {None: additive_quantize(job.weight, self.sized(job), seed=job.seed, device=job.device)}
 
 
 class LowRank(CompressionMethod):
@@ -749,14 +804,22 @@ class ProductQuantization(CompressionMethod):
 
     name = "pq"
     Options = PQOptions
+    options: PQOptions
 
     def check(self, job: Job) -> None:
-        hidden = job.weight.shape[1]
+        vocab, hidden = job.weight.shape
         if self.options.groups < 1 or hidden % self.options.groups:
             raise ConfigError(f"groups={self.options.groups} must divide the hidden size {hidden}: change --groups")
+        if self.options.budget is not None:  # a budget the codes leave no room for is refused before the k-means
+            fit_budget(ProductQuantizedEmbedding, vocab, hidden, self.options.budget, {"groups": self.options.groups})
 
     def fit(self, job: Job) -> dict[int | None, EmbeddingStrategy]:
-        strategy, self.details["k-means"] = product_quantize(job.weight, self.options, job.seed)
+        options = self.options
+        if options.budget is not None:
+            vocab, hidden = job.weight.shape
+            sizing = fit_budget(ProductQuantizedEmbedding, vocab, hidden, options.budget, {"groups": options.groups})
+            options, self.details["budget"] = replace(options, codewords=int(sizing.value or 0)), sizing.describe()
+        strategy, self.details["k-means"] = product_quantize(job.weight, options, job.seed)
         return {None: strategy}
 
 

@@ -8,14 +8,9 @@ from torch import Tensor
 from torch.nn import functional as F
 
 from lit_embed.accounting import human
-from lit_embed.embeddings.base import EmbeddingStrategy
+from lit_embed.embeddings.base import EmbeddingStrategy, state_bytes
 from lit_embed.models.base import EmbeddingModule
 from lit_embed.models.encoder import count_parameters
-
-
-def tensor_bytes(state: dict[str, Tensor]) -> int:
-    """Bytes the tensors take as stored (what a safetensors file of them holds, less its header)."""
-    return sum(t.numel() * t.element_size() for t in state.values())
 
 
 def rebuilt_rows(strategy: EmbeddingStrategy, vocab_size: int) -> Tensor:
@@ -60,8 +55,8 @@ def counts(weight: Tensor, strategy: EmbeddingStrategy, model) -> dict:
     after = strategy.num_embedding_parameters()
     total = count_parameters(model)
     dense = model.embedding.weight if isinstance(model, EmbeddingModule) else model.get_input_embeddings().weight
-    rest = tensor_bytes({k: v for k, v in model.state_dict().items() if v.data_ptr() != dense.data_ptr()})
-    table_bytes, strategy_bytes = table * dense.element_size(), tensor_bytes(strategy.state_dict())
+    rest = state_bytes({k: v for k, v in model.state_dict().items() if v.data_ptr() != dense.data_ptr()})
+    table_bytes, strategy_bytes = table * dense.element_size(), strategy.inference_bytes()
     return {
         "parameters": {
             "embedding": {"before": table, "after": after},
@@ -84,7 +79,9 @@ def format_summary(report: dict) -> str:
         f"- model: {report['source']}",
         f"- data: {report['data']}",
         f"- vocabulary {v['size']} x {v['hidden']}: {v['seen']} tokens seen in the data, {v['kept']} kept; "
-        f"common |V_C| = {v['common']} (special tokens included), rare |V_R| = {v['rare']}",
+        + (f"common |V_C| = {v['common']} (special tokens included), rare |V_R| = {v['rare']}" if v.get("partial", True)
+           else f"{report['method']} compresses the whole table (the frequent |V_C| = {v['common']} and rare rows below are "
+                f"only groups to report by)"),
         "",
         "| | before | after | after / before |",
         "| --- | ---: | ---: | ---: |",

@@ -6,21 +6,22 @@ A strategy owns both halves of what makes it different from a dense table:
 * how codes become vectors of the backbone's hidden size (:meth:`EmbeddingStrategy.forward`).
 
 It also answers what the rest of the system asks of it: its own parameter count (the number the
-papers report), a full ``V x d`` weight for a tied MLM decoder where one exists, random codes for
+papers report), the bytes it needs at inference (:meth:`EmbeddingStrategy.inference_bytes`: the zoo's unit), a full ``V x d`` weight for a tied MLM decoder where one exists, random codes for
 the Shuffle+Random objective and MLM, and its defining state as persistent buffers, so that a checkpoint
 restores it exactly and every DDP rank agrees (those whose shape only the checkpoint knows are listed in
 ``sized_by_checkpoint``, :mod:`lit_embed.embeddings.state`). :meth:`EmbeddingStrategy.config` says how to
 rebuild it, and :func:`lit_embed.testing.check_strategy` checks all of this on any strategy.
 
-Every strategy takes a ``budget`` (:mod:`lit_embed.embeddings.sizing`): it names the constructor argument that sizes it
-(``size_parameter``), the values that argument may take (:meth:`EmbeddingStrategy.size_range`) and its count from its
-arguments alone (:meth:`EmbeddingStrategy.count_parameters`), and the base class does the rest.
+Every strategy takes a ``budget`` of bytes (:mod:`lit_embed.embeddings.sizing`): it names the constructor argument that
+sizes it (``size_parameter``) and the values that argument may take (:meth:`EmbeddingStrategy.size_range`); the base
+class counts its bytes from its arguments (:meth:`EmbeddingStrategy.count_bytes`) and does the rest.
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
+import json
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import Any, ClassVar
@@ -141,6 +142,17 @@ class EmbeddingStrategy(CheckpointSized, ABC):
             return cls(vocab_size, hidden_size, **arguments).num_embedding_parameters()
 
     @classmethod
+    def count_bytes(cls, vocab_size: int | None, hidden_size: int, **arguments: Any) -> int:
+        """:meth:`inference_bytes` of ``cls(vocab_size, hidden_size, **arguments)`` from the arguments alone (what a budget
+        sizes): built on the meta device, which holds no values, and counted, so that every tensor it keeps counts at
+        its dtype."""
+        key = (cls, vocab_size, hidden_size, json.dumps(arguments, sort_keys=True, default=repr))
+        if key not in _COUNTED_BYTES:
+            with torch.device("meta"):
+                _COUNTED_BYTES[key] = cls(vocab_size, hidden_size, **arguments).inference_bytes()
+        return _COUNTED_BYTES[key]
+
+    @classmethod
     def size_range(cls, vocab_size: int | None, hidden_size: int, **arguments: Any) -> tuple[int, int]:
         """The smallest and largest values of ``size_parameter`` with these other arguments (both included)."""
         return 1, 2**31 - 1
@@ -154,6 +166,23 @@ class EmbeddingStrategy(CheckpointSized, ABC):
         """How, and on whose authority, :meth:`num_embedding_parameters` differs from this module's parameters;
         ``None`` where it counts them all. ``lit-embed params`` prints it beside the module's own count."""
         return None
+
+    def for_inference(self) -> EmbeddingStrategy:
+        """The strategy as inference needs it, what ``lit-embed compress`` saves: itself, unless training keeps tensors
+        that inference does not read (DPQ's queries and keys), which the returned strategy leaves out."""
+        return self
+
+    def inference_bytes(self) -> int:
+        """Bytes the embedding needs at inference: every tensor of :meth:`for_inference`'s state at its stored dtype
+        (codes as the strategy stores them, packed where it packs them). The unit on which methods are compared: a
+        parameter count puts a 4-bit code and a float32 value on one footing."""
+        return state_bytes(self.for_inference().state_dict())
+
+    def training_figures(self) -> dict[str, int]:
+        """What training holds, beside :meth:`inference_bytes`: trainable parameters, and the bytes of the whole state
+        (training-only tensors included)."""
+        return {"trainable_params": sum(p.numel() for p in self.parameters() if p.requires_grad),
+                "training_bytes": state_bytes(self.state_dict())}
 
     def num_total_parameters(self) -> int:
         """What the strategy adds to a model's total (PCR_All, PoEP): all of its parameters, or its embedding figure
@@ -228,3 +257,12 @@ class EmbeddingStrategy(CheckpointSized, ABC):
         for tensor in (*self.parameters(), *self.buffers()):
             return tensor.device
         return torch.device("cpu")
+
+
+def state_bytes(state: dict[str, Tensor]) -> int:
+    """Bytes the tensors take as stored (what a safetensors file of them holds, less its header)."""
+    return sum(t.numel() * t.element_size() for t in state.values())
+
+
+#: :meth:`EmbeddingStrategy.count_bytes` by class, sizes and arguments: a budget's search and a sweep's plan ask again.
+_COUNTED_BYTES: dict[tuple[type, int | None, int, str], int] = {}

@@ -52,7 +52,7 @@ class CanineHashEmbedding(EmbeddingStrategy):
         counted_buckets: count the embedding as ``counted_buckets x hidden_size`` parameters, as the HashFormers
             paper's eq. 10 counts CANINE-C's (16,000 buckets, the figure CANINE's paper gives), instead of the
             tables' ``num_hashes x num_buckets x hidden_size / num_hashes``; at most ``num_buckets``.
-        budget: size ``num_buckets`` to this many parameters (``num_buckets x hidden_size``; a count).
+        budget: size ``num_buckets`` to this many bytes at inference (a number: the vocabulary is unlimited).
     """
 
     unlimited_vocabulary = True

@@ -11,6 +11,9 @@ from lit_embed.errors import ConfigError
 
 #: Ids whose codes are computed at once when every token's are needed (the tied decoder's weight).
 CHUNK = 4096
+#: The score normalisation's running-average rate and epsilon: TensorFlow's batch normalisation defaults (momentum
+#: 0.99 there is the share kept; PyTorch's momentum is the share replaced), as the authors' code ran it.
+SCORE_MOMENTUM, SCORE_EPS = 0.01, 1e-3
 
 
 class DPQEmbedding(EmbeddingStrategy):
@@ -22,20 +25,31 @@ class DPQEmbedding(EmbeddingStrategy):
     Counted as the paper counts what inference keeps (its §4, compression ratio): the ``K x d`` value codebooks and
     ``V x D`` codes (each a log2(K)-bit index counted as one parameter, as additive quantisation counts its codes);
     the query table and keys exist for training only. The tied decoder reads the values at every token's current
-    code (no gradient reaches the queries through it).
+    code (no gradient reaches the queries through it). :meth:`for_inference` is the same embedding with the codes
+    stored (``codes_only``: the smallest integer type that holds K) and no queries or keys: what ``lit-embed
+    compress`` saves and :meth:`inference_bytes` counts.
 
     Args:
         codewords: K, codewords per group.
         groups: D, groups per vector (a divisor of ``hidden_size``).
         temperature: of the training softmax.
         init_std: standard deviation of the normal initialisation.
-        budget: size K to this many parameters, or this fraction of the dense table.
+        codes_only: the inference form: each token's codes stored (``code_table``), no queries or keys to choose them.
+        batch_norm_scores: batch-normalise the scores before the softmax and the choice, as the authors' code does by
+            default (``softmax_BN``: per codeword over the batch's tokens and groups, no scale or shift, TensorFlow's
+            momentum 0.99 and epsilon 1e-3); at inference, and for the stored codes, with the running statistics.
+        budget: size K to this many bytes at inference, or this fraction of the dense table's bytes.
     """
 
     size_parameter = "codewords"
+    vocab_size: int  # a vocabulary strategy: never None
+    code_table: Tensor  # the inference form's codes (codes_only)
+    score_mean: Tensor  # the scores' running statistics (batch_norm_scores)
+    score_var: Tensor
 
     def __init__(self, vocab_size: int, hidden_size: int, codewords: int = 32, groups: int = 8, temperature: float = 1.0,
-                 init_std: float = 0.02, budget: int | float | None = None) -> None:
+                 init_std: float = 0.02, codes_only: bool = False, batch_norm_scores: bool = False,
+                 budget: int | float | None = None) -> None:
         super().__init__(vocab_size, hidden_size)
         if groups < 1 or hidden_size % groups:
             raise ConfigError(f"groups={groups} must divide hidden_size={hidden_size}: pick a divisor")
@@ -44,9 +58,16 @@ class DPQEmbedding(EmbeddingStrategy):
         if temperature <= 0:
             raise ConfigError(f"temperature={temperature} must be positive")
         self.codewords, self.groups, self.temperature, self.init_std = codewords, groups, temperature, init_std
+        self.codes_only, self.batch_norm_scores = codes_only, batch_norm_scores
         width = hidden_size // groups
-        self.queries = nn.Parameter(torch.empty(vocab_size, groups, width).normal_(0.0, init_std))
-        self.keys = nn.Parameter(torch.empty(groups, codewords, width).normal_(0.0, init_std))
+        if codes_only:
+            self.register_buffer("code_table", torch.zeros(vocab_size, groups, dtype=code_dtype(codewords)))
+        else:
+            self.queries = nn.Parameter(torch.empty(vocab_size, groups, width).normal_(0.0, init_std))
+            self.keys = nn.Parameter(torch.empty(groups, codewords, width).normal_(0.0, init_std))
+            if batch_norm_scores:  # the scores' running statistics, per codeword
+                self.register_buffer("score_mean", torch.zeros(codewords))
+                self.register_buffer("score_var", torch.ones(codewords))
         self.values = nn.Parameter(torch.empty(groups, codewords, width).normal_(0.0, init_std))
 
     @classmethod
@@ -64,12 +85,20 @@ class DPQEmbedding(EmbeddingStrategy):
         return (f"DPQ counts what inference keeps: {self.codewords} x {self.hidden_size} values and {self.groups} codes per "
                 f"token; the {self.vocab_size} x {self.hidden_size} queries and the keys train only")
 
-    def scores(self, codes: Tensor) -> Tensor:
-        """``(..., D, K)`` scores of each group's codewords."""
-        return torch.einsum("...gw,gkw->...gk", self.queries[codes], self.keys)
+    def scores(self, codes: Tensor, batch_statistics: bool = False) -> Tensor:
+        """``(..., D, K)`` scores of each group's codewords, batch-normalised where asked (``batch_norm_scores``): by the
+        batch's own statistics, which updates the running ones, with ``batch_statistics``, else by the running ones."""
+        scores = torch.einsum("...gw,gkw->...gk", self.queries[codes], self.keys)
+        if not self.batch_norm_scores:
+            return scores
+        flat = nn.functional.batch_norm(scores.reshape(-1, self.codewords), self.score_mean, self.score_var,
+                                        training=batch_statistics, momentum=SCORE_MOMENTUM, eps=SCORE_EPS)
+        return flat.reshape(scores.shape)
 
     def forward(self, codes: Tensor) -> Tensor:
-        scores = self.scores(codes)
+        if self.codes_only:
+            return self._values_at(self.code_table[codes].long())
+        scores = self.scores(codes, batch_statistics=self.training and torch.is_grad_enabled())
         if not torch.is_grad_enabled():  # the hard choice's vector read at the codes: no N x D x K one-hot, softmax
             return self._values_at(scores.argmax(-1))
         soft = (scores / self.temperature).softmax(-1)
@@ -83,12 +112,35 @@ class DPQEmbedding(EmbeddingStrategy):
 
     def codes(self) -> Tensor:
         """``(V, D)`` each token's codeword in each group (what inference keeps)."""
+        if self.codes_only:
+            return self.code_table.long()
         with torch.no_grad():
             ids = torch.arange(self.vocab_size, device=self.queries.device)
             return torch.cat([self.scores(chunk).argmax(-1) for chunk in ids.split(CHUNK)])
 
     def full_weight(self) -> Tensor:
         return self._values_at(self.codes())
+
+    def for_inference(self) -> DPQEmbedding:
+        """The values and each token's codes, without the queries and keys that chose them."""
+        if self.codes_only:
+            return self
+        kept = DPQEmbedding(self.vocab_size, self.hidden_size, self.codewords, self.groups, self.temperature,
+                            self.init_std, codes_only=True).to(self.values.device)
+        with torch.no_grad():
+            kept.values.copy_(self.values)
+            kept.code_table.copy_(self.codes())
+        return kept
+
+    def inference_bytes(self) -> int:
+        """The values at their dtype and ``V x D`` codes in :func:`code_dtype` (computed, not built)."""
+        codes = self.vocab_size * self.groups * code_dtype(self.codewords).itemsize
+        return self.values.numel() * self.values.element_size() + codes
+
+
+def code_dtype(codewords: int) -> torch.dtype:
+    """The smallest integer type that holds an index below ``codewords``."""
+    return torch.uint8 if codewords <= 256 else torch.int16 if codewords <= 2**15 else torch.int32
 
 
 __all__ = ["DPQEmbedding"]

@@ -26,7 +26,7 @@ class FactorizedEmbedding(EmbeddingStrategy):
         rank: E, the table's width.
         bias: add a bias to the projection.
         init_std: standard deviation of the normal initialisation (ALBERT's 0.02).
-        budget: size E to this many parameters, or this fraction of the dense table.
+        budget: size E to this many bytes at inference, or this fraction of the dense table's bytes.
     """
 
     size_parameter = "rank"
@@ -78,7 +78,7 @@ class QREmbedding(EmbeddingStrategy):
         operation: how the two rows combine.
         init_range: tables start uniform in ``[-init_range, init_range]`` (``mult``: the quotient table near 1, so a
             product starts near the remainder row).
-        budget: size m to this many parameters, or this fraction of the dense table (m from ``sqrt(V)``, where the
+        budget: size m to this many bytes at inference, or this fraction of the dense table's bytes (m from ``sqrt(V)``, where the
             count is smallest, up).
     """
 
@@ -136,7 +136,7 @@ class TTEmbedding(EmbeddingStrategy):
         vocab_factors: v_1..v_n (product at least V); default the smallest equal v with ``v^n >= V``.
         dim_factors: d_1..d_n (product d); default near-equal factors of d.
         init_std: the standard deviation of the whole table's values at initialisation (the cores' are chosen so).
-        budget: size r to this many parameters, or this fraction of the dense table.
+        budget: size r to this many bytes at inference, or this fraction of the dense table's bytes.
     """
 
     size_parameter = "rank"

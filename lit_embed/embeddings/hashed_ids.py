@@ -58,7 +58,7 @@ class HashingTrickEmbedding(HashedIdStrategy):
         signed: multiply by the sign hash.
         seed: draws the hash functions.
         init_std: standard deviation of the normal initialisation.
-        budget: size ``num_buckets`` to this many parameters, or this fraction of the dense table.
+        budget: size ``num_buckets`` to this many bytes at inference, or this fraction of the dense table's bytes.
     """
 
     size_parameter = "num_buckets"
@@ -91,32 +91,51 @@ class HashingTrickEmbedding(HashedIdStrategy):
 class WeightedHashEmbedding(HashedIdStrategy):
     """Hash embeddings (Svenstrup, Hansen & Winther, "Hash Embeddings for Efficient Word Representations", NeurIPS
     2017): id x is ``sum_i p_x^i E[h_i(x)]``, ``num_hashes`` rows of a shared pool E of ``num_buckets`` vectors
-    weighted by x's own importance parameters ``p_x`` (one row of a ``vocab_size x num_hashes`` table: the paper's
-    dictionary case). Parameters: ``num_buckets * d + vocab_size * num_hashes`` (the paper's ``B d + K k``).
+    weighted by x's importance parameters ``p_x``: row ``h_0(x)`` of a ``importance_rows x num_hashes`` table P, h_0 a
+    hash of its own into K = ``importance_rows`` rows (the paper's general case); left unset, one row per id (its
+    dictionary case, K = V). With ``append_weights`` the k weights are appended to the sum (the paper's option), the
+    pool then ``hidden_size - num_hashes`` wide. Parameters: ``num_buckets * width + K * num_hashes`` (the paper's
+    ``B d + K k``).
 
     Args:
         num_buckets: B, vectors in the shared pool.
         num_hashes: k, hash functions (the paper: 2).
-        seed: draws the hash functions.
+        seed: draws the hash functions (h_0 from ``seed + 1``).
         init_std: standard deviation of the pool's normal initialisation; the importance weights start at 1/k plus
             noise of that scale, so that a token's k weights get different gradients.
-        budget: size ``num_buckets`` to this many parameters, or this fraction of the dense table.
+        importance_rows: K, rows of the importance table, each id hashed to one; unset: one row per id.
+        append_weights: append each id's k importance weights to its vector.
+        budget: size ``num_buckets`` to this many bytes at inference, or this fraction of the dense table's bytes.
     """
 
     size_parameter = "num_buckets"
+    importance_hash: Tensor  # h_0's coefficients, where importance_rows is set
 
     def __init__(self, vocab_size: int, hidden_size: int, num_buckets: int = 1000, num_hashes: int = 2, seed: int = 0,
-                 init_std: float = 0.02, budget: int | float | None = None) -> None:
+                 init_std: float = 0.02, importance_rows: int | None = None, append_weights: bool = False,
+                 budget: int | float | None = None) -> None:
         super().__init__(vocab_size, hidden_size, num_hashes, seed)
         if num_buckets < 1:
             raise ConfigError(f"num_buckets={num_buckets} must be at least 1")
+        if importance_rows is not None and importance_rows < 1:
+            raise ConfigError(f"importance_rows={importance_rows} must be at least 1, or unset for one row per id")
+        width = hidden_size - num_hashes if append_weights else hidden_size
+        if width < 1:
+            raise ConfigError(f"append_weights leaves hidden_size - num_hashes = {width} columns for the pool: "
+                              f"lower num_hashes or leave append_weights off")
         self.num_buckets, self.num_hashes, self.init_std = num_buckets, num_hashes, init_std
-        self.pool = nn.Parameter(torch.empty(num_buckets, hidden_size).normal_(0.0, init_std))
-        self.importance = nn.Parameter(torch.empty(vocab_size, num_hashes).normal_(1.0 / num_hashes, init_std))
+        self.importance_rows, self.append_weights = importance_rows, append_weights
+        self.pool = nn.Parameter(torch.empty(num_buckets, width).normal_(0.0, init_std))
+        rows = vocab_size if importance_rows is None else importance_rows
+        self.importance = nn.Parameter(torch.empty(rows, num_hashes).normal_(1.0 / num_hashes, init_std))
+        if importance_rows is not None:  # h_0: an id's importance row
+            self.register_buffer("importance_hash", hash_coefficients(seed + 1, 1), persistent=True)
 
     @classmethod
-    def count_parameters(cls, vocab_size: int, hidden_size: int, num_buckets: int = 1000, num_hashes: int = 2, **_) -> int:
-        return num_buckets * hidden_size + vocab_size * num_hashes
+    def count_parameters(cls, vocab_size: int, hidden_size: int, num_buckets: int = 1000, num_hashes: int = 2,
+                         importance_rows: int | None = None, append_weights: bool = False, **_) -> int:
+        width = hidden_size - num_hashes if append_weights else hidden_size
+        return num_buckets * width + (vocab_size if importance_rows is None else importance_rows) * num_hashes
 
     @classmethod
     def size_range(cls, vocab_size: int, hidden_size: int, **_) -> tuple[int, int]:
@@ -124,8 +143,10 @@ class WeightedHashEmbedding(HashedIdStrategy):
 
     def forward(self, codes: Tensor) -> Tensor:
         rows = self.hashed(codes, self.num_buckets)  # (..., k)
-        weights = nn.functional.embedding(codes, self.importance)  # (..., k)
-        return (nn.functional.embedding(rows, self.pool) * weights.unsqueeze(-1)).sum(-2)
+        slot = codes if self.importance_rows is None else hash_ids(codes, self.importance_hash, self.importance_rows)[..., 0]
+        weights = nn.functional.embedding(slot, self.importance)  # (..., k)
+        summed = (nn.functional.embedding(rows, self.pool) * weights.unsqueeze(-1)).sum(-2)
+        return torch.cat([summed, weights], dim=-1) if self.append_weights else summed
 
 
 class ROBEEmbedding(HashedIdStrategy):
@@ -140,7 +161,7 @@ class ROBEEmbedding(HashedIdStrategy):
             HashedNets).
         seed: draws the hash functions (offset and sign).
         init_std: standard deviation of the array's normal initialisation.
-        budget: size ``memory`` to this many parameters, or this fraction of the dense table.
+        budget: size ``memory`` to this many bytes at inference, or this fraction of the dense table's bytes.
     """
 
     size_parameter = "memory"
@@ -180,9 +201,10 @@ class DeepHashEmbedding(HashedIdStrategy):
     Recommendation", KDD 2021): no table at all. Id x is encoded by ``num_hashes`` universal hashes into
     ``num_buckets`` buckets, each mapped uniformly to [-1, 1] (the paper's uniform encoding, k = 1024, m = 10^6),
     and a deep network of ``num_layers`` hidden layers of ``width`` units with Mish activations decodes it into the
-    vector. Parameters: the network's, ``k w + w + (L - 1)(w^2 + w) + w d + d``. The paper's batch normalisation is
-    left out (a strategy's vectors must not depend on the batch they come in). A tied decoder runs the network on
-    every id (``V x k`` encodings per step): the method has no table to score instead.
+    vector. Parameters: the network's, ``k w + w + (L - 1)(w^2 + w) + w d + d``. The paper's batch normalisation
+    after each hidden layer is an option (``batch_norm``, ``2 w`` more parameters a layer): in training a vector then
+    depends on the batch it comes in (at inference, on the running statistics only), so it is off by default. A tied
+    decoder runs the network on every id (``V x k`` encodings per step): the method has no table to score instead.
 
     Args:
         width: units of each hidden layer.
@@ -190,28 +212,33 @@ class DeepHashEmbedding(HashedIdStrategy):
         num_hashes: k, the encoding's length.
         num_buckets: m, each hash's range.
         seed: draws the hash functions.
-        budget: size ``width`` to this many parameters, or this fraction of the dense table.
+        batch_norm: batch normalisation after each hidden layer's linear map, before its Mish (the paper's network).
+        budget: size ``width`` to this many bytes at inference, or this fraction of the dense table's bytes.
     """
 
     size_parameter = "width"
 
     def __init__(self, vocab_size: int, hidden_size: int, width: int = 256, num_layers: int = 2, num_hashes: int = 1024,
-                 num_buckets: int = 1_000_000, seed: int = 0, budget: int | float | None = None) -> None:
+                 num_buckets: int = 1_000_000, seed: int = 0, batch_norm: bool = False,
+                 budget: int | float | None = None) -> None:
         super().__init__(vocab_size, hidden_size, num_hashes, seed)
         if width < 1 or num_layers < 1:
             raise ConfigError(f"width={width} and num_layers={num_layers} must be at least 1")
         if num_buckets < 2:
             raise ConfigError(f"num_buckets={num_buckets} must be at least 2 (the encoding spans [-1, 1])")
         self.width, self.num_layers, self.num_hashes, self.num_buckets = width, num_layers, num_hashes, num_buckets
+        self.batch_norm = batch_norm
         layers: list[nn.Module] = []
         for inputs in [num_hashes] + [width] * (num_layers - 1):
-            layers += [nn.Linear(inputs, width), nn.Mish()]
+            layers += [nn.Linear(inputs, width), *([nn.BatchNorm1d(width)] if batch_norm else []), nn.Mish()]
         self.decoder = nn.Sequential(*layers, nn.Linear(width, hidden_size))
 
     @classmethod
     def count_parameters(cls, vocab_size: int, hidden_size: int, width: int = 256, num_layers: int = 2,
-                         num_hashes: int = 1024, **_) -> int:
-        return num_hashes * width + width + (num_layers - 1) * (width * width + width) + width * hidden_size + hidden_size
+                         num_hashes: int = 1024, batch_norm: bool = False, **_) -> int:
+        normalised = 2 * width * num_layers if batch_norm else 0
+        return (num_hashes * width + width + (num_layers - 1) * (width * width + width) + width * hidden_size + hidden_size
+                + normalised)
 
     def encode(self, codes: Tensor) -> Tensor:
         """The dense hash encoding ``(..., num_hashes)`` in [-1, 1]."""
@@ -219,7 +246,8 @@ class DeepHashEmbedding(HashedIdStrategy):
         return buckets * (2.0 / (self.num_buckets - 1)) - 1.0
 
     def forward(self, codes: Tensor) -> Tensor:
-        return self.decoder(self.encode(codes))
+        encoded = self.encode(codes)  # batch normalisation normalises over every token of the batch
+        return self.decoder(encoded.reshape(-1, self.num_hashes)).reshape(*codes.shape, self.hidden_size)
 
 
 __all__ = [

@@ -119,7 +119,7 @@ class HashEmbedding(HashStrategy):
         num_buckets: N, the table's rows (specials included).
         init_std: standard deviation of the truncated normal initialisation (cut at +-2 ``init_std``, as the
             authors' ``_init_weights``).
-        budget: size N to this many parameters (``N * d``; a count: the vocabulary is unlimited).
+        budget: size N to this many bytes at inference (a number: the vocabulary is unlimited).
     """
 
     size_parameter = "num_buckets"
@@ -237,7 +237,7 @@ class HashPool(BitHashStrategy):
         chunk_bits: k (the paper: 10, so 13 chunks and 1024 codebook rows).
         dropout: probability of dropping each value of the looked-up codebook vectors in training (the
             authors' 0.1; off in evaluation).
-        budget: size k to this many parameters (``(ceil(T/k) + 2^k + 1) * d``; a count).
+        budget: size k to this many bytes at inference (a number: the vocabulary is unlimited).
     """
 
     size_parameter = "chunk_bits"
@@ -318,7 +318,7 @@ class HashAdd(BitHashStrategy):
     Args:
         num_bits: T (128 for MD5).
         drop_connect: probability of dropping each weight in training (the authors' 0.1).
-        budget: size T to this many parameters (``(2T + 1) * d``; a count).
+        budget: size T to this many bytes at inference (a number: the vocabulary is unlimited).
     """
 
     size_parameter = "num_bits"
@@ -363,7 +363,7 @@ class HashProj(BitHashStrategy):
 
     Args:
         num_bits: T (128 for MD5).
-        budget: size T to this many parameters (``(T + 1) * d``; a count).
+        budget: size T to this many bytes at inference (a number: the vocabulary is unlimited).
     """
 
     size_parameter = "num_bits"
@@ -406,7 +406,7 @@ class ProFormerEmbedding(BitHashStrategy):
         num_bits: T, the LSH digest size.
         hasher: default ``LSHHasher``.
         tokenization: see :class:`HashStrategy`.
-        budget: size T to this many parameters (``T * d``; a count).
+        budget: size T to this many bytes at inference (a number: the vocabulary is unlimited).
     """
 
     shared_word_row = False

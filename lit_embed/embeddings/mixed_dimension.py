@@ -35,7 +35,7 @@ class MixedDimensionEmbedding(EmbeddingStrategy):
         frequencies: the count file (read once, when the model is built).
         block_dims: each block's width, where known (a checkpoint's config records them; they override the rule).
         init_std: standard deviation of the normal initialisation.
-        budget: size ``base_dim`` to this many parameters, or this fraction of the dense table.
+        budget: size ``base_dim`` to this many bytes at inference, or this fraction of the dense table's bytes.
     """
 
     size_parameter = "base_dim"

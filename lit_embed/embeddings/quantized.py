@@ -28,7 +28,7 @@ class AdditiveQuantizedEmbedding(EmbeddingStrategy):
         hidden_size: d, its width.
         codebooks: M.
         codewords: K, vectors per codebook (at most 256).
-        budget: size M to this many parameters (``M (K d + V)``).
+        budget: size M to this many bytes at inference (or this fraction of the dense table's).
     """
 
     size_parameter = "codebooks"
@@ -149,7 +149,7 @@ class ProductQuantizedEmbedding(EmbeddingStrategy):
         hidden_size: d, its width.
         groups: G, dividing ``hidden_size``.
         codewords: K, codewords per group (at most 256).
-        budget: size K to this many parameters, or this fraction of the dense table (the ``V G`` codes are fixed by
+        budget: size K to this many bytes at inference, or this fraction of the dense table's bytes (the ``V G`` codes are fixed by
             ``groups``, so a budget below them, or above ``256 d`` more, is refused naming what can be met).
     """
 

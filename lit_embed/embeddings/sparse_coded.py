@@ -40,7 +40,8 @@ class PartialEmbedding(EmbeddingStrategy):
             raise ConfigError(f"num_common={num_common} must lie in [1, vocab_size={vocab_size}]")
         self.common = nn.Parameter(torch.zeros(num_common, hidden_size))
         self.register_buffer("row_of", torch.empty(vocab_size, dtype=torch.int32), persistent=True)
-        self.split(torch.arange(num_common))  # a placeholder until fitted or restored
+        if not self.row_of.is_meta:  # built to be counted (count_bytes), it holds no values to place
+            self.split(torch.arange(num_common))  # a placeholder until fitted or restored
 
     @property
     def num_common(self) -> int:
@@ -117,7 +118,7 @@ class SparseCodedEmbedding(PartialEmbedding):
 
     Args:
         k: common tokens per rare token.
-        budget: choose ``num_common`` to meet this many parameters (or this fraction of the dense table).
+        budget: choose ``num_common`` to meet this many bytes (or this fraction of the dense table's).
     """
 
     def __init__(self, vocab_size: int, hidden_size: int, num_common: int, k: int = 5,
@@ -149,7 +150,7 @@ class UnkEmbedding(PartialEmbedding):
     ``vocab_size``, ``hidden_size`` and ``num_common``: see :class:`PartialEmbedding`.
 
     Args:
-        budget: choose ``num_common`` to meet this many parameters (or this fraction of the dense table).
+        budget: choose ``num_common`` to meet this many bytes (or this fraction of the dense table's).
     """
 
     def __init__(self, vocab_size: int, hidden_size: int, num_common: int, budget: int | float | None = None) -> None:
@@ -169,7 +170,7 @@ class PCAEmbedding(PartialEmbedding):
 
     Args:
         k: principal components.
-        budget: choose ``num_common`` to meet this many parameters (or this fraction of the dense table).
+        budget: choose ``num_common`` to meet this many bytes (or this fraction of the dense table's).
     """
 
     def __init__(self, vocab_size: int, hidden_size: int, num_common: int, k: int = 5,

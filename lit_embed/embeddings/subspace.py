@@ -33,7 +33,7 @@ class SubspaceEmbedding(EmbeddingStrategy):
         table_rows: the rows of each table (padding row excluded) where the assignment sizes them from
             its codes; left unset, the codes set it (and the strategy's config records it, so that a
             checkpoint's model is rebuilt with its shapes).
-        budget: size Q to this many parameters (or fraction of the dense table): ``Q * hidden_size``, Q at least the
+        budget: size Q to this many bytes at inference (or fraction of the dense table's): ``Q * hidden_size``, Q at least the
             smallest with ``Q**f >= N``.
     """
 
@@ -85,7 +85,7 @@ class SubspaceEmbedding(EmbeddingStrategy):
         widths[-1] += hidden_size - sum(widths)
         self.widths = widths
         self.tables = nn.ParameterList(self._new_table(rows, w) for rows, w in zip(self.rows, widths))
-        codes = torch.full((vocab_size, num_tables), -1, dtype=torch.long)
+        codes = torch.full((vocab_size, num_tables), -1, dtype=torch.int32)  # held at inference: 4 bytes a code
         self.register_buffer("codes", codes, persistent=True)
         self._codes_ready = False
         if self.assignment.eager:
@@ -206,7 +206,7 @@ class SubspaceEmbedding(EmbeddingStrategy):
         while len(fresh) < extra:
             fresh.extend(v for v in range(start, min(space, start + 4 * extra + 64)) if v not in used)
             start += 4 * extra + 64
-        new = torch.as_tensor((np.array(fresh[:extra])[:, None] // place) % rows, device=self.codes.device)
+        new = torch.as_tensor((np.array(fresh[:extra])[:, None] // place) % rows, device=self.codes.device, dtype=self.codes.dtype)
         self.codes = torch.cat([self.codes, new])
         self.vocab_size = new_vocab_size
 
