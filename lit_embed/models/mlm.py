@@ -82,9 +82,12 @@ class MaskedLM(EmbeddingModule):
         softmax gave the loss without them (``factorised_softmax``, unless ``need_logits``)."""
         hidden = self.encode(batch).last_hidden_state
         labels = batch["labels"]
-        predicted = labels != -100
-        states = self.head(hidden[predicted])
-        targets = labels[predicted]
+        if "predicted" in batch:  # the collator's flat indices: gathered without a GPU sync
+            states = self.head(hidden.flatten(0, 1)[batch["predicted"]])
+            targets = labels.flatten()[batch["predicted"]]
+        else:
+            predicted = labels != -100
+            states, targets = self.head(hidden[predicted]), labels[predicted]
         if self.factorised_softmax and self.decoder is None and not need_logits and len(targets):
             nll = self.embedding.decoder_nll(states, self.decoder_bias, targets)
             if nll is not None:
