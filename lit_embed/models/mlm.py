@@ -34,7 +34,7 @@ class MaskedLM(EmbeddingModule):
     factorised softmax (``decoder_nll``: subspace codes on a grid): the training accuracy, which needs them, is then
     computed on the steps the loggers write (``log_every_n_steps``).
 
-    ``encoder``, ``embedding``, ``vocab_size``, ``optim`` and ``init``: see :class:`EmbeddingModule`.
+    ``encoder``, ``embedding``, ``vocab_size``, ``optim``, ``init`` and ``torch_compile``: see :class:`EmbeddingModule`.
 
     Args:
         tie_decoder: tie the output layer to the input embedding (the papers do).
@@ -54,8 +54,10 @@ class MaskedLM(EmbeddingModule):
         factorised_softmax: bool = True,
         optim: OptimConfig | None = None,
         init: Init = "default",
+        torch_compile: bool = False,
     ) -> None:
-        super().__init__(encoder=encoder, embedding=embedding, vocab_size=vocab_size, optim=optim, init=init)
+        super().__init__(encoder=encoder, embedding=embedding, vocab_size=vocab_size, optim=optim, init=init,
+                         torch_compile=torch_compile)
         if vocab_size is None:  # a hash strategy: a vocabulary strategy has already refused to build without it
             raise ConfigError(
                 f"MaskedLM predicts vocabulary ids, which {type(self.embedding).__name__} does not have: pre-train it "
