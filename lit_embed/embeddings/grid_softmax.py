@@ -2,9 +2,9 @@
 
 Token ``v`` sits at cell ``(c_1(v), ..., c_f(v))`` of an ``R_1 x ... x R_f`` grid and its logit is
 ``sum_k s_k[c_k(v)] + b_v``, where ``s_k`` scores table k's rows. So the partition function of position m is a
-contraction over the grid, ``Z_m = sum_cells W[cell] * prod_k x_k[m, c_k]``, with ``W = exp(b - max b)`` summed
-over the tokens of a cell (0 at empty cells) and ``x_k = exp(s_k - max s_k)``: every term is positive, nothing
-cancels. Contracting table 1 is one GEMM of ``W`` as ``(R_2...R_f) x R_1`` with the ``R_1 x M`` scores (``V x M``
+contraction over the grid, ``Z_m = sum_cells W[cell] * prod_k x_k[m, c_k]``, with ``W = exp(b - max b)`` at each
+token's cell (every token has a cell of its own: the codes are distinct), 0 at empty cells, and
+``x_k = exp(s_k - max s_k)``: every term is positive, nothing cancels. Contracting table 1 is one GEMM of ``W`` as ``(R_2...R_f) x R_1`` with the ``R_1 x M`` scores (``V x M``
 multiply-adds, where the logits alone are ``V x M`` values written and read, and the dense decoder ``V x d x M``);
 the other tables are small reductions. The gradient is autograd's of the same contraction.
 
@@ -43,7 +43,8 @@ def grid_log_partition(scores: list[Tensor], bias: Tensor, cells: Tensor, rows: 
     with torch.autocast(scores[0].device.type, enabled=False):
         bias = bias.float()
         bias_max = bias.detach().max()
-        weights = torch.zeros(math.prod(rows), device=bias.device).index_add(0, cells, (bias - bias_max).exp())
+        # scatter, not index_add: each cell holds one token, and a CUDA scatter is deterministic where an add is not
+        weights = torch.zeros(math.prod(rows), device=bias.device).scatter(0, cells, (bias - bias_max).exp())
         shift = bias_max
         total = weights.view(-1, rows[0])
         for k, s in enumerate(scores):
