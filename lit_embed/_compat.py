@@ -122,3 +122,11 @@ def validate_again_on_resume(trainer) -> None:
 def subcommand_parser(cli, subcommand: str | None):
     """The parser of a LightningCLI subcommand (``fit``...), to dump its config (LightningCLI's ``_parser``)."""
     return cli._parser(subcommand)
+
+
+def writes_logs_this_step(trainer) -> bool:
+    """Whether the training step about to run is one whose logged values the loggers write (every
+    ``log_every_n_steps``): a metric that costs a pass over the vocabulary is computed on those steps only. Lightning
+    decides it in its private logger connector (``should_update_logs``; under ``fast_dev_run`` every step is
+    written); no trainer: every step."""
+    return trainer is None or bool(trainer.fast_dev_run) or trainer._logger_connector.should_update_logs

@@ -24,7 +24,8 @@ The strategy's properties, in the order checked:
    every special token into one token's code, which ``forward`` accepts.
 4. **tied decoder**: where ``full_weight()`` gives a matrix, it is ``vocab_size x hidden_size``, its rows
    are ``forward`` of every id, and ``decoder_logits(h)`` equals ``h @ full_weight().T``; where it gives
-   none (no vocabulary to enumerate), ``decoder_logits`` refuses with a user error naming the strategy.
+   none (no vocabulary to enumerate), ``decoder_logits`` refuses with a user error naming the strategy. Where
+   ``decoder_nll(h, b, t)`` gives values (a factorised softmax), they are the cross entropy of ``decoder_logits(h) + b``.
    ``component_codes()``, where given, has one row per vocabulary id.
 5. **gradients**: a loss on ``forward``'s output of sampled and encoded codes gives every trainable
    parameter a finite gradient that is not zero everywhere.
@@ -269,6 +270,12 @@ class Contract:
             self.require(tuple(logits.shape) == (5, vocab), prop, f"decoder_logits gave {tuple(logits.shape)}, expected {(5, vocab)}")
             self.require(torch.allclose(logits, hidden @ weight.T, rtol=1e-4, atol=1e-5), prop,
                          "decoder_logits(h) differs from h @ full_weight().T")
+            bias, targets = torch.randn(weight.shape[0]), torch.randint(0, weight.shape[0], (5,))
+            nll = strategy.decoder_nll(hidden, bias, targets)
+            if nll is not None:
+                expected = torch.nn.functional.cross_entropy(logits + bias, targets, reduction="none")
+                self.require(torch.allclose(nll, expected, rtol=1e-4, atol=1e-4), prop,
+                             "decoder_nll(h, b, t) differs from the cross entropy of decoder_logits(h) + b at t")
             components = strategy.component_codes()
             if components is not None:
                 self.require(components.dim() == 2 and len(components) == vocab, prop,

@@ -316,3 +316,32 @@ def test_headlines_name_their_peer_and_input_and_follow_the_rows(monkeypatch, tm
     assert "## Headlines" not in record.render(tmp_path)  # its peer's row is missing: the claim goes
     with pytest.raises(SystemExit):
         run.main(["--headlines", "cluster"])
+
+
+def test_a_result_records_its_code_and_a_stale_one_makes_no_headline(monkeypatch, tmp_path):
+    """A result records a digest of every file of the repository its process imported; once one of them changes the
+    result's section says STALE, naming the file, and its headline is left out."""
+    record, fingerprint = bench_module(monkeypatch, "record"), bench_module(monkeypatch, "fingerprint")
+    code = fingerprint.imported_code()
+    assert "tools/bench/record.py" in code["files"] and "lit_embed/files.py" in code["files"]
+    assert not any(name.startswith("tests/") for name in code["files"])
+    monkeypatch.setattr(fingerprint, "REPO", tmp_path / "repo")
+    timed = tmp_path / "repo" / "lit_embed" / "models" / "mlm.py"
+    timed.parent.mkdir(parents=True)
+    timed.write_text("v = 1\n")
+    files = {"lit_embed/models/mlm.py": fingerprint.file_digest("lit_embed/models/mlm.py")}
+    expert = "HuggingFace *ForMaskedLM, LM head on masked positions (expert peer)"
+    rows = [{"model": "RoBERTa_S", "strategy": "subspace f=3", "ids": "real-text ids", "batch": "32x128",
+             "seconds per step": 5.0, "speed-up vs expert peer": 1.21, "vs expert peer range": "1.1-1.3"},
+            {"model": "RoBERTa_S", "strategy": expert, "ids": "real-text ids", "batch": "32x128", "seconds per step": 6.05}]
+    result = {"title": "T", "description": "D", "date": "2026-01-01", "command": "c", "rows": rows,
+              "environment": {"cpu_count": 2, "torch_threads": 1, "torch": "2", "load average": 3.5},
+              "code": {"fingerprint": fingerprint.combined(files), "files": files}}
+    (tmp_path / "pretrain_step.cpu.json").write_text(json.dumps(result))
+    text = record.render(tmp_path)
+    headline = next(line for line in text.splitlines() if line.startswith("| RoBERTa_S MLM step"))
+    assert headline.endswith(f"| {result['code']['fingerprint']} |") and "code " + result["code"]["fingerprint"] + ", current" in text
+    timed.write_text("v = 2\n")  # the code it timed changes
+    text = record.render(tmp_path)
+    assert "## Headlines" not in text
+    assert f"code {result['code']['fingerprint']}, STALE: lit_embed/models/mlm.py changed since" in text

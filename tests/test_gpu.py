@@ -10,6 +10,7 @@ import sys
 
 import torch
 
+from lit_embed.callbacks.efficiency import peak_tflops
 from lit_embed.commands import main
 from tests.helpers import CONFIGS, REPO
 from tests.helpers.run_if import requires_gpus
@@ -39,6 +40,9 @@ def test_mixed_precision_pretraining_on_one_gpu(tmp_path, monkeypatch):
     assert results["status"] == "complete" and results["global_step"] == 6
     assert results["efficiency"]["device"] == torch.cuda.get_device_name(0)
     assert results["efficiency"]["peak_memory_mb"] > 0
+    train = results["efficiency"]["train"]  # timed by CUDA events, read without a sync per step
+    assert train["ms_per_sample"] > 0 and train["tokens_per_s"] > 0
+    assert (train["mfu"] is None) == (peak_tflops(torch.cuda.get_device_name(0)) is None)
     assert all(torch.isfinite(torch.tensor(v)) for k, v in results["metrics"].items() if k.startswith("val/"))
     state = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)
     assert state["global_step"] == 6 and all(v.device.type == "cpu" for v in state["state_dict"].values())

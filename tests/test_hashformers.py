@@ -633,3 +633,48 @@ def test_proformer_trains_from_scratch_on_a_task_from_its_config(tmp_path, monke
     assert "test/accuracy" in results["metrics"]
     assert round(100 * results["parameters"]["pcr_all"], 1) == 87.8
     assert next(tmp_path.rglob("lsh_ngrams.json")).stat().st_size > 0
+
+
+def _repeating_codes(num_bits: int, tokens: int = 600, words: int = 90) -> torch.Tensor:
+    """Codes of text-like batches: ``tokens`` drawn from ``words`` distinct words, with specials among them."""
+    from lit_embed.embeddings.hash_text import pack_bits
+
+    generator = torch.Generator().manual_seed(0)
+    packed = torch.as_tensor(pack_bits(torch.randint(0, 2, (words, num_bits), generator=generator).numpy()))
+    codes = torch.cat([torch.full((tokens, 1), 5), packed[torch.randint(0, words, (tokens,), generator=generator)]], 1)
+    codes[::7, 0] = torch.randint(0, 5, (len(codes[::7]),), generator=generator)  # specials: their row, bits ignored
+    return codes.view(6, tokens // 6, -1)
+
+
+@pytest.mark.parametrize("cls", [HashProj, HashAdd, HashPool, ProFormerEmbedding], ids=lambda cls: cls.__name__)
+@pytest.mark.parametrize("training", [False, True])
+def test_vectors_once_per_distinct_code_equal_those_of_every_token(cls, training):
+    """Real text repeats its words: each distinct code's vector is computed once and gathered back, with the outputs
+    and gradients of the per-token computation (to fp32 rounding); Pool's dropout in training keeps it per token."""
+    strategy = cls(None, 48).train(training)
+    codes = _repeating_codes(strategy.num_bits)
+    grad = torch.randn(*codes.shape[:-1], 48)
+    results = []
+    for distinct in (True, False):
+        strategy.zero_grad()
+        torch.manual_seed(1)  # the same dropout draws
+        out = strategy(codes) if distinct else strategy._vectors(codes)
+        (out * grad).sum().backward()
+        results.append((out.detach(), {n: p.grad.clone() for n, p in strategy.named_parameters() if p.grad is not None}))
+    (mine, mine_grads), (theirs, their_grads) = results
+    torch.testing.assert_close(mine, theirs, rtol=1e-5, atol=1e-6)
+    assert mine_grads.keys() == their_grads.keys()
+    for name in mine_grads:  # sums in another order: fp32 rounding of the largest (the shared row 5 sums every word's)
+        difference = (mine_grads[name] - their_grads[name]).abs().max()
+        assert difference <= 1e-5 * their_grads[name].abs().max(), (name, difference)
+    assert strategy.per_distinct_code == (not (training and cls is HashPool))
+
+
+def test_distinct_rows_are_torch_unique_s():
+    from lit_embed.embeddings.hashformer import distinct_rows
+
+    codes = _repeating_codes(128).reshape(-1, 3)
+    rows, inverse = distinct_rows(codes)
+    expected, expected_inverse = torch.unique(codes, dim=0, return_inverse=True)
+    assert torch.equal(rows, expected) and torch.equal(inverse, expected_inverse)
+    assert torch.equal(rows[inverse], codes) and len(rows) < len(codes) / 3

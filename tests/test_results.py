@@ -15,10 +15,11 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from lit_embed.accounting import compression, performance_retention, speed_up
 from lit_embed.callbacks import EfficiencyMonitor, ResultsWriter
-from lit_embed.callbacks.efficiency import peak_rss_bytes, reset_peak_rss
+from lit_embed.callbacks.efficiency import peak_rss_bytes, peak_tflops, reset_peak_rss
 from lit_embed.files import write_atomic, write_json_atomic
+from lit_embed.models import MaskedLM
 from lit_embed.results import RESULTS_FILE, is_score, load_results
-from tests.helpers import CONFIGS
+from tests.helpers import CONFIGS, tiny_encoder
 from tests.helpers.cli import run_params
 
 
@@ -67,10 +68,41 @@ def test_timer_leaves_out_warm_up_and_sanity_steps_and_counts_samples(tmp_path):
                          enable_model_summary=False, default_root_dir=tmp_path)
     trainer.fit(TinyRegression(), loader(21, 3), loader(20, 5))
     summary = monitor.summary(trainer)
-    assert summary["train"] == {"ms_per_sample": 1000 * 0.5 / 3, "measured_steps": 5, "samples": 15, "warmup_steps": 2}
+    assert summary["train"] == {"ms_per_sample": 1000 * 0.5 / 3, "measured_steps": 5, "samples": 15, "warmup_steps": 2,
+                                "tokens_per_s": None, "mfu": None}  # no codes, no lit-embed model: no tokens, no FLOPs
     # 4 validation batches of 5 after the sanity check; the first 2 are warm-up.
-    assert summary["infer"] == {"ms_per_sample": 1000 * 0.5 / 5, "measured_steps": 2, "samples": 10, "warmup_steps": 2}
+    assert summary["infer"] == {"ms_per_sample": 1000 * 0.5 / 5, "measured_steps": 2, "samples": 10, "warmup_steps": 2,
+                                "tokens_per_s": None}
+    assert summary["mfu_basis"] == "no lit-embed model: FLOPs unknown"
     assert summary["world_size"] == 1 and summary["device"] == "cpu" and summary["peak_memory_mb"] > 10
+
+
+def test_tokens_per_second_and_flops_of_a_lit_embed_model_and_its_device_s_peak():
+    """Tokens are the positions of the batches' codes; the FLOPs the transformer's by formula; the MFU needs the
+    device's peak, which no CPU has in the table."""
+    model = MaskedLM(tiny_encoder(), vocab_size=100)
+    monitor = EfficiencyMonitor(warmup_steps=1)
+    ticks = iter(range(10))
+    monitor.clock = lambda: next(ticks) * 0.25
+    trainer = SimpleNamespace(strategy=SimpleNamespace(root_device=torch.device("cpu"), all_gather=lambda t: t),
+                              precision="32-true")
+    monitor.setup(trainer, model, "fit")
+    for _ in range(3):  # the first is warm-up
+        monitor._start("train", {"codes": torch.zeros(4, 30, dtype=torch.long)})
+        monitor._stop("train")
+    summary = monitor.summary(trainer)
+    assert summary["train"]["tokens_per_s"] == 2 * 4 * 30 / 0.5
+    assert monitor.timers["train"].flops == 2 * 4 * 30 * model.encoder.training_flops_per_token(30)
+    assert summary["train"]["mfu"] is None and summary["mfu_basis"] == "no peak known for cpu (lit_embed.callbacks.efficiency.PEAK_TFLOPS)"
+    layers = 6 * sum(p.numel() for p in model.encoder.model.encoder.parameters())
+    assert model.encoder.training_flops_per_token(30) == layers + 12 * 1 * 32 * 30  # one layer, hidden 32
+
+
+@pytest.mark.parametrize(("name", "peak"), [("NVIDIA H100 80GB HBM3", 989.4), ("NVIDIA H100 PCIe", 756.0),
+                                            ("NVIDIA H200", 989.4), ("NVIDIA A100-SXM4-80GB", 312.0), ("NVIDIA L40", 181.0),
+                                            ("NVIDIA L40S", 362.0), ("Tesla T4", 65.0), ("cpu", None), ("NVIDIA B999", None)])
+def test_the_peak_of_a_device_comes_from_its_name(name, peak):
+    assert peak_tflops(name) == peak
 
 
 @pytest.mark.skipif(not reset_peak_rss(), reason="no Linux clear_refs to write: the peak counts from the process's start")

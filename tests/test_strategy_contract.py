@@ -184,6 +184,14 @@ class UntiedDecoder(Table):
         return hidden @ self.rows.T.flip(1)
 
 
+class WrongFactorisedSoftmax(Table):
+    """Forgets the bias in its partition function."""
+
+    def decoder_nll(self, hidden: Tensor, bias: Tensor, targets: Tensor) -> Tensor:
+        logits = self.decoder_logits(hidden)
+        return logits.logsumexp(-1) - logits.gather(1, targets[:, None]).squeeze(1) - bias[targets]
+
+
 class CountsNothing(Table):
     def num_embedding_parameters(self) -> int:
         return 0
@@ -197,6 +205,7 @@ BROKEN = {
     SamplerHoldsTheModule: ("picklable code sampler", "the sampler holds ['SamplerHoldsTheModule'"),
     WrongWidth: ("codes and forward", "expected (4, 6, 8)"),
     UntiedDecoder: ("tied decoder", "decoder_logits(h) differs from h @ full_weight().T"),
+    WrongFactorisedSoftmax: ("tied decoder", "decoder_nll(h, b, t) differs from the cross entropy"),
     CountsNothing: ("parameter count", "num_embedding_parameters()=0 is outside [1, 584]"),
 }
 

@@ -264,6 +264,8 @@ def _end_figures(results: dict) -> dict[str, float]:
     efficiency = results.get("efficiency") or {}
     for kind in EfficiencyMonitor.KINDS:
         figures[f"efficiency/{kind}_ms_per_sample"] = (efficiency.get(kind) or {}).get("ms_per_sample")
+        figures[f"efficiency/{kind}_tokens_per_s"] = (efficiency.get(kind) or {}).get("tokens_per_s")
+    figures["efficiency/mfu"] = (efficiency.get("train") or {}).get("mfu")
     figures["efficiency/peak_memory_mb"] = efficiency.get("peak_memory_mb")
     comparison = results.get("baseline") or {}
     for kind, value in (comparison.get("speed_up") or {}).items():

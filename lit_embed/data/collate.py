@@ -129,7 +129,9 @@ def row_seed(seed: int, index: int) -> int:
 
 class MaskedLMCollator(CorruptingCollator):
     """RoBERTa masking: ``mask_prob`` of the non-special positions are predicted; of those 80% become
-    ``mask``, 10% a random code, 10% stay. ``labels`` hold the original code there, -100 elsewhere.
+    ``mask``, 10% a random code, 10% stay. ``labels`` hold the original code there, -100 elsewhere, and
+    ``predicted`` the flat index (row x length + position) of each predicted position, found here on the CPU so that
+    the model gathers them without reading a mask's count back from the device (a GPU sync).
 
     Args:
         text_encoder: gives the pad and mask codes.
@@ -164,6 +166,11 @@ class MaskedLMCollator(CorruptingCollator):
         codes = torch.where(to_mask, self.mask_code, codes)
         codes[to_random] = self.random_codes((int(to_random.sum()),)).to(codes.dtype)
         batch["codes"], batch["labels"] = codes, labels
+        return batch
+
+    def __call__(self, items: list[dict]) -> dict[str, Tensor]:
+        batch = super().__call__(items)
+        batch["predicted"] = (batch["labels"] != -100).flatten().nonzero()[:, 0]
         return batch
 
 

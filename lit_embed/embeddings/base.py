@@ -211,6 +211,12 @@ class EmbeddingStrategy(CheckpointSized, ABC):
             )
         return hidden @ weight.T
 
+    def decoder_nll(self, hidden: Tensor, bias: Tensor, targets: Tensor) -> Tensor | None:
+        """``-log softmax(decoder_logits(hidden) + bias)`` at ``targets``, one value per row of ``hidden``, computed
+        without the ``M x V`` logits; ``None`` where the strategy has no such factorisation (the caller then builds
+        the logits). Subspace codes on a grid have one (:mod:`lit_embed.embeddings.grid_softmax`)."""
+        return None
+
     def component_codes(self) -> Tensor | None:
         """``(vocab_size, k)`` indices of the shared components each vocabulary vector is built from.
 

@@ -198,6 +198,22 @@ class BitHashStrategy(HashStrategy):
         """``(..., T)`` 0/1 bits to ``(..., hidden_size)`` vectors."""
 
     def forward(self, codes: Tensor) -> Tensor:
+        """Each distinct code's vector once, gathered back to its tokens, where that is exact and cheap
+        (:attr:`per_distinct_code`); else every token's."""
+        if not (self.per_distinct_code and codes.device.type == "cpu"):
+            return self._vectors(codes)
+        distinct, inverse = distinct_rows(codes.reshape(-1, codes.shape[-1]))
+        return self._vectors(distinct).index_select(0, inverse).view(*codes.shape[:-1], self.hidden_size)
+
+    @property
+    def per_distinct_code(self) -> bool:
+        """Whether the vectors are computed once per distinct code of a batch: real text repeats its words (a batch of
+        4,096 tokens holds about 1,200 distinct ones), and the unpacking, projection, word mask and special rows then
+        run on those alone. On the CPU only: on a GPU finding the distinct codes would make the host wait for the
+        device, and projecting every token costs it little. Not where a value is dropped per token (Pool's dropout)."""
+        return True
+
+    def _vectors(self, codes: Tensor) -> Tensor:
         row = codes[..., 0]
         is_word = row == WORD_ROW
         bits = unpack_bits(codes[..., 1:], self.num_bits)
@@ -277,6 +293,11 @@ class HashPool(BitHashStrategy):
     @classmethod
     def size_range(cls, vocab_size: None, hidden_size: int, num_bits: int = 128, **_) -> tuple[int, int]:
         return 1, min(num_bits, 24)
+
+    @property
+    def per_distinct_code(self) -> bool:
+        """Not while dropout draws a mask per token (training)."""
+        return not (self.training and self.dropout > 0)
 
     def chunks(self, bits: Tensor) -> Tensor:
         """``(..., T)`` bits to ``(..., ceil(T/k))`` chunk integers in ``[0, 2^k)``."""
@@ -434,6 +455,21 @@ class ProFormerEmbedding(BitHashStrategy):
 
     def word_vectors(self, bits: Tensor) -> Tensor:
         return bits.to(self.projection.dtype) @ self.projection
+
+
+def distinct_rows(rows: Tensor) -> tuple[Tensor, Tensor]:
+    """The distinct rows of an ``(n, c)`` integer tensor and each row's index among them: ``torch.unique(rows, dim=0,
+    return_inverse=True)``, by one stable sort per column (``unique`` with ``dim`` compares row by row: 26 ms for
+    4,096 codes of MD5's 3 columns on one CPU thread, most of a HashFormer-Proj step)."""
+    order = torch.arange(len(rows), device=rows.device)
+    for column in reversed(range(rows.shape[1])):
+        order = order[torch.sort(rows[order, column], stable=True).indices]
+    ordered = rows[order]
+    starts = torch.ones(len(rows), dtype=torch.bool, device=rows.device)
+    starts[1:] = (ordered[1:] != ordered[:-1]).any(1)
+    inverse = torch.empty_like(order)
+    inverse[order] = starts.cumsum(0) - 1
+    return ordered[starts], inverse
 
 
 def _probability(name: str, p: float) -> float:

@@ -8,6 +8,7 @@ from torch import Tensor, nn
 
 from lit_embed.embeddings.assignment import Assignment, RadixAssignment, smallest_table_size
 from lit_embed.embeddings.base import EmbeddingStrategy
+from lit_embed.embeddings.grid_softmax import cell_index, fits_grid, grid_nll
 from lit_embed.errors import ConfigError
 
 
@@ -238,10 +239,35 @@ class SubspaceEmbedding(EmbeddingStrategy):
         any f (``tools/bench``: a loop of f gathers grows with f; the gathered matrix costs as dense).
         """
         self._check_ready()
-        rows = torch.tensor([table.shape[0] for table in self.tables], device=self.codes.device)
-        scores = torch.cat([part @ table.T for part, table in zip(hidden.split(self.widths, dim=-1), self.tables)], 1)
-        offsets = torch.cumsum(rows, 0) - rows  # where each table's rows start among the scores
-        return nn.functional.embedding_bag(self.codes + offsets, scores.T.contiguous(), mode="sum").T
+        rows, _ = self._decoder_constants()
+        scores = torch.cat(self._table_scores(hidden), 1)
+        return nn.functional.embedding_bag(rows, scores.T.contiguous(), mode="sum").T
+
+    def decoder_nll(self, hidden: Tensor, bias: Tensor, targets: Tensor) -> Tensor | None:
+        """The exact factorised softmax over the grid of codes (:mod:`lit_embed.embeddings.grid_softmax`), where
+        the grid has at most ``MAX_CELLS_PER_TOKEN`` cells per token (radix and equal-size cluster codes)."""
+        self._check_ready()
+        _, cells = self._decoder_constants()
+        if cells is None:
+            return None
+        rows = [table.shape[0] for table in self.tables]
+        return grid_nll(self._table_scores(hidden), bias, cells, rows, self.codes, targets)
+
+    def _table_scores(self, hidden: Tensor) -> list[Tensor]:
+        """``(M, R_k)`` scores of every row of each table: the k-th slice of ``hidden`` against table k."""
+        return [part @ table.T for part, table in zip(hidden.split(self.widths, dim=-1), self.tables)]
+
+    def _decoder_constants(self) -> tuple[Tensor, Tensor | None]:
+        """Each token's rows among the tables' stacked scores, and its grid cell where the grid fits (``None``
+        else): derived from the codes once, and again only when they change (loaded, grown, moved)."""
+        rows = [table.shape[0] for table in self.tables]
+        key = (self.codes.data_ptr(), self.codes._version, self.codes.device, tuple(rows))
+        if self.__dict__.get("_constants_key") != key:
+            offsets = torch.tensor([sum(rows[:k]) for k in range(len(rows))], device=self.codes.device)
+            cells = cell_index(self.codes, rows) if fits_grid(self.codes.shape[0], rows) else None
+            self._constants = (self.codes + offsets, cells)
+            self._constants_key = key
+        return self._constants
 
     def extra_repr(self) -> str:
         rows = f", rows={self.table_rows}" if self.table_rows is not None else ""

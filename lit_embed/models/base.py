@@ -55,6 +55,9 @@ class EmbeddingModule(pl.LightningModule):
             over the whole model, backbone, strategy and heads (:mod:`lit_embed.embeddings.initialisation`; the paper is
             silent). Weights loaded from a pretrained encoder or handed to the strategy keep their values, as a
             checkpoint loaded later replaces what was drawn.
+        torch_compile: compile the backbone with ``torch.compile`` (in place, on its first step; its state dict keeps
+            its keys): fused kernels on a GPU, for runs long enough to repay the compilation (tens of seconds or more).
+            The strategy, heads and loss stay eager, so it works with every strategy.
     """
 
     #: Whether the objective reads the backbone's pooler. Those that do not freeze it: DDP then
@@ -74,6 +77,7 @@ class EmbeddingModule(pl.LightningModule):
         baseline_vocab_size: int | None = None,
         baseline_encoder: Encoder | None = None,
         init: Init = "default",
+        torch_compile: bool = False,
     ) -> None:
         super().__init__()
         self._save_config()
@@ -85,6 +89,8 @@ class EmbeddingModule(pl.LightningModule):
         if not self.uses_pooler:
             encoder.freeze_pooler()
         self.encoder = encoder
+        if torch_compile:
+            encoder.compile()
         factory = embedding or DenseEmbedding
         self.embedding = factory(vocab_size, encoder.hidden_size)
         if self.embedding.hidden_size != encoder.hidden_size:

@@ -67,7 +67,7 @@ class SequenceClassifier(EmbeddingModule):
     MNLI accuracy on matched and mismatched pooled), averaged over the sets where the data averages them. The task and
     the run's seed are recorded in the hyper-parameters.
 
-    ``encoder``, ``embedding``, ``vocab_size``, ``baseline_vocab_size``, ``baseline_encoder`` and ``init``: see
+    ``encoder``, ``embedding``, ``vocab_size``, ``baseline_vocab_size``, ``baseline_encoder``, ``init`` and ``torch_compile``: see
     :class:`EmbeddingModule`.
 
     Args:
@@ -101,6 +101,7 @@ class SequenceClassifier(EmbeddingModule):
         seed: int | None = None,
         trained_tokenizer: str | None = None,
         init: Init = "default",
+        torch_compile: bool = False,
     ) -> None:
         if task is None:
             raise ConfigError("SequenceClassifier needs a task: set data.init_args.task (the model takes the data's), "
@@ -111,6 +112,7 @@ class SequenceClassifier(EmbeddingModule):
         super().__init__(
             encoder=encoder, embedding=embedding, vocab_size=vocab_size, optim=optim or FINETUNE_OPTIM,
             baseline_vocab_size=baseline_vocab_size, baseline_encoder=baseline_encoder, init=init,
+            torch_compile=torch_compile,
         )
         self.task: Task = labelled(get_task(task))
         if self.task.definition is not None:  # plain data with the labels it resolved: the checkpoint predicts alone

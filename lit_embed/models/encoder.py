@@ -141,6 +141,14 @@ class Encoder(nn.Module):
         table = self._position_table()
         return count - (table.num_embeddings - self.trained_positions) * table.embedding_dim
 
+    def training_flops_per_token(self, length: int) -> float:
+        """Forward and backward FLOPs per token of a ``length``-token sequence through the transformer (PaLM's MFU
+        formula): 6 per weight of its layers (embeddings, pooler and heads left out) and ``12 x layers x hidden x
+        length`` for attention's scores and values."""
+        c = self.config
+        layers = count_parameters(getattr(self.model, "encoder", self.model))  # HuggingFace's stack of layers
+        return 6.0 * layers + 12.0 * c.num_hidden_layers * c.hidden_size * length
+
     def counting_rule(self) -> str | None:
         """Why :meth:`num_parameters` leaves parameters out, where it does."""
         if self.trained_positions is None:

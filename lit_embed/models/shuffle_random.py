@@ -28,7 +28,7 @@ class ShuffleRandom(EmbeddingModule):
     logs ``original_rate``, the accuracy of always answering "original" (about 0.81 at p = 0.10), which
     the accuracy has to beat.
 
-    ``encoder``, ``embedding``, ``optim`` and ``init``: see :class:`EmbeddingModule`.
+    ``encoder``, ``embedding``, ``optim``, ``init`` and ``torch_compile``: see :class:`EmbeddingModule`.
 
     Args:
         vocab_size: vocabulary size for vocabulary strategies; unset for hash strategies.
@@ -46,10 +46,11 @@ class ShuffleRandom(EmbeddingModule):
         prob: float = 0.10,
         optim: OptimConfig | None = None,
         init: Init = "default",
+        torch_compile: bool = False,
     ) -> None:
         super().__init__(
             encoder=encoder, embedding=embedding, vocab_size=vocab_size, optim=optim, baseline_vocab_size=baseline_vocab_size,
-            init=init,
+            init=init, torch_compile=torch_compile,
         )
         if not 0.0 < prob < 1.0:
             raise ConfigError(f"prob={prob} must lie strictly between 0 and 1")

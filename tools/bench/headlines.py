@@ -1,6 +1,7 @@
 """The headline figures, read from the result files: each names lit-embed's row, its peer's row of the same
-run, and the input, so that a claim is never stronger than the rows it comes from and follows them when the
-benchmarks run again (`python tools/bench/run.py --headlines` runs the benchmarks they read)."""
+run, the input and the code's fingerprint, so that a claim is never stronger than the rows it comes from and follows
+them when the benchmarks run again (`python tools/bench/run.py --headlines` runs the benchmarks they read); a result
+whose code has changed since it was measured makes no headline."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from fingerprint import changed_since
 
 TEXT, UNIFORM = "real-text ids", "uniform ids"
 
@@ -110,6 +113,9 @@ def table(results: Path, render_row: Callable[[list[str]], str] = lambda cells: 
             if not path.exists():
                 continue
             result = json.loads(path.read_text())
+            changed = changed_since(result)
+            if changed:  # the code it timed has changed since: no claim from it
+                continue
             ours = next((row for row in result["rows"] if matches(row, headline.ours) and row.get(headline.ratio) is not None), None)
             if ours is None:
                 continue
@@ -128,11 +134,12 @@ def table(results: Path, render_row: Callable[[list[str]], str] = lambda cells: 
                 f"{peer[headline.name]}: {cell(ours[headline.peer_value] if headline.peer_value else peer.get(headline.value), headline.value)}", ratio,
                 cell(ours.get(headline.limit), headline.limit) + ("%" if headline.limit and ours.get(headline.limit) is not None else ""),
                 f"{result['date']}, {where}, load {env.get('load average', '?')}",
+                "not recorded" if changed is None else result["code"]["fingerprint"],
             ]))
     if not lines:
         return ""
     head = ["what", "input", "lit-embed", "peer, same run", "lit-embed vs peer (range over rounds)", "% of memory limit",
-            "measured"]
+            "measured", "code"]
     return "\n".join([render_row(head), "|" + "---|" * len(head), *lines])
 
 

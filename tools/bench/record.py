@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import headlines
+from fingerprint import describe, imported_code
 
 from lit_embed.files import write_atomic, write_json_atomic
 
@@ -21,7 +22,9 @@ generated from `results/*.json`.
 
 HEADLINES = """## Headlines
 
-Each claim names its peer and its input (real-text ids, the headline, or uniform ids); the peer's figure is
+Each claim names its peer and its input (real-text ids, the headline, or uniform ids) and the code it timed (the
+fingerprint of the files its run imported: a result whose code has changed since is left out of the headlines and marked
+STALE in its own section); the peer's figure is
 that of lit-embed's group in the same run (for the embedding step, of the rounds they took turns in); the
 ratio is the median of the per-round ratios, with their range; "% of memory limit" is the time the
 bytes a step must move would take at the machine's measured bandwidth over the measured time (see each
@@ -56,6 +59,7 @@ def render(results: Path = RESULTS) -> str:
         parts.append(f"Measured {result['date']} on {where} (torch {env['torch']}{load}): `{result['command']}`\n")
         if env.get("text-like ids"):
             parts.append(f"Text-like ids: {env['text-like ids']}.\n")
+        parts.append(f"The code it timed: {describe(result)}.\n")
         if not result.get("complete", True):
             parts.append("**Partial: the run stopped before this benchmark finished; the rows below are those it had.**\n")
         parts.append(markdown_table(result["rows"]) + "\n")
@@ -66,5 +70,6 @@ def save(path: Path, payload: dict, rows: list[dict], complete: bool) -> None:
     """Write a benchmark's result file (partial until ``complete``) and rebuild RESULTS.md (beside the results
     folder) from every result in its folder."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(path, {**payload, "load average after": load_average(), "complete": complete, "rows": rows})
+    write_json_atomic(path, {**payload, "load average after": load_average(), "code": imported_code(), "complete": complete,
+                             "rows": rows})
     write_atomic(path.parent.parent / "RESULTS.md", render(path.parent))
