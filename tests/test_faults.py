@@ -434,6 +434,19 @@ def wait_for(path_glob: str, root: Path, process: subprocess.Popen, timeout: flo
         time.sleep(0.2)
 
 
+def wait_for_a_step(run: Path, process: subprocess.Popen, timeout: float = 300) -> None:
+    """Until ``run``'s TensorBoard events hold a training step's loss (``log_every_n_steps`` 1): a step was taken,
+    however slow the machine."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(run))
+    deadline = time.monotonic() + timeout
+    while "train/loss" not in events.Reload().Tags()["scalars"]:
+        assert process.poll() is None, process.communicate()[1][-3000:]
+        assert time.monotonic() < deadline, f"no step logged in {run} after {timeout} s"
+        time.sleep(0.2)
+
+
 LONG = [*QUIET, "--trainer.max_steps", "100000", "--trainer.val_check_interval", "100000", "--data.init_args.batch_size", "4"]
 
 
@@ -443,7 +456,7 @@ def test_a_signal_saves_a_resumable_checkpoint_and_exits_non_zero(signum, status
 
     process = lit_embed([*DEMO, *LONG, "--trainer.log_every_n_steps", "1"], tmp_path)
     wait_for("runs/demo/version_0/events.out.tfevents.*", tmp_path, process)
-    time.sleep(3)  # some steps
+    wait_for_a_step(tmp_path / "runs/demo/version_0", process)
     os.kill(process.pid, signum)
     code, err = finish(process)
     assert code == status, err[-3000:]
