@@ -122,3 +122,12 @@ def validate_again_on_resume(trainer) -> None:
 def subcommand_parser(cli, subcommand: str | None):
     """The parser of a LightningCLI subcommand (``fit``...), to dump its config (LightningCLI's ``_parser``)."""
     return cli._parser(subcommand)
+
+
+def hub_client_errors() -> tuple[type[Exception], ...]:
+    """What huggingface_hub's HTTP client raises for a request that failed (no connection, a refusal): its
+    ``HfHubHTTPError`` is an ``OSError``, but a transport's errors are the HTTP library's own (httpx's, whose name
+    changed across versions; requests' are ``OSError``), which ``huggingface_hub.errors`` imports as ``HTTPError``."""
+    from huggingface_hub import errors
+
+    return (OSError, getattr(errors, "HTTPError", OSError))

@@ -182,7 +182,7 @@ def craft_recorded(root: Path) -> None:
         (root / folder / "config.yaml").write_text(yaml.safe_dump(document))
     shutil.copy(root / "runs/trusting/version_0/checkpoints/last.ckpt", root / "given_compress" / "model.ckpt")
 
-    export(str(root / "classifier.ckpt"), str(root / "exported"))
+    export(str(root / CKPT), str(root / "exported"))  # a compact strategy's: the export's own code (a dense one has none)
     for name in ("modeling_lit_embed.py", "configuration_lit_embed.py"):
         (root / "exported" / name).write_text(marking(marker) + (root / "exported" / name).read_text())
 
