@@ -26,6 +26,7 @@ from lit_embed.embeddings import (
     SparseCodedEmbedding,
     VocabTextEncoder,
 )
+from lit_embed.errors import ConfigError
 from lit_embed.export.folder import MARKER, UNSUPPORTED, export
 from lit_embed.models import MaskedLM, SequenceClassifier, ShuffleRandom
 from tests.helpers import REPO, tiny_encoder
@@ -244,8 +245,6 @@ def test_a_classifiers_export_names_the_tasks_labels_everywhere(exported, name):
 
 
 def test_materialise_refuses_a_strategy_without_a_table_before_writing(exported, tmp_path):
-    from lit_embed.errors import ConfigError
-
     checkpoint, _, _ = exported["hash-proj"]
     with pytest.raises(ConfigError, match="HashProj has no finite vocabulary to write out as a table; export it without --materialise"):
         export(str(checkpoint), str(tmp_path / "out"), materialise=True)
@@ -352,3 +351,16 @@ def test_a_push_that_cannot_work_is_refused_before_the_export(repo, offline, exp
     monkeypatch.setenv("HF_HUB_OFFLINE", offline)
     assert main(["export", "--ckpt", str(tmp_path / "none.ckpt"), "--out", str(tmp_path / "out"), "--push-to-hub", repo]) == 2
     assert expected in capsys.readouterr().err and list(tmp_path.iterdir()) == []
+
+
+def test_a_dense_classifier_whose_backbones_head_is_not_lit_embeds_keeps_its_own_code(exported, tmp_path, monkeypatch, caplog):
+    """As a DistilBERT's (its head has a ReLU): here RoBERTa's, taken out of the table of heads that compute lit-embed's."""
+    from lit_embed.export import folder as export_folder
+
+    checkpoint, _, _ = exported["roberta-classifier"]
+    monkeypatch.setattr(export_folder, "NATIVE_HEADS", {"bert": "pooler"})
+    export(str(checkpoint), str(tmp_path / "out"))
+    assert json.loads((tmp_path / "out" / "config.json").read_text())["architectures"] == ["LitEmbedForSequenceClassification"]
+    assert "transformers' roberta classifier head is not lit-embed's" in caplog.text
+    with pytest.raises(ConfigError, match="cannot be exported as its backbone's own architecture: transformers' roberta"):
+        export(str(checkpoint), str(tmp_path / "again"), materialise=True)
