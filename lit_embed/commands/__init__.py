@@ -12,6 +12,7 @@ else is a bug and keeps its traceback.
 from __future__ import annotations
 
 import contextvars
+import difflib
 import importlib
 import sys
 import threading
@@ -165,7 +166,9 @@ def command(name: str):
     """The function that runs command ``name`` (imported now: the command's own imports come with it)."""
     commands = table()
     if name not in commands:
-        raise ConfigError(f"unknown command {name!r}: one of {', '.join(commands)} (lit-embed --help lists them)")
+        close = difflib.get_close_matches(name, list(commands), n=1, cutoff=0.6)
+        guess = f"did you mean {close[0]}? " if close else ""
+        raise ConfigError(f"unknown command {name!r}: {guess}one of {', '.join(commands)} (lit-embed --help lists them)")
     found = commands[name]
     module, _, function = found.target.partition(":")
     try:
