@@ -592,6 +592,9 @@ def test_a_data_module_is_wired_only_to_a_model_it_can_feed(model):
         ("drop_column", r"no column\(s\) \['label'\] .* task 'topics' expects \['text', 'label'\]"),
         ("bad_label", r"row 3 has label 'volcano', outside the label set \['city'"),
         ("empty", "the train split of task 'topics' has no rows"),
+        ("line_break", r"row 3 has no label \(column 'label' is empty\): give it one, or, if the file has it, a row was "
+                       r"split in two: a line break inside an unquoted text, or a stray \\r"),
+        ("carriage_return", r"row 3 has no label \(column 'label' is empty\)"),
     ],
 )
 def test_bad_data_exits_non_zero_naming_the_problem(change, message, tmp_path, monkeypatch, capsys):
@@ -610,6 +613,11 @@ def test_bad_data_exits_non_zero_naming_the_problem(change, message, tmp_path, m
             lines[4] = lines[4].split("\t")[0] + "\tvolcano"
         if split == "train" and change == "empty":
             lines = lines[:1]
+        if split == "train" and change == "line_break":  # a text with a line break, unquoted: its row ends there
+            text, label = lines[4].split("\t")
+            lines[4] = f"{text[:10]}\n{text[10:]}\t{label}"
+        if split == "train" and change == "carriage_return":  # a stray \r where a tab was
+            lines[4] = lines[4].replace("\t", "\r")
         (data / f"{split}.tsv").write_text("\n".join(lines) + "\n")
     assert cli_fit(tmp_path, "--data.init_args.data_dir", str(data)) == 2
     assert re.search(message, capsys.readouterr().err)
