@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lit_embed import __version__
+from lit_embed.commands.early_data import check_data_files
 from lit_embed.commands.helptext import shipped, summary
 from lit_embed.commands.parsing import check_names
 from lit_embed.errors import ConfigError, PluginError, UserError
@@ -143,6 +144,7 @@ def _run(argv: list[str]) -> int:
         if argv[0] != "plugins":  # it lists them, a broken one included
             load_plugins()  # before parsing: configs name the plugins' classes and tasks
         check_yaml_files(argv)
+        check_data_files(argv)  # a wrong data path or column answers before the imports too
         status = command(argv[0])(argv[1:])
     except Exception as error:
         _discard_unstarted()
