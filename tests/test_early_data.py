@@ -62,6 +62,14 @@ def test_given_data_is_refused_or_left_to_the_parser(folder, extra, expected, ca
     assert len(err) == 1 and expected.format(cwd=folder) in err[0], err
 
 
+def test_a_config_printed_or_help_asked_is_not_checked(folder, monkeypatch):
+    from lit_embed.commands import early_data
+
+    monkeypatch.setattr(early_data, "given_data", lambda words: pytest.fail("read"))
+    for extra in (["--print_config"], ["--print_config=skip_null"], ["--help"]):
+        early_data.check_data_files(["fit", "--config", "own.yaml", *extra])
+
+
 def test_the_data_section_is_merged_as_given(folder):
     """Configs in order (a later one's init_args merged key by key, another class replacing them), then --data.* values."""
     (folder / "later.yaml").write_text(json.dumps({"data": {"init_args": {"task": {"files": "b.csv"}, "batch_size": 8}}}))

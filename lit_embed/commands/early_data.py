@@ -19,8 +19,8 @@ COMMANDS = ("fit", "validate", "test")
 
 def check_data_files(argv: list[str]) -> None:
     """Refuse ``lit-embed ARGV`` where its data names a local file that is missing, unreadable or lacks a column."""
-    if not argv or argv[0] not in COMMANDS or "-h" in argv or "--help" in argv:
-        return
+    if not argv or argv[0] not in COMMANDS or {"-h", "--help"} & set(argv) or any(a.startswith("--print_config") for a in argv):
+        return  # help, or a config printed as it stands (its data may come later)
     # imported here, not above: lit_embed.data.sources imports the hub's module, 50 ms for every command
     from lit_embed.data.sources import check_files
 
