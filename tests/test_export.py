@@ -364,3 +364,22 @@ def test_a_dense_classifier_whose_backbones_head_is_not_lit_embeds_keeps_its_own
     assert "transformers' roberta classifier head is not lit-embed's" in caplog.text
     with pytest.raises(ConfigError, match="cannot be exported as its backbone's own architecture: transformers' roberta"):
         export(str(checkpoint), str(tmp_path / "again"), materialise=True)
+
+
+def test_in_a_log_the_libraries_draw_no_progress_bars(exported, tmp_path, monkeypatch):
+    """stderr to a file: transformers' "Writing model shards" / "Loading weights" bars (\\r redraws) are off; a switch
+    the user set is kept."""
+    from lit_embed import notices
+
+    checkpoint, _, _ = exported["bert-classifier"]
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_DISABLE_PROGRESS_BARS")}
+    with (tmp_path / "log").open("w") as log:
+        done = subprocess.run([sys.executable, "-m", "lit_embed.commands", "export", "--ckpt", str(checkpoint), "--out",
+                               str(tmp_path / "out")], stdout=log, stderr=subprocess.STDOUT, cwd=tmp_path, env=env, timeout=600)
+    text = (tmp_path / "log").read_text()
+    assert done.returncode == 0 and "\r" not in text and "Writing model shards" not in text, text
+    monkeypatch.setenv("HF_HUB_DISABLE_PROGRESS_BARS", "0")
+    monkeypatch.delenv("HF_DATASETS_DISABLE_PROGRESS_BARS", raising=False)
+    monkeypatch.setattr(notices.sys.stderr, "isatty", lambda: False)
+    notices.quiet("export")
+    assert os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] == "0" and os.environ["HF_DATASETS_DISABLE_PROGRESS_BARS"] == "1"
