@@ -130,3 +130,12 @@ def writes_logs_this_step(trainer) -> bool:
     decides it in its private logger connector (``should_update_logs``; under ``fast_dev_run`` every step is
     written); no trainer: every step."""
     return trainer is None or bool(trainer.fast_dev_run) or trainer._logger_connector.should_update_logs
+
+
+def hub_client_errors() -> tuple[type[Exception], ...]:
+    """What huggingface_hub's HTTP client raises for a request that failed (no connection, a refusal): its
+    ``HfHubHTTPError`` is an ``OSError``, but a transport's errors are the HTTP library's own (httpx's, whose name
+    changed across versions; requests' are ``OSError``), which ``huggingface_hub.errors`` imports as ``HTTPError``."""
+    from huggingface_hub import errors
+
+    return (OSError, getattr(errors, "HTTPError", OSError))

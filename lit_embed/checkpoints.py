@@ -30,7 +30,7 @@ from jsonargparse import ArgumentParser
 from lit_embed._compat import instantiate
 from lit_embed.embeddings import EmbeddingStrategy
 from lit_embed.embeddings.state import fixed_shapes
-from lit_embed.errors import CheckpointError, ConfigError, MissingFileError
+from lit_embed.errors import CheckpointError, ConfigError, MissingFileError, did_you_mean
 from lit_embed.files import atomic_writer, check_file_output
 from lit_embed.folders import start_checkpoint
 from lit_embed.plain_data import load_plain, plain
@@ -59,7 +59,7 @@ def read_checkpoint(path: str | os.PathLike, what: str = "checkpoint") -> dict[s
     """
     path = Path(path).expanduser()
     if not path.exists():
-        raise MissingFileError(f"{what} {str(path)!r} does not exist: check the path")
+        raise MissingFileError(f"{what} {str(path)!r} does not exist{did_you_mean(path)}: check the path")
     if path.is_dir():
         raise CheckpointError(f"{what} {str(path)!r} is a folder: give the .ckpt file (e.g. {path}/checkpoints/last.ckpt)")
     if path.stat().st_size == 0:

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import difflib
 import errno
+import os
 import re
+from pathlib import Path
 
 
 class UserError(Exception):
@@ -90,6 +92,28 @@ def not_known(label: str, name: str, known) -> ConfigError:
     near = difflib.get_close_matches(name, list(known), n=1)
     hint = f"did you mean {near[0]!r}? " if near else ""
     return ConfigError(f"{label}={name!r} is not known: {hint}use one of {sorted(known)}")
+
+
+def nearest_path(path: str | os.PathLike) -> Path | None:
+    """The existing path closest to ``path``, each missing part replaced by the closest name in the folder that
+    holds it (a mistyped run folder, ``runs/dmeo`` for ``runs/demo``); ``None`` where a part has nothing close."""
+    path = Path(path).expanduser()
+    current = Path(path.anchor or ".")
+    for part in path.parts[1 if path.anchor else 0:]:
+        if not (current / part).exists():
+            names = sorted(p.name for p in current.iterdir()) if current.is_dir() else []
+            close = difflib.get_close_matches(part, names, n=1, cutoff=0.6)
+            if not close:
+                return None
+            part = close[0]
+        current = current / part
+    return None if current == path else current
+
+
+def did_you_mean(path: str | os.PathLike) -> str:
+    """`` (did you mean NEAREST?)`` for a path that does not exist, or nothing."""
+    near = nearest_path(path)
+    return f" (did you mean {near}?)" if near is not None else ""
 
 
 def pickled_type(error: BaseException) -> str | None:

@@ -33,7 +33,7 @@ import socket
 import sys
 from pathlib import Path
 
-from lit_embed.errors import CheckpointError, MissingFileError, RunBusyError
+from lit_embed.errors import CheckpointError, MissingFileError, RunBusyError, did_you_mean
 from lit_embed.files import open_in_place, refuse_redirect, writing
 from lit_embed.results import COMPLETE, DIVERGED, RESULTS_FILE, status_of
 
@@ -253,7 +253,8 @@ def start_checkpoint(name: str | os.PathLike, what: str = "checkpoint", newest: 
     if path.is_file():
         return taken(what, name, path, "the file given")
     if not path.is_dir():
-        raise MissingFileError(f"{what} {str(name)!r} does not exist: give a .ckpt file, a run folder or an experiment folder")
+        raise MissingFileError(f"{what} {str(name)!r} does not exist{did_you_mean(path)}: give a .ckpt file, a run folder "
+                               f"or an experiment folder")
     if (path / CHECKPOINTS).is_dir() or (path / RESULTS_FILE).is_file():
         return _said(what, name, *_checkpoint_of_run(path, what, newest))
     usable = [run for run in version_folders(path) if _checkpoints(run) and _status(run) == COMPLETE]

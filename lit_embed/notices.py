@@ -13,6 +13,10 @@ the run, and that the user cannot act on.
   it is built, the same each time (``lit-embed compress`` builds one per candidate k).
 * When evaluating or predicting with a checkpoint (``validate``, ``test``, ``predict``): its checkpoint callback's
   "The dirpath has changed" (the run writes into a folder of its own, as every run does).
+* Where stderr is no terminal (a log file, a batch job): the progress bars of huggingface_hub, transformers and
+  datasets ("Loading weights", "Generating train split", a map's), whose ``\r`` redraws fill a log with one line
+  per update; lit-embed's own stages say their progress in plain lines there (:mod:`lit_embed.progress`). A
+  ``HF_HUB_DISABLE_PROGRESS_BARS`` or ``HF_DATASETS_DISABLE_PROGRESS_BARS`` the user set is kept.
 
 Nothing here imports Lightning: :func:`quiet` installs filters by logger name and message.
 """
@@ -20,6 +24,8 @@ Nothing here imports Lightning: :func:`quiet` installs filters by logger name an
 from __future__ import annotations
 
 import logging
+import os
+import sys
 import warnings
 
 #: The loggers Lightning's ``rank_zero_info`` writes to (Lightning points lightning_utilities' at them).
@@ -54,6 +60,9 @@ def quiet(command: str | None = None) -> None:
     warnings.filterwarnings("ignore", message=r"No seed found, seed set to 0")
     if command in ("validate", "test", "predict"):
         warnings.filterwarnings("ignore", message=r"The dirpath has changed from")
+    if not sys.stderr.isatty():  # read by the libraries at their import, which comes later; DDP ranks inherit them
+        for switch in ("HF_HUB_DISABLE_PROGRESS_BARS", "HF_DATASETS_DISABLE_PROGRESS_BARS"):
+            os.environ.setdefault(switch, "1")
     if not _installed:
         _installed = True
         notices = _Notices()

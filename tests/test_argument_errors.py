@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -82,7 +83,7 @@ EARLY = [
      "lit-embed data check: error: unrecognized arguments: --trainer.max_step 3"),
     (["data", "check", "--config", TYPO], "lit-embed data check: error: Parser key \"config\": File does not exist: "),
     (["data", "chek", "--config", DEMO], "lit-embed: error: usage: lit-embed data check --config FILE"),
-    (["fitt", "--config", DEMO], "lit-embed: error: unknown command 'fitt': one of analyze, compress, convert, data, export, fit, params, plugins, predict, report, sweep, test, validate"),
+    (["fitt", "--config", DEMO], "lit-embed: error: unknown command 'fitt': did you mean fit? one of analyze, compress, convert, data, export, fit, params, plugins, predict, report, sweep, test, validate"),
 ]
 
 
@@ -176,3 +177,20 @@ def test_where_a_plugin_is_installed_or_the_copies_are_for_other_versions_the_pa
     monkeypatch.setattr(helptext, "versions", lambda: "lit-embed 0.0.0, pytorch-lightning 0.0, jsonargparse 0.0")
     check_names(typo)
     check_names(["data", "chek"])
+
+
+def test_a_mistyped_checkpoint_path_suggests_the_nearest_run_folder(tmp_path, monkeypatch, capsys):
+    """Each missing part of the path is matched against the names beside it; nothing close suggests nothing."""
+    from lit_embed.errors import nearest_path
+
+    (tmp_path / "runs" / "demo" / "version_0" / "checkpoints").mkdir(parents=True)
+    (tmp_path / "runs" / "demo_finetune").mkdir()
+    monkeypatch.chdir(tmp_path)
+    assert nearest_path("runs/dmeo") == Path("runs/demo")
+    assert nearest_path("rnus/demo/versoin_0") == Path("runs/demo/version_0")
+    assert nearest_path(tmp_path / "runs" / "demo_fintune") == tmp_path / "runs" / "demo_finetune"
+    assert nearest_path("runs/demo") is None and nearest_path("elsewhere/x") is None
+    for argv in (["export", "--ckpt", "runs/dmeo", "--out", "out"], ["analyze", "--ckpt", "runs/demo/versoin_0"]):
+        assert main(argv) == 2
+        assert "does not exist (did you mean runs/demo" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()

@@ -8,7 +8,6 @@ import importlib
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -234,13 +233,14 @@ def test_the_gpu_kit_keeps_every_partial_result_when_parts_fail_or_run_out_of_ti
     kit = bench_module(monkeypatch, "kit")
     results, out = tmp_path / "bench" / "results", tmp_path / "out"
     partial = results / "slow.cuda.json"
-    pid_file = tmp_path / "grandchild.pid"
+    pid_file = tmp_path / "pids"
     python = sys.executable
-    slow = (f"import json, pathlib, subprocess, sys, time; pathlib.Path({str(partial)!r}).write_text(json.dumps("
+    slow = (f"import json, os, pathlib, subprocess, sys, time; pathlib.Path({str(partial)!r}).write_text(json.dumps("
             f"{{'title': 'slow', 'description': '', 'date': '', 'command': '', 'environment': {{'cpu_count': 2, "
             f"'torch_threads': 1, 'torch': '2'}}, 'complete': False, 'rows': [{{'figure': 1.5}}]}})); "
-            f"child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
-            f"pathlib.Path({str(pid_file)!r}).write_text(str(child.pid)); print('measured 1 row', flush=True); time.sleep(60)")
+            f"child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)']); "
+            f"pathlib.Path({str(pid_file)!r}).write_text(f'{{os.getpid()}} {{child.pid}}'); print('measured 1 row', flush=True); "
+            f"time.sleep(600)")
     parts = [kit.Part("passes", [python, "-c", "print('hello from the GPU')"], 1),
              kit.Part("slow", [python, "-c", slow], 1),
              kit.Part("fails", [python, "-c", "import sys; sys.exit(3)"], 1),
@@ -249,13 +249,12 @@ def test_the_gpu_kit_keeps_every_partial_result_when_parts_fail_or_run_out_of_ti
     monkeypatch.setattr(kit, "gpu_count", lambda: 1)
     harness = bench_module(monkeypatch, "harness")
     monkeypatch.setattr(harness, "environment", lambda ctx: {"cpu_count": 2, "torch_threads": 1, "torch": "2"})
-    start = time.monotonic()
     assert kit.main(24, str(out), results) == 1
-    assert time.monotonic() - start < 24
     summary = json.loads((results / "gpu_kit.cuda.json").read_text())
     assert summary["complete"] and [row["status"] for row in summary["rows"]] == ["passed", "out of time", "failed (exit 3)", "skipped"]
     assert json.loads(partial.read_text())["rows"] == [{"figure": 1.5}]  # what the stopped part had written
-    assert not running(int(pid_file.read_text()))  # the process the stopped part had started is stopped too
+    # stopped, not waited for: the part and the process it started are gone when the kit returns
+    assert not any(running(int(pid)) for pid in pid_file.read_text().split())
     log = (results / "gpu_kit.log").read_text()
     assert "hello from the GPU" in log and "measured 1 row" in log and "must not run" not in log
     assert all(line.startswith("[") and "s] " in line for line in log.splitlines())

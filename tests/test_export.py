@@ -26,6 +26,7 @@ from lit_embed.embeddings import (
     SparseCodedEmbedding,
     VocabTextEncoder,
 )
+from lit_embed.errors import ConfigError
 from lit_embed.export.folder import MARKER, UNSUPPORTED, export
 from lit_embed.models import MaskedLM, SequenceClassifier, ShuffleRandom
 from tests.helpers import REPO, tiny_encoder
@@ -78,6 +79,12 @@ def _post_hoc_classifier(method: str, **options):
     return _perturbed(module, 6)
 
 
+def _dense_classifier(arch: str, pooler: bool):
+    """A dense classifier of the demo task (six topics) on a tiny BERT or RoBERTa, with or without the pooler."""
+    encoder = tiny_encoder(16, arch=arch, pooler=pooler, type_vocab_size=2 if arch == "bert" else 1)
+    return _perturbed(SequenceClassifier("topics", encoder=encoder, embedding=DenseEmbedding, vocab_size=30522), 7)
+
+
 #: name -> (how to get the checkpoint, the transformers class that loads its export)
 CASES = {
     "dense": (lambda tmp: _save(_perturbed(MaskedLM(tiny_encoder(16), vocab_size=30522, embedding=DenseEmbedding), 1),
@@ -93,7 +100,17 @@ CASES = {
     "int4": (lambda tmp: _save(_post_hoc_classifier("int4"), tmp / "int4.ckpt"), "AutoModelForSequenceClassification"),
     "pq": (lambda tmp: _save(_post_hoc_classifier("pq", groups=4, codewords=16, iterations=2), tmp / "pq.ckpt"),
            "AutoModelForSequenceClassification"),
+    "bert-classifier": (lambda tmp: _save(_dense_classifier("bert", True), tmp / "bert.ckpt"), "AutoModelForSequenceClassification"),
+    "bert-classifier-no-pooler": (lambda tmp: _save(_dense_classifier("bert", False), tmp / "bert_np.ckpt"),
+                                  "AutoModelForSequenceClassification"),
+    "roberta-classifier": (lambda tmp: _save(_dense_classifier("roberta", True), tmp / "roberta.ckpt"),
+                           "AutoModelForSequenceClassification"),
+    "pq-materialised": (lambda tmp: tmp / "pq.ckpt", "AutoModelForSequenceClassification"),
 }
+#: The cases exported as their backbone's own transformers model (dense, or --materialise), loaded without custom code.
+NATIVE = {"dense": "RobertaModel", "bert-classifier": "BertForSequenceClassification",
+          "bert-classifier-no-pooler": "BertForSequenceClassification",
+          "roberta-classifier": "RobertaForSequenceClassification", "pq-materialised": "RobertaForSequenceClassification"}
 
 
 def _tampered(marker: str) -> dict:
@@ -125,9 +142,11 @@ def exported(tmp_path_factory):
             assert done.returncode == 0, done.stderr
             assert "trust_remote_code=True" in done.stdout
         else:
-            export(str(checkpoints[name]), str(folder))
-        job = {"folder": str(folder), "auto": auto, "out": str(tmp / f"{name}.pt")}
-        if name.startswith("hash") or name == "subspace-classifier":
+            export(str(checkpoints[name]), str(folder), materialise=name.endswith("materialised"))
+        job = {"folder": str(folder), "auto": auto, "out": str(tmp / f"{name}.pt"), "trust": name not in NATIVE}
+        if name == "bert-classifier":
+            job["pipeline"] = TEXTS
+        if name.startswith("hash") or name in ("subspace-classifier", "bert-classifier"):
             job["texts"] = TEXTS
         else:
             ids = torch.randint(0, 30522, (2, 7), generator=torch.Generator().manual_seed(0))
@@ -202,7 +221,34 @@ def test_export_computes_what_lit_embed_computes(exported, name):
     os.umask(mask)
     assert {p.name: p.stat().st_mode & 0o777 for p in folder.iterdir()} == {p.name: 0o666 & ~mask for p in folder.iterdir()}
     card = (folder / "README.md").read_text()
-    assert "embedding params" in card and str(checkpoint) in card and "trust_remote_code=True" in card
+    assert "embedding params" in card and f"checkpoint: `{checkpoint.name}`" in card
+    assert ("trust_remote_code=True" in card) == (name not in NATIVE) == ("custom_code" in card)
+    assert loaded["class"] == NATIVE.get(name, loaded["class"]) and (name not in NATIVE) == (folder / "modeling_lit_embed.py").exists()
+    for path in folder.iterdir():  # what an upload publishes names no folder of this machine
+        if path.name not in (MARKER, "model.safetensors"):
+            assert str(checkpoint.parent) not in path.read_text() and sys.prefix not in path.read_text(), path.name
+
+
+@pytest.mark.parametrize("name", [name for name, (_, auto) in CASES.items() if auto == "AutoModelForSequenceClassification"])
+def test_a_classifiers_export_names_the_tasks_labels_everywhere(exported, name):
+    """id2label and label2id hold the task's names (not LABEL_0, LABEL_1), in the backbone's config that a custom-code
+    export nests too; a native export is served by transformers' pipeline without trust_remote_code, by name."""
+    checkpoint, folder, loaded = exported[name]
+    module, _ = load_model(checkpoint)
+    labels = dict(enumerate(module.task.labels))
+    config = json.loads((folder / "config.json").read_text())
+    for where in (config, config.get("backbone", config)):
+        assert {int(i): label for i, label in where["id2label"].items()} == labels
+        assert where["label2id"] == {label: i for i, label in labels.items()}
+    if loaded["served"] is not None:
+        assert [answer["label"] for answer in loaded["served"]] == [labels[i] for i in loaded["output"].argmax(-1).tolist()]
+
+
+def test_materialise_refuses_a_strategy_without_a_table_before_writing(exported, tmp_path):
+    checkpoint, _, _ = exported["hash-proj"]
+    with pytest.raises(ConfigError, match="HashProj has no finite vocabulary to write out as a table; export it without --materialise"):
+        export(str(checkpoint), str(tmp_path / "out"), materialise=True)
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_export_refuses_what_it_must_not_replace(exported, tmp_path, capsys):
@@ -219,9 +265,9 @@ def test_export_refuses_what_it_must_not_replace(exported, tmp_path, capsys):
     assert "missing.ckpt" in capsys.readouterr().err and not (tmp_path / "x").exists()
     again = tmp_path / "again"
     export(str(checkpoint), str(again))
-    before = (again / "model.safetensors").stat().st_mtime_ns
+    (again / "model.safetensors").write_bytes(b"stale")  # rewritten, whatever the clock's resolution
     assert main(["export", "--ckpt", str(checkpoint), "--out", str(again), "--overwrite"]) == 0
-    assert (again / "model.safetensors").stat().st_mtime_ns != before
+    assert (again / "model.safetensors").read_bytes() != b"stale"
     taken = json.loads((again / MARKER).read_text())["checkpoints_taken"]  # which file the export was made from
     assert [(r["what"], r["given"], r["file"], r["why"]) for r in taken] == [
         ("checkpoint", str(checkpoint), str(checkpoint.absolute()), "the file given")]
@@ -249,3 +295,91 @@ def test_export_refuses_a_taken_out_before_loading_anything(taken, tmp_path, mon
     assert main(["export", "--ckpt", str(ckpt), "--out", str(out), *extra]) == 2
     assert message in capsys.readouterr().err
     assert ckpt.read_bytes() == b"not read"
+
+
+@pytest.fixture
+def hub(monkeypatch, tmp_path_factory):
+    """The stand-in hub (tests/helpers/hub_standin.py) as this process's hub, online, with a token."""
+    import huggingface_hub.constants
+
+    from tests.helpers.hub_standin import StandInHub
+
+    standin = StandInHub()
+    monkeypatch.setenv("HF_ENDPOINT", standin.url)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)  # read once, at its import
+    monkeypatch.setenv("HF_TOKEN", "hf_standin")
+    monkeypatch.setenv("HF_HOME", str(tmp_path_factory.mktemp("hf_home")))  # what the client caches stays in the test
+    yield standin
+    standin.close()
+
+
+def test_export_pushes_the_folder_to_the_hub_without_its_local_provenance(exported, hub, tmp_path, capsys):
+    """--push-to-hub: the repository created, every file of the export committed as written but lit_embed_export.json
+    (local paths), the model card's metadata as the hub validates it, with the user's token."""
+    checkpoint, _, _ = exported["bert-classifier"]
+    out = tmp_path / "topics"
+    assert main(["export", "--ckpt", str(checkpoint), "--out", str(out), "--push-to-hub", "me/topics"]) == 0
+    said = capsys.readouterr().out
+    assert "(BertForSequenceClassification): load it with AutoModelForSequenceClassification.from_pretrained(" in said
+    assert "trust_remote_code" not in said and f"pushed to {hub.url}/me/topics" in said
+    pushed = hub.repos["me/topics"]
+    assert sorted(pushed) == sorted(p.name for p in out.iterdir() if p.name != MARKER)
+    assert all(pushed[name] == (out / name).read_bytes() for name in pushed)
+    assert set(hub.tokens) == {"Bearer hf_standin"} and hub.cards == [(out / "README.md").read_text()]
+    # again: the repository exists, the new commit replaces its files
+    assert main(["export", "--ckpt", str(checkpoint), "--out", str(out), "--overwrite", "--push-to-hub", "me/topics"]) == 0
+
+
+def test_a_push_that_fails_says_why_and_keeps_the_export(exported, hub, tmp_path, monkeypatch, capsys):
+    checkpoint, _, _ = exported["bert-classifier"]
+    monkeypatch.delenv("HF_TOKEN")
+    out = tmp_path / "topics"
+    assert main(["export", "--ckpt", str(checkpoint), "--out", str(out), "--push-to-hub", "me/topics"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith(f"lit-embed: error: could not push {out} to me/topics: ") and "401" in err
+    assert f"hf upload me/topics {out} --exclude {MARKER}" in err and (out / "model.safetensors").is_file()
+    assert hub.repos == {}
+
+
+@pytest.mark.parametrize(("repo", "offline", "expected"), [
+    ("topics", "0", "--push-to-hub 'topics' names no owner: give USER/NAME"),
+    ("me/to pics", "0", "--push-to-hub 'me/to pics' is not a repository name"),
+    ("me/topics", "1", "--push-to-hub me/topics: the hub is not used here (HF_HUB_OFFLINE=1 is set)"),
+])
+def test_a_push_that_cannot_work_is_refused_before_the_export(repo, offline, expected, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("HF_HUB_OFFLINE", offline)
+    assert main(["export", "--ckpt", str(tmp_path / "none.ckpt"), "--out", str(tmp_path / "out"), "--push-to-hub", repo]) == 2
+    assert expected in capsys.readouterr().err and list(tmp_path.iterdir()) == []
+
+
+def test_a_dense_classifier_whose_backbones_head_is_not_lit_embeds_keeps_its_own_code(exported, tmp_path, monkeypatch, caplog):
+    """As a DistilBERT's (its head has a ReLU): here RoBERTa's, taken out of the table of heads that compute lit-embed's."""
+    from lit_embed.export import folder as export_folder
+
+    checkpoint, _, _ = exported["roberta-classifier"]
+    monkeypatch.setattr(export_folder, "NATIVE_HEADS", {"bert": "pooler"})
+    export(str(checkpoint), str(tmp_path / "out"))
+    assert json.loads((tmp_path / "out" / "config.json").read_text())["architectures"] == ["LitEmbedForSequenceClassification"]
+    assert "transformers' roberta classifier head is not lit-embed's" in caplog.text
+    with pytest.raises(ConfigError, match="cannot be exported as its backbone's own architecture: transformers' roberta"):
+        export(str(checkpoint), str(tmp_path / "again"), materialise=True)
+
+
+def test_in_a_log_the_libraries_draw_no_progress_bars(exported, tmp_path, monkeypatch):
+    """stderr to a file: transformers' "Writing model shards" / "Loading weights" bars (\\r redraws) are off; a switch
+    the user set is kept."""
+    from lit_embed import notices
+
+    checkpoint, _, _ = exported["bert-classifier"]
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_DISABLE_PROGRESS_BARS")}
+    with (tmp_path / "log").open("w") as log:
+        done = subprocess.run([sys.executable, "-m", "lit_embed.commands", "export", "--ckpt", str(checkpoint), "--out",
+                               str(tmp_path / "out")], stdout=log, stderr=subprocess.STDOUT, cwd=tmp_path, env=env, timeout=600)
+    text = (tmp_path / "log").read_text()
+    assert done.returncode == 0 and "\r" not in text and "Writing model shards" not in text, text
+    monkeypatch.setenv("HF_HUB_DISABLE_PROGRESS_BARS", "0")
+    monkeypatch.delenv("HF_DATASETS_DISABLE_PROGRESS_BARS", raising=False)
+    monkeypatch.setattr(notices.sys.stderr, "isatty", lambda: False)
+    notices.quiet("export")
+    assert os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] == "0" and os.environ["HF_DATASETS_DISABLE_PROGRESS_BARS"] == "1"

@@ -213,7 +213,7 @@ def craft_recorded(root: Path) -> None:
         (root / folder / "config.yaml").write_text(yaml.safe_dump(document))
     shutil.copy(root / "runs/trusting/version_0/checkpoints/last.ckpt", root / "given_compress" / "model.ckpt")
 
-    export(str(root / "classifier.ckpt"), str(root / "exported"))
+    export(str(root / CKPT), str(root / "exported"))  # a compact strategy's: the export's own code (a dense one has none)
     for name in ("modeling_lit_embed.py", "configuration_lit_embed.py"):
         (root / "exported" / name).write_text(marking(marker) + (root / "exported" / name).read_text())
 
@@ -512,6 +512,19 @@ def wait_for(path_glob: str, root: Path, process: subprocess.Popen, timeout: flo
         time.sleep(0.2)
 
 
+def wait_for_a_step(run: Path, process: subprocess.Popen, timeout: float = 300) -> None:
+    """Until ``run``'s TensorBoard events hold a training step's loss (``log_every_n_steps`` 1): a step was taken,
+    however slow the machine."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(run))
+    deadline = time.monotonic() + timeout
+    while "train/loss" not in events.Reload().Tags()["scalars"]:
+        assert process.poll() is None, process.communicate()[1][-3000:]
+        assert time.monotonic() < deadline, f"no step logged in {run} after {timeout} s"
+        time.sleep(0.2)
+
+
 LONG = [*QUIET, "--trainer.max_steps", "100000", "--trainer.val_check_interval", "100000", "--data.init_args.batch_size", "4"]
 
 
@@ -521,7 +534,7 @@ def test_a_signal_saves_a_resumable_checkpoint_and_exits_non_zero(signum, status
 
     process = lit_embed([*DEMO, *LONG, "--trainer.log_every_n_steps", "1"], tmp_path)
     wait_for("runs/demo/version_0/events.out.tfevents.*", tmp_path, process)
-    time.sleep(3)  # some steps
+    wait_for_a_step(tmp_path / "runs/demo/version_0", process)
     os.kill(process.pid, signum)
     code, err = finish(process)
     assert code == status, err[-3000:]

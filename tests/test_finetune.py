@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -592,6 +593,9 @@ def test_a_data_module_is_wired_only_to_a_model_it_can_feed(model):
         ("drop_column", r"no column\(s\) \['label'\] .* task 'topics' expects \['text', 'label'\]"),
         ("bad_label", r"row 3 has label 'volcano', outside the label set \['city'"),
         ("empty", "the train split of task 'topics' has no rows"),
+        ("line_break", r"row 3 has no label \(column 'label' is empty\): give it one, or, if the file has it, a row was "
+                       r"split in two: a line break inside an unquoted text, or a stray \\r"),
+        ("carriage_return", r"row 3 has no label \(column 'label' is empty\)"),
     ],
 )
 def test_bad_data_exits_non_zero_naming_the_problem(change, message, tmp_path, monkeypatch, capsys):
@@ -610,15 +614,21 @@ def test_bad_data_exits_non_zero_naming_the_problem(change, message, tmp_path, m
             lines[4] = lines[4].split("\t")[0] + "\tvolcano"
         if split == "train" and change == "empty":
             lines = lines[:1]
+        if split == "train" and change == "line_break":  # a text with a line break, unquoted: its row ends there
+            text, label = lines[4].split("\t")
+            lines[4] = f"{text[:10]}\n{text[10:]}\t{label}"
+        if split == "train" and change == "carriage_return":  # a stray \r where a tab was
+            lines[4] = lines[4].replace("\t", "\r")
         (data / f"{split}.tsv").write_text("\n".join(lines) + "\n")
     assert cli_fit(tmp_path, "--data.init_args.data_dir", str(data)) == 2
     assert re.search(message, capsys.readouterr().err)
     assert not list(tmp_path.rglob("*.ckpt"))
 
 
-def test_demo_finetunes_the_demo_checkpoint_end_to_end(tmp_path, monkeypatch):
+def test_demo_finetunes_the_demo_checkpoint_end_to_end(tmp_path, monkeypatch, capsys):
     """configs/demo.yaml writes runs/demo/version_0/checkpoints/last.ckpt; configs/demo_finetune.yaml starts from
-    it (``checkpoint: runs/demo``), trains, and tests the best checkpoint after fit (both shortened here)."""
+    it (``checkpoint: runs/demo``), trains, and tests the best checkpoint after fit (both shortened here); each fit
+    ends by naming its run folder and checkpoints."""
     monkeypatch.chdir(tmp_path)
     quiet = ["--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false"]
     assert main(["fit", "--config", str(CONFIGS / "demo.yaml"), "--trainer.max_steps", "20",
@@ -635,6 +645,10 @@ def test_demo_finetunes_the_demo_checkpoint_end_to_end(tmp_path, monkeypatch):
     after_fit = events.Scalars("test/accuracy")[-1].value
     assert after_fit > 0.3  # chance is 1/6
     best = next((tmp_path / "runs/demo_finetune/version_0/checkpoints").glob("epoch=*.ckpt"))
+    said = [line for line in capsys.readouterr().err.splitlines() if line.startswith("lit-embed: fit: ")]
+    assert len(said) == 2 and said[0].startswith("lit-embed: fit: run folder ") and "runs/demo/version_0;" in said[0]
+    assert re.fullmatch(rf"lit-embed: fit: run folder \S*runs/demo_finetune/version_0; best checkpoint \S*{best.name} "
+                        rf"\(val/score [0-9.]+\)", said[1]), said[1]  # its config keeps no last.ckpt
     assert torch.load(best, weights_only=True)["hyper_parameters"]["checkpoint"] == "runs/demo/version_0/checkpoints/last.ckpt"
     (tmp_path / "runs/demo/version_0/checkpoints/last.ckpt").unlink()  # testing the fine-tuned model needs only its own
     cli = LitEmbedCLI(args=["test", "--config", str(CONFIGS / "demo_finetune.yaml"), "--ckpt_path", str(best),

@@ -12,6 +12,7 @@ else is a bug and keeps its traceback.
 from __future__ import annotations
 
 import contextvars
+import difflib
 import importlib
 import sys
 import threading
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lit_embed import __version__
+from lit_embed.commands.early_data import check_data_files
 from lit_embed.commands.helptext import shipped, summary
 from lit_embed.commands.parsing import check_names
 from lit_embed.errors import ConfigError, PluginError, UserError
@@ -142,6 +144,7 @@ def _run(argv: list[str]) -> int:
         if argv[0] != "plugins":  # it lists them, a broken one included
             load_plugins()  # before parsing: configs name the plugins' classes and tasks
         check_yaml_files(argv)
+        check_data_files(argv)  # a wrong data path or column answers before the imports too
         status = command(argv[0])(argv[1:])
     except Exception as error:
         _discard_unstarted()
@@ -165,7 +168,9 @@ def command(name: str):
     """The function that runs command ``name`` (imported now: the command's own imports come with it)."""
     commands = table()
     if name not in commands:
-        raise ConfigError(f"unknown command {name!r}: one of {', '.join(commands)} (lit-embed --help lists them)")
+        close = difflib.get_close_matches(name, list(commands), n=1, cutoff=0.6)
+        guess = f"did you mean {close[0]}? " if close else ""
+        raise ConfigError(f"unknown command {name!r}: {guess}one of {', '.join(commands)} (lit-embed --help lists them)")
     found = commands[name]
     module, _, function = found.target.partition(":")
     try:

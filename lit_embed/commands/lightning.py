@@ -361,12 +361,26 @@ class LitEmbedCLI(LightningCLI):
         """Fine-tuning data with test sets: test the selected checkpoint (the best ``val/score``
         where a ModelCheckpoint monitors it, else the last weights) right after ``fit``; not after a signal, which
         stops the command here (the run's results stay ``untested``; ``--ckpt_path last`` tests it)."""
-        if not self._tests_after_fit() or self.trainer.interrupted:
-            return
-        stop_if_signalled()
-        callback = self.trainer.checkpoint_callback
-        best = callback is not None and callback.monitor is not None and callback.best_model_path
-        self.trainer.test(self.model, datamodule=self.datamodule, ckpt_path="best" if best else None)
+        if self._tests_after_fit() and not self.trainer.interrupted:
+            stop_if_signalled()
+            callback = self.trainer.checkpoint_callback
+            best = callback is not None and callback.monitor is not None and callback.best_model_path
+            self.trainer.test(self.model, datamodule=self.datamodule, ckpt_path="best" if best else None)
+        if self.trainer.is_global_zero:
+            print(f"lit-embed: fit: {fit_outputs(self.trainer)}", file=sys.stderr, flush=True)
+
+
+def fit_outputs(trainer: pl.Trainer) -> str:
+    """Where a fit left what a user looks for next: its run folder, best checkpoint (and its score) and last one."""
+    said = [f"run folder {trainer.log_dir}"]
+    callback = trainer.checkpoint_callback
+    if callback is not None and callback.monitor is not None and callback.best_model_path:
+        score = callback.best_model_score
+        said.append(f"best checkpoint {callback.best_model_path}"
+                    + (f" ({callback.monitor} {float(score):.4g})" if score is not None else ""))
+    if callback is not None and callback.last_model_path:
+        said.append(f"last checkpoint {callback.last_model_path}")
+    return "; ".join(said)
 
 
 def _recorded_labels(recorded: dict, configured: dict) -> list | None:

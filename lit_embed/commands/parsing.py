@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from lit_embed.commands import helptext
-from lit_embed.errors import ConfigError, not_known
+from lit_embed.errors import ConfigError, nearest_path, not_known
 
 UNKNOWN_OPTION = re.compile(r"unrecognized arguments?:\s*(--?[\w.\-]+)", re.IGNORECASE)
 MISSING_FILE = re.compile(r"(?:File does not exist|does not exist|can't open)[^']*'([^']+)'", re.IGNORECASE)
@@ -31,13 +31,8 @@ def close_match(message: str, options: Iterable[str]) -> str | None:
         found = difflib.get_close_matches(unknown.group(1).split("=")[0], sorted(set(options)), n=1, cutoff=0.75)
         return f"did you mean {found[0]}?" if found else None
     missing = MISSING_FILE.search(message)
-    if missing:
-        path = Path(missing.group(1))
-        if path.parent.is_dir():
-            names = sorted(p.name for p in path.parent.iterdir())
-            found = difflib.get_close_matches(path.name, names, n=1, cutoff=0.6)
-            return f"did you mean {path.with_name(found[0])}?" if found else None
-    return None
+    near = nearest_path(missing.group(1)) if missing else None
+    return f"did you mean {near}?" if near is not None else None
 
 
 def report_error(prog: str, message: str, options: Iterable[str]) -> NoReturn:

@@ -685,6 +685,12 @@ class ExampleBuilder:
 
     def labels(self, values: list, indices: list[int], names: list[str] | None) -> list:
         task = self.task
+        for row, value in zip(indices, values):
+            if value is None or (isinstance(value, str) and not value.strip()):
+                raise ConfigError(
+                    f"{task.name}: row {row} has no label (column {task.label_column!r} is empty): give it one, or, if the "
+                    f"file has it, a row was split in two: a line break inside an unquoted text, or a stray \\r "
+                    f"(quote texts that hold line breaks; save the file with \\n line ends)")
         if task.regression:
             low, high = task.value_range or (-math.inf, math.inf)
             out = []

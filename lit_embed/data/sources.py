@@ -8,7 +8,7 @@ import os
 from fnmatch import fnmatch
 from pathlib import Path
 
-from lit_embed.errors import ConfigError, HubError, MissingFileError
+from lit_embed.errors import ConfigError, HubError, MissingFileError, did_you_mean
 from lit_embed.hub import require_hub
 
 SAMPLE_DIR = Path(__file__).parent / "sample"
@@ -59,10 +59,27 @@ def check_files(names: list[str]) -> None:
         listed = ", ".join(repr(name) for name in missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
         where = f" (relative paths are read from {os.getcwd()})" if any(not paths[n].is_absolute() for n in missing) else ""
         verb = "does" if len(missing) == 1 else "do"
-        raise MissingFileError(f"data file{'s' * (len(missing) > 1)} {listed} {verb} not exist{where}: {how_to_fetch(missing)}")
+        raise MissingFileError(f"data file{'s' * (len(missing) > 1)} {listed} {verb} not exist{where}"
+                               f"{did_you_mean(missing[0])}: {how_to_fetch(missing)}")
     for name, path in paths.items():
         if file_kind(path) is None:
             raise ConfigError(f"data file {name!r}: unsupported type {path.suffix!r}; use one of {sorted(BUILDERS)}")
+
+
+def header(name: str) -> list[str] | None:
+    """The column names of a csv or tsv data file, read from its first row as ``load_files`` reads it (a byte-order
+    mark dropped); ``None`` for other types, whose columns only their rows say."""
+    path = resolve_file(name)
+    if path.suffix not in (".csv", ".tsv"):
+        return None
+    tsv = path.suffix == ".tsv"
+    try:
+        with path.open(newline="", encoding="utf-8", errors="replace") as handle:
+            rows = csv.reader(handle, delimiter="\t", quoting=csv.QUOTE_NONE) if tsv else csv.reader(handle)
+            first = next(rows, [])
+    except PermissionError:
+        raise ConfigError(f"data file {name!r} cannot be read (permission denied): make it readable (chmod u+r)") from None
+    return [column.lstrip("\ufeff") if i == 0 else column for i, column in enumerate(first)]
 
 
 def how_to_fetch(missing: list[str]) -> str:
