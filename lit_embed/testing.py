@@ -39,8 +39,9 @@ The strategy's properties, in the order checked:
    original's state dict loads strictly; then its persistent buffers, its outputs and its text
    encoder's codes equal the original's exactly.
 9. **survives export**: a tiny masked LM with it, exported as ``lit-embed export`` writes it
-   (:mod:`lit_embed.export`), loads with ``transformers`` from the folder's own code, which imports neither
-   lit-embed nor the strategy's own package, and computes what lit-embed computes (skipped where ``export=False``,
+   (:mod:`lit_embed.export`), loads with ``transformers`` (from the folder's own code, which imports neither
+   lit-embed nor the strategy's own package; a dense table as the backbone's own architecture) and computes what
+   lit-embed computes (skipped where ``export=False``,
    and for the strategies export refuses by name).
 
 A task's (:func:`check_task`): **registered** (configs find it by its name), **labels** (two or more distinct names,
@@ -362,9 +363,10 @@ class Contract:
         checkpoint = tmp / "model.ckpt"
         torch.save({"state_dict": model.state_dict(), FACTS: describe(model, tokenizer, None)}, checkpoint)
         folder = export(str(checkpoint), str(tmp / tmp.name))  # a module name of its own in transformers' cache
-        own = {"lit_embed", type(strategy).__module__.split(".")[0]}
-        foreign = sorted(own & imported_packages((folder / MODEL_CODE).read_text()))
-        self.require(not foreign, prop, f"the exported code imports {foreign}, which are not where it is loaded")
+        if (folder / MODEL_CODE).is_file():  # a dense table exports as the backbone's own architecture, without code
+            own = {"lit_embed", type(strategy).__module__.split(".")[0]}
+            foreign = sorted(own & imported_packages((folder / MODEL_CODE).read_text()))
+            self.require(not foreign, prop, f"the exported code imports {foreign}, which are not where it is loaded")
         mask = torch.ones(codes.shape[:2], dtype=torch.long)
         mask[1, -2:] = 0
         loaded = load_export(folder)
@@ -390,14 +392,17 @@ def _tiny_model(strategy: EmbeddingStrategy):
 
 
 def load_export(folder: Path):
-    """``AutoModel.from_pretrained(folder, trust_remote_code=True)``, leaving no copy of its code in transformers'
-    module cache (each check's folder has a name of its own)."""
+    """``AutoModel.from_pretrained(folder)``, with ``trust_remote_code=True`` where the export holds lit-embed's code
+    (a dense one is the backbone's own architecture), leaving no copy of that code in transformers' module cache (each
+    check's folder has a name of its own)."""
     from transformers import AutoModel  # noqa: PLC0415 (transformers' dynamic modules: only where an export is checked)
     from transformers.dynamic_module_utils import HF_MODULES_CACHE
 
-    check_auto_map(folder)  # trust_remote_code runs what auto_map names: only the export's own code
+    custom_code = (folder / MODEL_CODE).is_file()
+    if custom_code:
+        check_auto_map(folder)  # trust_remote_code runs what auto_map names: only the export's own code
     try:
-        return AutoModel.from_pretrained(folder, trust_remote_code=True).eval()
+        return AutoModel.from_pretrained(folder, trust_remote_code=custom_code).eval()
     finally:
         shutil.rmtree(Path(HF_MODULES_CACHE) / "transformers_modules" / folder.name, ignore_errors=True)
         for name in [name for name in sys.modules if name.startswith(f"transformers_modules.{folder.name}")]:
