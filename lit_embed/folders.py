@@ -96,6 +96,11 @@ def _refuse(folder: Path, what: str, lock: Path, where: str = "") -> None:
     )
 
 
+def holds(folder: str | os.PathLike) -> bool:
+    """Whether this process holds ``folder`` (:func:`hold`), as an inline sweep launch holds its sweep's."""
+    return str(Path(folder).absolute()) in _held
+
+
 def held(folder: str | os.PathLike, lock: str = LOCK_FILE) -> bool:
     """Whether a live process holds ``folder`` (:func:`hold`; ``lock``: :data:`LAUNCH_LOCK` for a folder of runs), on
     this host or another that shares the filesystem: the lock dies with its process, however it ended."""
@@ -399,5 +404,5 @@ def _number(path: Path) -> int:
     return int(suffix) if suffix.isdigit() and path.name.startswith("version_") else -1
 
 
-__all__ = ["CHECKPOINTS", "LAST", "LAUNCH_LOCK", "LOCK_FILE", "checkpoints_taken", "claim_version", "discard_unstarted", "held", "hold", "new_command", "newest_checkpoint", "run_of",
+__all__ = ["CHECKPOINTS", "LAST", "LAUNCH_LOCK", "LOCK_FILE", "checkpoints_taken", "claim_version", "discard_unstarted", "held", "hold", "holds", "new_command", "newest_checkpoint", "run_of",
            "start_checkpoint", "taken", "version_folders"]

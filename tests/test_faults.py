@@ -856,7 +856,7 @@ def test_every_writer_on_a_full_disk_names_the_file_and_its_device_and_half_writ
 
 
 @pytest.mark.parametrize(("case", "limit", "argv", "named"), [
-    ("export, a folder", 1_000_000, ["export", "--ckpt", "CKPT", "--out", "export"], "export"),
+    ("export, a folder", 200_000, ["export", "--ckpt", "CKPT", "--out", "export"], "export"),
     ("fit, a checkpoint", 1_500_000, [*DEMO, *QUIET, "--trainer.max_steps", "2", "--trainer.limit_val_batches", "0",
                                       "--data.init_args.batch_size", "4"], r"runs/demo/version_0/checkpoints/\S+\.ckpt"),
 ], ids=["export", "fit"])
@@ -864,7 +864,7 @@ def test_a_file_size_limit_is_said_as_a_full_disk_is_and_half_writes_nothing(cas
                                                                            tmp_path):
     """EFBIG (ulimit -f: Python ignores SIGXFSZ, so the write fails) is one line naming the file and the limit, exit 2,
     as ENOSPC is; the output is absent, no temporary file stays. ``limit``, bytes: above the demo data's cache (1.2 MB),
-    below its checkpoint (2.1 MB) and its export's weights."""
+    below its checkpoint (2.1 MB); the export's, below its tokenizer files (the largest 0.7 MB)."""
     import resource
 
     def limited() -> None:

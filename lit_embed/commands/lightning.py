@@ -51,7 +51,7 @@ from lit_embed.interfaces import TaskData, provides, wire
 from lit_embed.models import MaskedLM, SequenceClassifier, ShuffleRandom  # noqa: F401
 from lit_embed.models.classifier import START, STARTING_ARGUMENTS, load_pretraining, starting_arguments
 from lit_embed.recorded import name_user_classes, recorded_config, run_config_hints, written_by_lit_embed
-from lit_embed.runs import RunLogger
+from lit_embed.runs import RunLogger, run_folder
 from lit_embed.signals import stop_if_signalled
 
 log = logging.getLogger(__name__)
@@ -372,7 +372,7 @@ class LitEmbedCLI(LightningCLI):
 
 def fit_outputs(trainer: pl.Trainer) -> str:
     """Where a fit left what a user looks for next: its run folder, best checkpoint (and its score) and last one."""
-    said = [f"run folder {trainer.log_dir}"]
+    said = [f"run folder {run_folder(trainer)}"]  # not trainer.log_dir: a collective, and only rank 0 says this
     callback = trainer.checkpoint_callback
     if callback is not None and callback.monitor is not None and callback.best_model_path:
         score = callback.best_model_score

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from lit_embed.errors import ConfigError, RunBusyError
 from lit_embed.files import open_in_place, write_json_atomic, writing
-from lit_embed.folders import LAUNCH_LOCK, held, hold
+from lit_embed.folders import LAUNCH_LOCK, held, hold, holds
 from lit_embed.progress import Progress, duration
 from lit_embed.signals import received_signal, stop_if_signalled
 from lit_embed.sweeps.outcomes import (
@@ -321,9 +321,9 @@ LAUNCHED = "LIT_EMBED_SWEEP_LAUNCH"
 
 
 def check_not_launching(sweep: Sweep, run: Run) -> None:
-    """Refuse to run ``run`` by hand (``sweep --run``) while a launch of the sweep holds its folder: the launch runs
-    it too, and two versions of one run would be written, the later silently winning."""
-    if held(sweep.folder, LAUNCH_LOCK) and os.environ.get(LAUNCHED) is None:
+    """Refuse to run ``run`` by hand (``sweep --run``) while a launch of the sweep in another process holds its folder:
+    the launch runs it too, and two versions of one run would be written, the later silently winning."""
+    if held(sweep.folder, LAUNCH_LOCK) and not holds(sweep.folder) and os.environ.get(LAUNCHED) is None:
         raise RunBusyError(f"sweep folder {sweep.folder} is in use by a live `lit-embed sweep` launch, which runs {run.id} "
                            f"itself: wait for it (--dry-run shows its progress), or stop it first")
 
