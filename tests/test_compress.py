@@ -26,9 +26,9 @@ from lit_embed.commands.parsing import named_method
 from lit_embed.compress import AQOptions, load_compact, methods
 from lit_embed.compress.methods import additive_quantize, pca_code, sparse_code, unk_backoff
 from lit_embed.compress.model_io import load_source
-from lit_embed.compress.summary import tensor_bytes
 from lit_embed.compress.vocabulary import count_tokens, coverage, split_vocabulary
 from lit_embed.embeddings import AdditiveQuantizedEmbedding, PCAEmbedding, SparseCodedEmbedding, UnkEmbedding
+from lit_embed.embeddings.base import state_bytes
 from lit_embed.errors import ConfigError
 from lit_embed.files import device_of
 from lit_embed.reporting import compress_reports, cosine_tables, coverage_tables
@@ -110,8 +110,8 @@ def test_parameter_accounting_follows_the_paper():
     assert AdditiveQuantizedEmbedding(30522, 768).num_embedding_parameters() == 32 * 16 * 768 + 30522 * 32
     # bytes as stored: common rows and weights float32, ids int32, codes uint8
     small = SparseCodedEmbedding(100, 8, num_common=30, k=3)
-    assert tensor_bytes(small.state_dict()) == 30 * 8 * 4 + 100 * 4 + 70 * 3 * 4 + 70 * 3 * 4 + 70 * 4
-    assert tensor_bytes(AdditiveQuantizedEmbedding(100, 8, 4, 16).state_dict()) == 4 * 16 * 8 * 4 + 100 * 4
+    assert state_bytes(small.state_dict()) == 30 * 8 * 4 + 100 * 4 + 70 * 3 * 4 + 70 * 3 * 4 + 70 * 4
+    assert state_bytes(AdditiveQuantizedEmbedding(100, 8, 4, 16).state_dict()) == 4 * 16 * 8 * 4 + 100 * 4
 
 
 def test_additive_quantization_learns_codes_that_rebuild_the_table():
@@ -247,7 +247,7 @@ def test_each_method_end_to_end(method, compressed, finetuned, tmp_path, monkeyp
     assert report["bytes"]["embedding"]["before"] == vocab * d * 4
     checkpoint = torch.load(out / "model.ckpt", map_location="cpu", weights_only=True)
     stored = {k.removeprefix("embedding."): v for k, v in checkpoint["state_dict"].items() if k.startswith("embedding.")}
-    assert report["bytes"]["embedding"]["after"] == tensor_bytes(stored)
+    assert report["bytes"]["embedding"]["after"] == state_bytes(stored)
     assert report["cosine"]["common_rows_identical"] is (method != "aq")
     assert report["cosine"]["common"] == pytest.approx(1.0) or method == "aq"
     assert -1.0 <= report["cosine"]["rare"] <= 1.0
@@ -318,7 +318,7 @@ def test_post_hoc_methods_compress_the_packaged_minilm(method, minilm_matrix, tm
     vocab, d = minilm_matrix.shape
     assert report["parameters"]["embedding"] == {"before": vocab * d, "after": formula(vocab, d)}
     strategy = load_compact(out / "hf")
-    assert report["bytes"]["embedding"]["after"] == tensor_bytes(strategy.state_dict())
+    assert report["bytes"]["embedding"]["after"] == state_bytes(strategy.state_dict())
     if method.startswith("int"):
         assert report["bytes"]["embedding"]["after"] == 4 * report["parameters"]["embedding"]["after"]
     rebuilt = strategy.full_weight().detach()
