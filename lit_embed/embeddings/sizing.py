@@ -17,13 +17,10 @@ import logging
 import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from lit_embed.accounting import DENSE_VALUE_BYTES
 from lit_embed.errors import ConfigError
-
-if TYPE_CHECKING:
-    from lit_embed.embeddings.base import EmbeddingStrategy
 
 log = logging.getLogger(__name__)
 
@@ -87,8 +84,10 @@ def budget_target(budget: Budget, vocab_size: int | None, hidden_size: int, owne
     return max(1, round(budget * vocab_size * hidden_size * DENSE_VALUE_BYTES))
 
 
-def fit_budget(cls: type[EmbeddingStrategy], vocab_size: int | None, hidden_size: int, budget: Budget, arguments: dict[str, Any]) -> Sizing:
+def fit_budget(cls: Any, vocab_size: int | None, hidden_size: int, budget: Budget, arguments: dict[str, Any]) -> Sizing:
     """The sizing of ``cls(vocab_size, hidden_size, **arguments)`` that meets ``budget`` within :data:`TOLERANCE`.
+    ``cls``: an :class:`~lit_embed.embeddings.base.EmbeddingStrategy` class (not named in the signature: base imports
+    this module, and this module imports nothing back).
 
     Raises:
         ConfigError: no value of the size parameter meets it; the message names the nearest budgets that one does.
