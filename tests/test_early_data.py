@@ -80,6 +80,8 @@ def test_the_data_section_is_merged_as_given(folder):
     assert data["init_args"]["batch_size"] == 8
     assert given_data(["--config", "own.yaml", "--config", "other.yaml"]) == {"class_path": "x.Other",
                                                                             "init_args": {"files": ["c.txt"]}}
+    short = given_data(["--config", "own.yaml", "--data.task.files", "b.csv", "--data.batch_size=4"])  # init_args left out
+    assert short["init_args"]["task"]["files"] == "b.csv" and short["init_args"]["batch_size"] == 4
 
 
 def test_the_errors_come_before_torch_or_lightning_is_imported(folder):

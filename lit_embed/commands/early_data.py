@@ -88,6 +88,8 @@ def given_data(words: list[str]) -> dict | None:
             return None
         elif key.startswith("--data."):
             *parents, last = key.removeprefix("--data.").split(".")
+            if (parents or [last])[0] not in ("init_args", "class_path"):  # --data.batch_size: init_args left out
+                parents.insert(0, "init_args")
             node = data
             for part in parents:
                 node = node.setdefault(part, {})
