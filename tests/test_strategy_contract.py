@@ -64,7 +64,7 @@ CASES = {
     "qr_mult": (functools.partial(embeddings.QREmbedding, remainder_rows=200), MINILM_VOCAB),
     "qr_concat": (functools.partial(embeddings.QREmbedding, remainder_rows=200, operation="concat"), MINILM_VOCAB),
     "tt": (functools.partial(embeddings.TTEmbedding, rank=4), MINILM_VOCAB),
-    "mixed_dimension": (functools.partial(embeddings.MixedDimensionEmbedding, base_dim=8), MINILM_VOCAB),
+    "mixed_dimension": (functools.partial(embeddings.MixedDimensionEmbedding, base_dim=8, frequencies="id_order"), MINILM_VOCAB),
     "dpq": (functools.partial(embeddings.DPQEmbedding, codewords=8, groups=4), MINILM_VOCAB),
 }
 for _name, _hasher in (("md5", MD5Hasher), ("lsh", SMALL_LSH)):

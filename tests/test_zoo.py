@@ -114,12 +114,12 @@ def test_mixed_dimension_counts_what_its_paper_counts():
     """The widths the power law gives by the id-order proxy, and widths given, both counted as the paper counts."""
     for base_dim, alpha in ((24, 0.3), (10, 0.0), (17, 1.0)):
         sizes, dims = zipf_widths(3000, base_dim, alpha=alpha, d=24)
-        strategy = MixedDimensionEmbedding(3000, 24, base_dim=base_dim, alpha=alpha)
+        strategy = MixedDimensionEmbedding(3000, 24, base_dim=base_dim, alpha=alpha, frequencies="id_order")
         assert strategy.block_dims == dims and [t.shape[0] for t in strategy.tables] == sizes
         count = papers_count(MixedDimensionEmbedding, 3000, 24, block_sizes=sizes, block_dims=dims)
         assert strategy.num_embedding_parameters() == count == MixedDimensionEmbedding.count_parameters(
             3000, 24, base_dim=base_dim, alpha=alpha)
-    given = MixedDimensionEmbedding(3000, 24, num_blocks=2, block_dims=[5, 3])
+    given = MixedDimensionEmbedding(3000, 24, num_blocks=2, block_dims=[5, 3], frequencies="id_order")
     assert given.num_embedding_parameters() == papers_count(MixedDimensionEmbedding, 3000, 24, block_sizes=[1000, 2000],
                                                             block_dims=[5, 3])
 
@@ -301,7 +301,7 @@ ZOO = {
     "albert": functools.partial(FactorizedEmbedding, rank=4, bias=True),
     "qr": functools.partial(QREmbedding, remainder_rows=100),
     "tt": functools.partial(TTEmbedding, rank=3),
-    "mixed_dimension": functools.partial(MixedDimensionEmbedding, base_dim=8),
+    "mixed_dimension": functools.partial(MixedDimensionEmbedding, base_dim=8, frequencies="id_order"),
     "dpq": functools.partial(DPQEmbedding, codewords=8, groups=4),
 }
 

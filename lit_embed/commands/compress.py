@@ -43,6 +43,7 @@ from lit_embed.compress.summary import counts, format_summary, rebuilt_cosines, 
 from lit_embed.compress.vocabulary import check_retention, count_tokens, coverage, split_vocabulary
 from lit_embed.data.sources import load_files, resolve_file
 from lit_embed.embeddings.base import EmbeddingStrategy
+from lit_embed.embeddings.mixed_dimension import read_counts
 from lit_embed.embeddings.sparse_coded import PartialEmbedding
 from lit_embed.embeddings.state import public_class_path
 from lit_embed.embeddings.text import VocabTextEncoder
@@ -91,6 +92,7 @@ def compress(
     limit_val_batches: int | None = None,
     overwrite: bool = False,
     trust_remote_code: bool = False,
+    frequencies: str | None = None,
 ) -> dict:
     """Compress the input embedding of a fine-tuned model (frequency-aware partial sparse coding or a baseline).
 
@@ -119,12 +121,14 @@ def compress(
         overwrite: replace an existing output folder, if it is an earlier output of this command (nothing else).
         trust_remote_code: let the tokenizer run the code it ships (LINE's Japanese tokenizer); a checkpoint's
             recorded data never grants it, only this flag or a --data config of your own.
+        frequencies: a count file (one count per line, line i for id i) to rank tokens by, in place of counting
+            them in the data (the split's common tokens, a budget's most frequent, fit's frequency weights).
     """
     started = time.perf_counter()
     compression = method_named(method, options)
     check_retention(retention)
     target = Path(out).expanduser()
-    given = [ckpt, model_config, *_strings(data)]
+    given = [ckpt, model_config, frequencies, *_strings(data)]
     check_output(target, overwrite, check_replaceable, given)  # before the work: refuse what could not be replaced
 
     name_user_classes(given_data_config(data))  # the checkpoint may name the classes of your own --data config
@@ -138,14 +142,14 @@ def compress(
     vocab, hidden = source.weight.shape
     with trusting_remote_code(chosen.trust_remote_code, TRUST_FLAG):
         encoder = VocabTextEncoder(source.tokenizer, max_vocab_size=vocab)
-    frequencies = count_tokens(chosen.stream(), encoder, vocab)
-    split = split_vocabulary(frequencies, retention, encoder.tokenizer.all_special_ids)
+    token_counts = count_tokens(chosen.stream(), encoder, vocab) if frequencies is None else read_counts(frequencies, vocab)
+    split = split_vocabulary(token_counts, retention, encoder.tokenizer.all_special_ids)
     task = chosen.module.task if chosen.module is not None else None
     if source.module is None and task is not None:
         classifier_for(source, task.name, seed)
 
     device = "cuda" if accelerator in ("auto", "gpu", "cuda") and torch.cuda.is_available() else "cpu"
-    job = Job(source.weight, split.common_ids, encoder.tokenizer.unk_token_id, torch.as_tensor(frequencies), seed, device)
+    job = Job(source.weight, split.common_ids, encoder.tokenizer.unk_token_id, torch.as_tensor(token_counts), seed, device)
     compression.check(job)
     candidates = compression.fit(job)
     best, validation = next(iter(candidates)), None
@@ -161,6 +165,7 @@ def compress(
         "options": asdict(compression.options),
         "details": compression.details,
         "data": chosen.label,
+        "frequencies": frequencies or "counted in the data",
         "task": task.name if task is not None else None,
         "retention": retention,
         "k": best,

@@ -27,6 +27,7 @@ from pytorch_lightning.cli import LightningArgumentParser, LightningCLI, SaveCon
 from pytorch_lightning.plugins.io import TorchCheckpointIO
 
 from lit_embed._compat import subcommand_parser
+from lit_embed.cache import cache_folder
 from lit_embed.callbacks.console import LayerSummary, progress_bar
 from lit_embed.callbacks.guard import RunGuard
 from lit_embed.callbacks.predictions import PredictionWriter
@@ -43,7 +44,10 @@ from lit_embed.commands.parsing import ConciseErrors
 
 # Configs may name lit-embed's classes short (class_path: TaskDataModule): jsonargparse finds imported subclasses.
 from lit_embed.data import CorpusDataModule, TaskDataModule, XNLIDataModule  # noqa: F401
+from lit_embed.data.frequencies import counted_frequencies
 from lit_embed.data.tasks import get_task
+from lit_embed.embeddings.mixed_dimension import DATA
+from lit_embed.embeddings.text import VocabTextEncoder
 from lit_embed.errors import CheckpointError, ConfigError, MissingFileError
 from lit_embed.files import write_atomic
 from lit_embed.folders import CHECKPOINTS, newest_checkpoint, run_of, start_checkpoint, taken
@@ -126,6 +130,7 @@ class LitEmbedCLI(LightningCLI):
             self.link_task()
             self.start_checkpoint()
             self.pretraining_start()
+            self.count_frequencies()
             return
         super().parse_arguments(parser, [a for a in args if a not in asked])
         self.link_task()
@@ -176,8 +181,7 @@ class LitEmbedCLI(LightningCLI):
         config = self.config[subcommand]
         name_user_classes(config.as_dict())  # what a checkpoint records may name them too
         if config.trainer.default_root_dir is None:
-            files = config.get("config") or []
-            config.trainer.default_root_dir = str(Path("runs") / (Path(str(files[0])).stem if files else "lightning_logs"))
+            config.trainer.default_root_dir = default_root_dir(config)
         ckpt_path = config.get("ckpt_path")
         root = self._run_root(config)
         if ckpt_path == "last":
@@ -242,6 +246,35 @@ class LitEmbedCLI(LightningCLI):
             update = {"class_path": model.class_path, "init_args": filled}
             self.config = self.parser.parse_object({"fit": {"model": update}}, self.config)
         self.given_start = (name, path, checkpoint)
+
+    def count_frequencies(self) -> None:
+        """A strategy that ranks tokens by the training data's counts (``frequencies: data``, mixed dimension's default)
+        is given them as a count file before it is built (its widths follow them): counted from the config's data and
+        cached in :meth:`frequencies_folder` (:mod:`lit_embed.data.frequencies`); the config then names that file, so the
+        run's ``config.yaml`` records which counts it used."""
+        subcommand = self.config.get("subcommand")
+        config = self.config[subcommand] if subcommand else self.config
+        model, data = config.get("model"), config.get("data")
+        embedding = (model.get("init_args") or Namespace()).get("embedding") if isinstance(model, Namespace) else None
+        init = embedding.get("init_args") if isinstance(embedding, Namespace) else None
+        if not isinstance(init, Namespace) or init.get("frequencies") != DATA or init.get("block_dims"):
+            return
+        module = build_from_config(pl.LightningDataModule, _plain(data), "data")
+        encoder = model.init_args.get("encoder")
+        tokenizer = getattr(module, "tokenizer", None) or (_plain(encoder) or {}).get("init_args", {}).get("pretrained")
+        if tokenizer is None:
+            raise ConfigError("frequencies: data counts the training data's tokens and the config names no tokenizer: set "
+                              "data.init_args.tokenizer")
+        vocab_size = model.init_args.get("vocab_size") or len(VocabTextEncoder(tokenizer))
+        folder = self.frequencies_folder(config)
+        folder.mkdir(parents=True, exist_ok=True)
+        init.frequencies = str(counted_frequencies(module, _plain(data), tokenizer, vocab_size, folder))
+
+    def frequencies_folder(self, config) -> Path:
+        """Where a run's token counts are cached: its experiment's folder, beside its ``version_N`` runs."""
+        if config.trainer.get("default_root_dir") is None:  # in-process (run=False): no subcommand set it
+            return Path(default_root_dir(config))
+        return self._run_root(config) or Path(config.trainer.default_root_dir)
 
     def _check_model(self, config, checkpoint: dict, ckpt_path: str) -> None:
         """Refuse a checkpoint of another model; fill in what the config leaves unset from what it records.
@@ -370,6 +403,12 @@ class LitEmbedCLI(LightningCLI):
             print(f"lit-embed: fit: {fit_outputs(self.trainer)}", file=sys.stderr, flush=True)
 
 
+def default_root_dir(config) -> str:
+    """``runs/<name of the first --config file>``: where a run goes when its config names no ``default_root_dir``."""
+    files = config.get("config") or []
+    return str(Path("runs") / (Path(str(files[0])).stem if files else "lightning_logs"))
+
+
 def fit_outputs(trainer: pl.Trainer) -> str:
     """Where a fit left what a user looks for next: its run folder, best checkpoint (and its score) and last one."""
     said = [f"run folder {run_folder(trainer)}"]  # not trainer.log_dir: a collective, and only rank 0 says this
@@ -428,6 +467,10 @@ class ModelOnlyCLI(LitEmbedCLI):
 
     def start_checkpoint(self) -> None:
         """Nothing: no run is made."""
+
+    def frequencies_folder(self, config) -> Path:
+        """lit-embed's cache (:func:`~lit_embed.cache.cache_folder`): a model built alone is no run to keep them beside."""
+        return cache_folder() / "token_counts"
 
     def _set_seed(self) -> None:
         """Seed as a run does, without its "Seed set to N" line: a model built alone (params, compress, data check) is

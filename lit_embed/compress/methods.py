@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import difflib
 import importlib.util
+import inspect
 import math
+import tempfile
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, fields, replace
@@ -32,6 +34,7 @@ from torch.nn import functional as F
 from lit_embed.checkpoints import build_from_config, resolve_class
 from lit_embed.embeddings.base import EmbeddingStrategy
 from lit_embed.embeddings.factorised import FactorizedEmbedding
+from lit_embed.embeddings.mixed_dimension import DATA
 from lit_embed.embeddings.quantized import (
     AdditiveQuantizedEmbedding,
     ProductQuantizedEmbedding,
@@ -450,10 +453,11 @@ class NoVocabularyError(ConfigError):
     post-hoc cell of a comparison does not exist (a sweep leaves it out and says so, as a budget it cannot meet)."""
 
 
-def strategy_from(given: str | dict, vocab_size: int, hidden_size: int, budget: int | float | None = None
-                  ) -> EmbeddingStrategy:
+def strategy_from(given: str | dict, vocab_size: int, hidden_size: int, budget: int | float | None = None,
+                  counts: Tensor | None = None) -> EmbeddingStrategy:
     """The strategy a YAML file (or an inline config) describes, built for a ``vocab_size x hidden_size`` table
-    (sized to ``budget`` where given)."""
+    (sized to ``budget`` where given; ranking tokens by ``counts``, the data's, where it asks for them:
+    ``frequencies: data``)."""
     config = given
     if isinstance(given, str):
         path = Path(given).expanduser()
@@ -470,7 +474,17 @@ def strategy_from(given: str | dict, vocab_size: int, hidden_size: int, budget: 
     init = {**(config.get("init_args") or {}), "vocab_size": vocab_size, "hidden_size": hidden_size}
     if budget is not None:
         init["budget"] = budget
-    return build_from_config(EmbeddingStrategy, {"class_path": config["class_path"], "init_args": init}, "embedding")
+    frequencies = inspect.signature(cls).parameters.get("frequencies") if isinstance(cls, type) else None
+    if frequencies is None or init.get("frequencies", frequencies.default) != DATA or init.get("block_dims"):
+        return build_from_config(EmbeddingStrategy, {"class_path": config["class_path"], "init_args": init}, "embedding")
+    if counts is None:
+        raise ConfigError(f"{config['class_path']} ranks tokens by the data's counts (frequencies: data) and none were "
+                          f"counted: give --data, or a count file as its frequencies")
+    with tempfile.TemporaryDirectory() as folder:  # the strategy reads it once, when built: its buffers keep the ranking
+        path = Path(folder) / "token_counts.txt"
+        path.write_text("".join(f"{count}\n" for count in counts.tolist()))
+        init["frequencies"] = str(path)
+        return build_from_config(EmbeddingStrategy, {"class_path": config["class_path"], "init_args": init}, "embedding")
 
 
 def row_losses(rebuilt: Tensor, target: Tensor, loss: str) -> Tensor:
@@ -839,7 +853,7 @@ class StrategyFit(CompressionMethod):
         options = self.options
         assert isinstance(options, FitOptions) and options.strategy is not None  # check() refuses a missing one
         vocab, hidden = job.weight.shape
-        return strategy_from(options.strategy, vocab, hidden, options.budget)
+        return strategy_from(options.strategy, vocab, hidden, options.budget, job.counts)
 
     def fit(self, job: Job) -> dict[int | None, EmbeddingStrategy]:
         with torch.random.fork_rng(devices=[]):

@@ -9,9 +9,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from lit_embed.data.frequencies import count_tokens
 from lit_embed.embeddings.text import VocabTextEncoder
 from lit_embed.errors import ConfigError
-from lit_embed.progress import Progress
 
 
 @dataclass(frozen=True)
@@ -30,20 +30,6 @@ class VocabularySplit:
     seen: int
     kept: int
     special_ids: tuple[int, ...]
-
-
-def count_tokens(texts: Iterable[str], encoder: VocabTextEncoder, vocab_size: int, batch_size: int = 1000) -> np.ndarray:
-    """How often each id occurs in ``texts`` tokenized by ``encoder`` (no special tokens added)."""
-    counts = np.zeros(vocab_size, dtype=np.int64)
-    progress, done = Progress("counting tokens,", "text"), 0  # a stream: how many is not known ahead
-    for batch in _batches(texts, batch_size):
-        ids = [row for row in encoder.encode(batch) if len(row)]
-        if ids:
-            counts += np.bincount(np.concatenate(ids), minlength=vocab_size)[:vocab_size]
-        done += len(batch)
-        progress.update(done)
-    progress.update(done, final=True)
-    return counts
 
 
 def split_vocabulary(counts: np.ndarray, retention: float, special_ids: Iterable[int]) -> VocabularySplit:
@@ -106,3 +92,6 @@ def _batches(texts: Iterable[str], size: int) -> Iterator[list[str]]:
             batch = []
     if batch:
         yield batch
+
+
+__all__ = ["VocabularySplit", "check_retention", "count_tokens", "coverage", "split_vocabulary"]

@@ -14,6 +14,11 @@ from torch import Tensor, nn
 from lit_embed.embeddings.base import EmbeddingStrategy
 from lit_embed.errors import ConfigError
 
+#: ``frequencies`` that asks for the training data's counts (what lit-embed counts before building the model).
+DATA = "data"
+#: ``frequencies`` that asks for the tokenizer's id order as the frequency ranking.
+ID_ORDER = "id_order"
+
 
 class MixedDimensionEmbedding(EmbeddingStrategy):
     """Tokens ranked by frequency fall into ``num_blocks`` blocks (each twice the size of the one before: the few
@@ -21,18 +26,20 @@ class MixedDimensionEmbedding(EmbeddingStrategy):
     ``d_i = round(base_dim * (p_i / p_0) ** alpha)`` for the block's popularity ``p_i`` (the paper's power-law rule;
     ``alpha = 0`` gives every block ``base_dim``). Parameters: ``sum_i n_i d_i + d_i d``.
 
-    Frequencies come from ``frequencies``, a file of one count per line (line i: id i's count in the training data),
-    or, without one, from the tokenizer's id order as a proxy: id i is taken to be the (i+1)-th most frequent, with
-    Zipf's ``1 / rank`` as its popularity. That proxy holds for BPE vocabularies built by merge order roughly; it does
-    not for WordPiece's (BERT's ids are not frequency-ordered): give counts there. The ranking that defines the model
-    lives in persistent buffers (``block_of``, ``row_of``), and the widths in ``block_dims``, so a checkpoint rebuilds it
-    without the file.
+    Frequencies rank the tokens (``frequencies``): ``"data"`` (the default), the training data's token counts, which
+    ``lit-embed fit`` (and ``compress --method fit``) counts before building the model and caches beside the run as a
+    count file (:mod:`lit_embed.data.frequencies`); a count file of one count per line (line i: id i's count); or
+    ``"id_order"``, asked for by name, the tokenizer's id order as a proxy (id i taken to be the (i+1)-th most
+    frequent, with Zipf's ``1 / rank`` as its popularity: roughly true of BPE merge order, not of WordPiece, whose
+    widest block would hold its ``[unused]`` tokens). The ranking that defines the model lives in persistent buffers
+    (``block_of``, ``row_of``) and the widths in ``block_dims``, so a checkpoint rebuilds it without counting again
+    (its config records ``frequencies: null`` beside the widths).
 
     Args:
         base_dim: d_0, the most frequent block's width (at most ``hidden_size``; default ``hidden_size``).
         num_blocks: n.
         alpha: the power law's temperature.
-        frequencies: the count file (read once, when the model is built).
+        frequencies: ``"data"``, a count file (read once, when the model is built) or ``"id_order"``.
         block_dims: each block's width, where known (a checkpoint's config records them; they override the rule).
         init_std: standard deviation of the normal initialisation.
         budget: size ``base_dim`` to this many bytes at inference, or this fraction of the dense table's bytes.
@@ -41,12 +48,12 @@ class MixedDimensionEmbedding(EmbeddingStrategy):
     size_parameter = "base_dim"
 
     def __init__(self, vocab_size: int, hidden_size: int, base_dim: int | None = None, num_blocks: int = 4,
-                 alpha: float = 0.3, frequencies: str | None = None, block_dims: list[int] | None = None,
+                 alpha: float = 0.3, frequencies: str | None = DATA, block_dims: list[int] | None = None,
                  init_std: float = 0.02, budget: int | float | None = None) -> None:
         super().__init__(vocab_size, hidden_size)
         self.num_blocks, self.alpha, self.init_std = num_blocks, alpha, init_std
         self.base_dim = hidden_size if base_dim is None else base_dim
-        counts = None if frequencies is None else read_counts(frequencies, vocab_size)
+        counts = ranking_counts(frequencies, vocab_size, block_dims)
         self.block_dims = [int(d) for d in (block_dims or self.widths(vocab_size, hidden_size, self.base_dim, num_blocks,
                                                                         alpha, counts))]
         if len(self.block_dims) != num_blocks or not all(1 <= d <= hidden_size for d in self.block_dims):
@@ -84,12 +91,20 @@ class MixedDimensionEmbedding(EmbeddingStrategy):
 
     @classmethod
     def count_parameters(cls, vocab_size: int, hidden_size: int, base_dim: int | None = None, num_blocks: int = 4,
-                         alpha: float = 0.3, frequencies: str | None = None, block_dims: list[int] | None = None,
+                         alpha: float = 0.3, frequencies: str | None = DATA, block_dims: list[int] | None = None,
                          **_) -> int:
-        counts = None if frequencies is None or block_dims else read_counts(frequencies, vocab_size)
+        counts = None if block_dims or frequencies in (DATA, ID_ORDER, None) else read_counts(frequencies, vocab_size)
         dims = block_dims or cls.widths(vocab_size, hidden_size, hidden_size if base_dim is None else base_dim,
                                         num_blocks, alpha, counts)
         return sum(n * d + d * hidden_size for n, d in zip(block_sizes(vocab_size, num_blocks), dims))
+
+    @classmethod
+    def count_bytes(cls, vocab_size: int | None, hidden_size: int, **arguments) -> int:
+        """The bytes as the base class counts them; with ``frequencies: data`` not yet counted (a sweep's plan, a budget
+        table), estimated with the id-order proxy's widths: the run itself sizes with the counts."""
+        if arguments.get("frequencies", DATA) == DATA and not arguments.get("block_dims"):
+            arguments = {**arguments, "frequencies": ID_ORDER}
+        return super().count_bytes(vocab_size, hidden_size, **arguments)
 
     @classmethod
     def size_range(cls, vocab_size: int, hidden_size: int, **_) -> tuple[int, int]:
@@ -114,6 +129,21 @@ def block_sizes(vocab_size: int, num_blocks: int) -> list[int]:
     whole = 2**num_blocks - 1
     sizes = [max(1, vocab_size * 2**i // whole) for i in range(num_blocks - 1)]
     return sizes + [vocab_size - sum(sizes)]
+
+
+def ranking_counts(frequencies: str | None, vocab_size: int, block_dims: list[int] | None) -> np.ndarray | None:
+    """The counts ``frequencies`` names (``None``: id order, asked for by name or restored from a checkpoint)."""
+    if frequencies == ID_ORDER or (frequencies is None and block_dims):
+        return None  # by name; or a checkpoint's model, whose ranking its buffers restore
+    if frequencies is None:
+        raise ConfigError(f"frequencies=None ranks by nothing: give {DATA!r} (the training data's counts, the default), a "
+                          f"count file (one count per line, line i for id i) or {ID_ORDER!r} (the tokenizer's id order)")
+    if frequencies == DATA:
+        raise ConfigError(f"frequencies={DATA!r}: the training data's token counts are counted by lit-embed fit and "
+                          f"lit-embed compress --method fit before they build the model; built otherwise (in Python, or "
+                          f"lit-embed params without data), give a count file (one count per line, line i for id i) or "
+                          f"{ID_ORDER!r} (the tokenizer's id order)")
+    return read_counts(frequencies, vocab_size)
 
 
 def read_counts(path: str, vocab_size: int) -> np.ndarray:
@@ -141,4 +171,4 @@ def _read_counts(path: str, vocab_size: int, stamp: int) -> np.ndarray:
     return counts
 
 
-__all__ = ["MixedDimensionEmbedding", "block_sizes", "read_counts"]
+__all__ = ["DATA", "ID_ORDER", "MixedDimensionEmbedding", "block_sizes", "ranking_counts", "read_counts"]
