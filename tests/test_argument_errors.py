@@ -74,7 +74,7 @@ EARLY = [
      "lit-embed compress: error: unrecognized arguments: --retension 0.5"),
     (["compress", f"--config={TYPO}"], f"lit-embed compress: error: Parser key \"config\": File does not exist: '{TYPO}'"),
     (["compress", "--method", "svd", "--rank", "3", "--k", "2"], "lit-embed compress: error: unrecognized arguments: "
-     "--k 2 (method 'svd' takes --rank, --budget; --k is an option of --method pca, sparse_coding)"),
+     "--k 2 (method 'svd' takes --rank; --k is an option of --method pca, sparse_coding)"),
     (["compress", "--config", "configs/compress/unk.yaml", "--k", "2"], "lit-embed compress: error: unrecognized "
      "arguments: --k 2 (method 'unk' takes no options; --k is an option of --method pca, sparse_coding)"),
     (["compress", "--method=svdd", "--ckpt", "x"], "lit-embed: error: method='svdd' is not known: did you mean 'svd'?"),

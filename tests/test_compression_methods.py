@@ -14,11 +14,13 @@ from torch.nn import functional as F
 from lit_embed.compress.methods import CompressionMethod, Job, method_named, strategy_from, with_common_rows
 from lit_embed.embeddings import (
     FactorizedEmbedding,
+    PCAEmbedding,
     ProductQuantizedEmbedding,
     ScalarQuantizedEmbedding,
     UnkEmbedding,
 )
 from lit_embed.embeddings.base import state_bytes
+from lit_embed.embeddings.sizing import BudgetError
 from lit_embed.errors import ConfigError, UserError
 from lit_embed.testing import check_compression_method
 from tests.helpers import CONFIGS
@@ -32,6 +34,7 @@ CONTRACT_OPTIONS = {
     "svd": {"rank": 5},
     "int8": {},
     "int4": {},
+    "dense": {},
     "pq": {"groups": 4, "codewords": 16, "iterations": 3},
     "fit": {"strategy": {"class_path": "lit_embed.embeddings.QREmbedding", "init_args": {"remainder_rows": 300}},
             "max_steps": 3, "eval_every": 2},
@@ -266,6 +269,45 @@ def test_pq_and_sparse_coding_take_a_budget_of_bytes_and_refuse_one_they_cannot_
         method_named("sparse_coding", {"k": [1, 2], "budget": 0.3}).check(job)
     with pytest.raises(ConfigError, match=r"SparseCodedEmbedding cannot meet budget=0.0001"):
         method_named("sparse_coding", {"k": 3, "budget": 0.0001}).check(job)
+
+
+@pytest.mark.parametrize(("method", "options", "cls"), [("unk", {}, UnkEmbedding), ("pca", {"k": 2}, PCAEmbedding)])
+def test_unk_and_pca_take_a_budget_that_sizes_their_common_tokens_the_most_frequent_first(method, options, cls):
+    """As sparse coding's: |V_C| is what the bytes allow (every common row d float32 values), the data's most frequent
+    tokens common, the split's unseen specials first; a budget below the smallest size is refused in the check."""
+    weight, dense = table(600, 64), 600 * 64 * 4
+    counts = torch.arange(600, dtype=torch.float).flip(0)  # id 0 the most frequent
+    counts[[3, 597]] = 0  # common in the split but unseen: special tokens
+    job = Job(weight, torch.tensor([0, 1, 2, 3, 597]), unk_id=3, counts=counts)
+    compression = method_named(method, {**options, "budget": 0.3})
+    compression.check(job)
+    (strategy,) = compression.fit(job).values()
+    assert isinstance(strategy, cls) and abs(strategy.inference_bytes() - 0.3 * dense) <= 0.01 * 0.3 * dense
+    common = strategy.common_ids().tolist()
+    assert sorted(common) == list(range(len(common) - 1)) + [597] and "num_common=" in compression.details["budget"]
+    with pytest.raises(ConfigError, match=rf"{cls.__name__} cannot meet budget=0.0001"):
+        method_named(method, {**options, "budget": 0.0001}).check(job)
+
+
+@pytest.mark.parametrize(("method", "bits"), [("int8", 8), ("int4", 4)])
+def test_int8_and_int4_accept_the_budget_their_bytes_meet_and_refuse_another_saying_what_they_take(method, bits):
+    weight = table(600, 64)
+    reach = 600 * (64 * bits // 8 + 8)  # the codes, and each row's float32 minimum and step
+    (strategy,) = method_named(method, {"budget": reach}).fit(job_of(weight)).values()
+    assert strategy.inference_bytes() == reach
+    method_named(method, {"budget": round(reach * 1.009)}).check(job_of(weight))  # within 1%
+    message = (f"{method} cannot meet budget=0.1 (15,360 bytes, 10% of the table) within 1%: it takes "
+               f"{reach:,} bytes, {100 * reach / (600 * 64 * 4):.3g}% of the table, at any budget")
+    with pytest.raises(BudgetError, match=re.escape(message)):
+        method_named(method, {"budget": 0.1}).check(job_of(weight))
+
+
+def test_dense_keeps_the_table_bit_for_bit_as_the_reference_and_meets_only_its_own_bytes():
+    weight = table(600, 64)
+    (strategy,) = method_named("dense", {"budget": 1.0}).fit(job_of(weight)).values()
+    assert type(strategy).__name__ == "DenseEmbedding" and torch.equal(strategy(torch.arange(600)), weight)
+    with pytest.raises(BudgetError, match=r"dense cannot meet budget=0.5 .* it takes 153,600 bytes, 100% of the table"):
+        method_named("dense", {"budget": 0.5}).check(job_of(weight))
 
 
 def test_aq_takes_a_budget_of_bytes_for_its_codebooks():

@@ -76,6 +76,7 @@ def test_each_strategy_s_saved_tensors_are_the_bytes_it_reports(name, tmp_path):
     ("pq", {"groups": 4, "codewords": 16, "iterations": 3}),
     ("int4", {}),
     ("int8", {}),
+    ("dense", {}),
     ("aq", {"codebooks": 4, "codewords": 8, "max_steps": 2}),
     ("svd", {"rank": 5}),
     ("sparse_coding", {"k": 3}),

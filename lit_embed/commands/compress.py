@@ -104,7 +104,8 @@ def compress(
             ``pca`` (rare tokens from k principal components of the common rows), ``aq`` (additive
             quantization of the whole table, M=32 codebooks of K=16); post hoc, the whole table: ``svd`` (low rank),
             ``int8`` / ``int4`` (per-row scalar quantisation), ``pq`` (product quantisation), ``fit`` (any
-            vocabulary strategy, ``--strategy YAML``, fitted to the table by gradient descent); or the name of any
+            vocabulary strategy, ``--strategy YAML``, fitted to the table by gradient descent); ``dense`` (the table as it
+            is: the uncompressed reference of a comparison); or the name of any
             :class:`~lit_embed.compress.methods.CompressionMethod` (a plugin's). Its options:
             ``lit-embed compress --method NAME --help``.
         data: the fine-tuning data whose token frequencies split the vocabulary: a task data config (a
@@ -327,8 +328,10 @@ class CompressParser(ConciseErrors, ArgumentParser):
         unknown = UNKNOWN_OPTION.search(message) or UNKNOWN_KEY.search(message)
         if unknown and self.method and self.exit_on_error:
             option = "--" + unknown.group(1).split("=")[0].lstrip("-")
-            own = method_class(self.method).option_names()
-            owners = [name for name, cls in sorted(CompressionMethod.registry.items()) if option[2:] in cls.option_names()]
+            taken = {name: set(cls.option_names()) for name, cls in CompressionMethod.registry.items()}
+            common = set.intersection(*taken.values())  # every method's (--budget): as good as the command's own
+            own = [o for o in method_class(self.method).option_names() if o not in common]
+            owners = [name for name, options in sorted(taken.items()) if option[2:] in options - common]
             where = f"; {option} is an option of --method {', '.join(owners)}" if owners else ""
             message = (f"{message.strip()} (method {self.method!r} takes "
                        f"{', '.join('--' + o for o in own) if own else 'no options'}{where})")

@@ -6,7 +6,10 @@ and one YAML file, like a strategy. It declares its own options (a dataclass, ``
 command offers once the method is named; nothing of one method's is in :class:`Job` or the command.
 The paper's and its baselines: ``sparse_coding``, ``unk``, ``pca``, ``aq``; the zoo's post-hoc methods, each of the
 whole table: ``svd`` (low rank), ``int8`` and ``int4`` (per-row scalar quantisation), ``pq`` (product quantisation),
-and ``fit``, any vocabulary strategy fitted to the table (:class:`FitOptions`: its loss and stopping rule).
+``fit``, any vocabulary strategy fitted to the table (:class:`FitOptions`: its loss and stopping rule); and
+``dense``, the table as it is, the uncompressed reference a comparison tests beside them. Every method takes
+``--budget``: bytes at inference, or a fraction of the table's bytes (those of one size accept the budget their
+bytes meet and refuse another, saying what they take).
 
 Everything is batched in torch (matrix products in chunks of rare tokens, one batched k x k solve),
 so the 30522 x 768 table of DistilBERT is sparse-coded in seconds on a CPU.
@@ -33,6 +36,7 @@ from torch.nn import functional as F
 
 from lit_embed.checkpoints import build_from_config, resolve_class
 from lit_embed.embeddings.base import EmbeddingStrategy
+from lit_embed.embeddings.dense import DenseEmbedding
 from lit_embed.embeddings.factorised import FactorizedEmbedding
 from lit_embed.embeddings.mixed_dimension import DATA
 from lit_embed.embeddings.quantized import (
@@ -40,7 +44,7 @@ from lit_embed.embeddings.quantized import (
     ProductQuantizedEmbedding,
     ScalarQuantizedEmbedding,
 )
-from lit_embed.embeddings.sizing import fit_budget
+from lit_embed.embeddings.sizing import BudgetError, budget_target, fit_budget
 from lit_embed.embeddings.sparse_coded import (
     PartialEmbedding,
     PCAEmbedding,
@@ -477,7 +481,10 @@ def strategy_from(given: str | dict, vocab_size: int, hidden_size: int, budget: 
     frequencies = inspect.signature(cls).parameters.get("frequencies") if isinstance(cls, type) else None
     if frequencies is None or init.get("frequencies", frequencies.default) != DATA or init.get("block_dims"):
         return build_from_config(EmbeddingStrategy, {"class_path": config["class_path"], "init_args": init}, "embedding")
-    if counts is None:
+    if counts is None:  # a budget its structure cannot meet is said first (a sweep's plan counts nothing)
+        if budget is not None:
+            fit_budget(cls, vocab_size, hidden_size, budget, {k: v for k, v in init.items()
+                                                               if k not in ("vocab_size", "hidden_size", "budget")})
         raise ConfigError(f"{config['class_path']} ranks tokens by the data's counts (frequencies: data) and none were "
                           f"counted: give --data, or a count file as its frequencies")
     with tempfile.TemporaryDirectory() as folder:  # the strategy reads it once, when built: its buffers keep the ranking
@@ -664,6 +671,30 @@ class ChoosesK(CompressionMethod):
 
 
 @dataclass
+class PartialOptions:
+    """The budget that sizes a partial method's common tokens.
+
+    Args:
+        budget: size |V_C| to this many bytes at inference, or this fraction of the table's bytes, in place of the
+            --retention split: the most frequent tokens in the data are common (specials first).
+    """
+
+    budget: int | float | None = None
+
+
+@dataclass
+class FixedSizeOptions:
+    """A method of one size: the budget, accepted where its bytes meet it.
+
+    Args:
+        budget: the bytes at inference (or fraction of the table's bytes) the method must meet within 1%; its bytes are
+            fixed, so a budget it does not meet is refused, saying what it takes.
+    """
+
+    budget: int | float | None = None
+
+
+@dataclass
 class SparseCodingOptions(KChoice):
     """The k a method is fitted with, and the budget that sizes its common tokens.
 
@@ -675,6 +706,35 @@ class SparseCodingOptions(KChoice):
     budget: int | float | None = None
 
 
+@dataclass
+class PCAOptions(SparseCodingOptions):
+    """The number of principal components (k), and the budget that sizes the common tokens (one k only)."""
+
+
+def budgeted_common_ids(method: CompressionMethod, job: Job, partial: type[PartialEmbedding], sized_by: dict) -> Tensor:
+    """The common ids of a partial ``method`` (the common rows kept, the rare ones rebuilt): the retention split's, or as
+    many as its ``--budget`` leaves room for in ``partial`` (with ``sized_by``, its other arguments), the most frequent
+    first: the split's unseen common ids (its special tokens) before all, then its other common ids, then the rest."""
+    budget = getattr(method.options, "budget", None)
+    if budget is None:
+        return job.common_ids
+    vocab, hidden = job.weight.shape
+    sizing = fit_budget(partial, vocab, hidden, budget, sized_by)
+    method.details["budget"] = sizing.describe()
+    counts = job.counts if job.counts is not None else torch.zeros(vocab)
+    common = torch.zeros(vocab, dtype=torch.bool)
+    common[job.common_ids] = True
+    group = torch.where(common & (counts == 0), 0, torch.where(common, 1, 2))
+    ranked = sorted(range(vocab), key=lambda i: (int(group[i]), -float(counts[i]), i))
+    return torch.tensor(sorted(ranked[: sizing.value]))
+
+
+def one_k(options: KChoice, budget: int | float | None) -> None:
+    """Refuse several k with a budget: it sizes the common tokens for one."""
+    if budget is not None and len(options.ks) > 1:
+        raise ConfigError(f"--budget sizes the common tokens for one k, and k={options.k}: give a single --k")
+
+
 class SparseCoding(ChoosesK):
     """The paper's frequency-aware partial sparse coding (k nearest common rows, LLE weights, the length)."""
 
@@ -682,32 +742,16 @@ class SparseCoding(ChoosesK):
     Options = SparseCodingOptions
     options: SparseCodingOptions
 
+    def common_ids(self, job: Job) -> Tensor:
+        return budgeted_common_ids(self, job, SparseCodedEmbedding, {"k": self.options.ks[0]})
+
     def check(self, job: Job) -> None:
         k = max(self.options.ks)
-        if self.options.budget is not None:
-            if len(self.options.ks) > 1:
-                raise ConfigError(f"--budget sizes the common tokens for one k, and k={self.options.k}: give a single --k")
-            self.common_ids(job)  # a budget it cannot meet is refused before the neighbour search
-            return
-        common = len(job.common_ids)
+        one_k(self.options, self.options.budget)
+        common = len(self.common_ids(job))
         if k > common:
             raise ConfigError(f"k={k} exceeds |V_C|={common}, the common tokens to choose neighbours from: "
                               f"lower k or raise --retention")
-
-    def common_ids(self, job: Job) -> Tensor:
-        """The common ids: the retention split's, or as many as the budget leaves room for, the most frequent first
-        (the split's unseen common ids, its special tokens, before all; then its other common ids; then the rest)."""
-        if self.options.budget is None:
-            return job.common_ids
-        vocab, hidden = job.weight.shape
-        sizing = fit_budget(SparseCodedEmbedding, vocab, hidden, self.options.budget, {"k": self.options.ks[0]})
-        self.details["budget"] = sizing.describe()
-        counts = job.counts if job.counts is not None else torch.zeros(vocab)
-        common = torch.zeros(vocab, dtype=torch.bool)
-        common[job.common_ids] = True
-        group = torch.where(common & (counts == 0), 0, torch.where(common, 1, 2))
-        ranked = sorted(range(vocab), key=lambda i: (int(group[i]), -float(counts[i]), i))
-        return torch.tensor(sorted(ranked[: sizing.value]))
 
     def fit(self, job: Job) -> dict[int | None, EmbeddingStrategy]:
         return sparse_code(job.weight, self.common_ids(job), self.options.ks)
@@ -717,28 +761,40 @@ class PCACoding(ChoosesK):
     """The PCA baseline: rare rows from the top k principal components of the common rows."""
 
     name = "pca"
+    Options = PCAOptions
+    options: PCAOptions
+
+    def common_ids(self, job: Job) -> Tensor:
+        return budgeted_common_ids(self, job, PCAEmbedding, {"k": self.options.ks[0]})
 
     def check(self, job: Job) -> None:
-        common, hidden, k = len(job.common_ids), job.weight.shape[1], max(self.options.ks)
+        one_k(self.options, self.options.budget)
+        common, hidden, k = len(self.common_ids(job)), job.weight.shape[1], max(self.options.ks)
         if k > min(common, hidden):
             raise ConfigError(f"k={k} exceeds min(|V_C|={common}, hidden={hidden}), the principal components "
                               f"there are: lower k or raise --retention")
 
     def fit(self, job: Job) -> dict[int | None, EmbeddingStrategy]:
-        return pca_code(job.weight, job.common_ids, self.options.ks)
+        return pca_code(job.weight, self.common_ids(job), self.options.ks)
 
 
 class UnkBackoff(CompressionMethod):
     """The ``<unk>`` baseline: rare tokens take the fine-tuned ``<unk>`` row."""
 
     name = "unk"
+    Options = PartialOptions
+    options: PartialOptions
+
+    def common_ids(self, job: Job) -> Tensor:
+        return budgeted_common_ids(self, job, UnkEmbedding, {})
 
     def check(self, job: Job) -> None:
         if job.unk_id is None:
             raise ConfigError("the tokenizer has no <unk> token: the unk baseline needs one")
+        self.common_ids(job)  # a budget it cannot meet is refused before the work
 
     def fit(self, job: Job) -> dict[int | None, EmbeddingStrategy]:
-        return {None: unk_backoff(job.weight, job.common_ids, job.unk_id)}
+        return {None: unk_backoff(job.weight, self.common_ids(job), job.unk_id)}
 
 
 class AdditiveQuantization(CompressionMethod):
@@ -788,14 +844,53 @@ class LowRank(CompressionMethod):
         return {None: strategy}
 
 
+def check_fixed_budget(method: CompressionMethod, job: Job, cls: type[EmbeddingStrategy], arguments: dict) -> None:
+    """Accept the ``--budget`` of a ``method`` of one size (``cls(**arguments)``'s bytes) where they meet it within 1%;
+    refuse another, saying what they take."""
+    budget = getattr(method.options, "budget", None)
+    if budget is None:
+        return
+    vocab, hidden = job.weight.shape
+    try:
+        method.details["budget"] = fit_budget(cls, vocab, hidden, budget, arguments).describe()
+    except BudgetError:  # its bytes are fixed: say what they are
+        reach, dense = cls.count_bytes(vocab, hidden, **arguments), vocab * hidden * 4
+        target = budget_target(budget, vocab, hidden, method.name)
+        raise BudgetError(f"{method.name} cannot meet budget={budget} ({target:,} bytes, {100 * target / dense:.3g}% of "
+                          f"the table) within 1%: it takes {reach:,} bytes, {100 * reach / dense:.3g}% of the table, at "
+                          f"any budget; ask for that, or leave --budget unset") from None
+
+
 class ScalarQuantization(CompressionMethod):
     """Per-row scalar quantisation of the whole table to ``bits`` bits (each row's min to max in equal steps)."""
 
     bits: ClassVar[int]
+    Options = FixedSizeOptions
+
+    def check(self, job: Job) -> None:
+        check_fixed_budget(self, job, ScalarQuantizedEmbedding, {"bits": self.bits})
 
     def fit(self, job: Job) -> dict[int | None, EmbeddingStrategy]:
+        self.check(job)
         strategy = ScalarQuantizedEmbedding(*job.weight.shape, bits=self.bits)
         strategy.quantize(job.weight)
+        return {None: strategy}
+
+
+class KeepDense(CompressionMethod):
+    """The table as it is, a dense float32 embedding: the uncompressed reference, compressed and tested as every
+    method is (a comparison's PRR is against it)."""
+
+    name = "dense"
+    Options = FixedSizeOptions
+
+    def check(self, job: Job) -> None:
+        check_fixed_budget(self, job, DenseEmbedding, {})
+
+    def fit(self, job: Job) -> dict[int | None, EmbeddingStrategy]:
+        self.check(job)
+        strategy = DenseEmbedding(*job.weight.shape)
+        strategy.load_pretrained(job.weight.detach().float().cpu())
         return {None: strategy}
 
 
