@@ -287,13 +287,20 @@ class Contract:
         strategy = self.strategy
         with checking(self.name, prop):
             strategy.zero_grad(set_to_none=True)
-            loss = sum((strategy(codes) * torch.randn(*codes.shape[:1], strategy.hidden_size)).sum() for codes in batches)
+            loss, training = torch.zeros(()), strategy.training
+            strategy.train()  # a training step's loss: on the output, and the strategy's own term where it has one
+            for codes in batches:
+                loss = loss + (strategy(codes) * torch.randn(*codes.shape[:1], strategy.hidden_size)).sum()
+                term = strategy.auxiliary_loss()
+                loss = loss if term is None else loss + term
+            strategy.train(training)
             trainable = [(name, p) for name, p in strategy.named_parameters() if p.requires_grad]
             self.require(bool(trainable), prop, "the strategy has no trainable parameter")
             if loss.requires_grad:  # else nothing is connected, and every parameter is missing below
                 loss.backward()
             missing = [name for name, p in trainable if p.grad is None]
-            self.require(not missing, prop, f"no gradient reaches {missing} from a loss on forward()'s output")
+            self.require(not missing, prop, f"no gradient reaches {missing} from a loss on forward()'s output "
+                                                f"(and auxiliary_loss())")
             broken = [name for name, p in trainable if not torch.isfinite(p.grad).all()]
             self.require(not broken, prop, f"non-finite gradients in {broken}")
             zero = [name for name, p in trainable if not p.grad.any()]

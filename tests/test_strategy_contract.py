@@ -66,6 +66,7 @@ CASES = {
     "tt": (functools.partial(embeddings.TTEmbedding, rank=4), MINILM_VOCAB),
     "mixed_dimension": (functools.partial(embeddings.MixedDimensionEmbedding, base_dim=8, frequencies="id_order"), MINILM_VOCAB),
     "dpq": (functools.partial(embeddings.DPQEmbedding, codewords=8, groups=4), MINILM_VOCAB),
+    "dpq_vq": (functools.partial(embeddings.DPQEmbedding, codewords=8, groups=4, variant="vq"), MINILM_VOCAB),
 }
 for _name, _hasher in (("md5", MD5Hasher), ("lsh", SMALL_LSH)):
     CASES |= {

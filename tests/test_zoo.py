@@ -303,7 +303,59 @@ ZOO = {
     "tt": functools.partial(TTEmbedding, rank=3),
     "mixed_dimension": functools.partial(MixedDimensionEmbedding, base_dim=8, frequencies="id_order"),
     "dpq": functools.partial(DPQEmbedding, codewords=8, groups=4),
+    "dpq_vq": functools.partial(DPQEmbedding, codewords=8, groups=4, variant="vq"),
 }
+
+
+@pytest.mark.parametrize("commitment", [0.0, 0.25])
+def test_dpq_vq_takes_the_nearest_centroid_straight_through_and_trains_its_centroids_by_its_own_loss(commitment):
+    """Chen et al.'s DPQ-VQ, written out: in each group the centroid nearest the query (Euclidean), its value forward,
+    the output's gradient to the query unchanged (straight through); the centroids' gradient from
+    mean((C - sg(q))^2) + commitment * mean((sg(C) - q)^2) alone."""
+    torch.manual_seed(0)
+    dpq = DPQEmbedding(300, 12, codewords=5, groups=3, variant="vq", commitment=commitment)
+    assert not hasattr(dpq, "keys") and dpq.num_embedding_parameters() == 5 * 12 + 300 * 3  # the keys are the values
+    ids = torch.randint(300, (4, 9), generator=torch.Generator().manual_seed(1))
+    upstream = torch.randn(4, 9, 12, generator=torch.Generator().manual_seed(2))
+
+    queries = dpq.queries.detach()[ids]  # (4, 9, 3, 4)
+    distances = torch.stack([torch.cdist(queries[..., g, :].reshape(-1, 4), dpq.values.detach()[g]) for g in range(3)], 1)
+    nearest = distances.argmin(-1).reshape(4, 9, 3)
+    chosen = dpq.values.detach()[torch.arange(3), nearest]  # (4, 9, 3, 4)
+    out = dpq(ids)
+    assert torch.allclose(out, chosen.flatten(-2), atol=1e-6)
+    term = dpq.auxiliary_loss()
+    n = chosen.numel()
+    assert torch.allclose(term, (1 + commitment) * (chosen - queries).pow(2).sum() / n)
+    assert dpq.auxiliary_loss() is None  # taken once
+    ((out * upstream).sum() + term).backward()
+    query_grad = torch.zeros_like(dpq.queries)
+    query_grad.index_put_((ids,), upstream.reshape(4, 9, 3, 4) + commitment * 2 * (queries - chosen) / n, accumulate=True)
+    assert torch.allclose(dpq.queries.grad, query_grad, atol=1e-6)
+    value_grad = torch.zeros_like(dpq.values)
+    for g in range(3):
+        value_grad[g].index_add_(0, nearest[..., g].reshape(-1), (2 * (chosen - queries) / n)[..., g, :].reshape(-1, 4))
+    assert torch.allclose(dpq.values.grad, value_grad, atol=1e-7)
+    dpq.eval()
+    with torch.no_grad():  # inference: the codes read from the nearest centroids, kept alone
+        assert torch.equal(dpq.codes(), torch.cat([torch.cdist(dpq.queries[:, g], dpq.values[g]).argmin(-1, keepdim=True)
+                                                   for g in range(3)], 1))
+        assert torch.equal(dpq.for_inference()(ids), dpq(ids))
+
+
+def test_a_training_step_adds_dpq_vqs_own_loss_to_the_objectives():
+    codes = torch.randint(30522, (2, 10), generator=torch.Generator().manual_seed(0))
+    batch = {"codes": codes, "attention_mask": torch.ones_like(codes), "labels": torch.zeros(2, dtype=torch.long)}
+    model = SequenceClassifier("topics", encoder=tiny_encoder(16), embedding=functools.partial(
+        DPQEmbedding, codewords=8, groups=4, variant="vq"), vocab_size=30522)
+    torch.manual_seed(0)
+    objective = model.losses(model(batch), batch["labels"]).mean()
+    term = model.embedding.auxiliary_loss()
+    torch.manual_seed(0)
+    total = model.training_step(batch, 0)
+    assert term is not None and torch.allclose(total, objective + term)
+    total.backward()
+    assert model.embedding.values.grad.abs().sum() > 0  # the centroids learn from it
 
 
 def test_dpq_without_gradients_gives_the_trained_path_s_vectors_and_its_full_weight():
@@ -337,7 +389,10 @@ def test_each_method_trains_in_every_objective(name):
          lambda out: out.sum()),
     ]
     for module, extra, loss in runs:
-        loss(module({"codes": codes, "attention_mask": mask, **extra})).backward()
+        module.train()
+        objective = loss(module({"codes": codes, "attention_mask": mask, **extra}))
+        term = module.embedding.auxiliary_loss()  # added by each training step (DPQ-VQ's centroids learn from it)
+        (objective if term is None else objective + term).backward()
         for parameter_name, parameter in module.embedding.named_parameters():
             assert parameter.grad is not None and parameter.grad.abs().sum() > 0, (type(module).__name__, parameter_name)
 

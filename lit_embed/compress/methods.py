@@ -524,6 +524,8 @@ def fit_strategy(strategy: EmbeddingStrategy, weight: Tensor, counts: Tensor | N
         ids = batches.pop()
         w = weights[ids]
         loss = (row_losses(strategy(ids.to(device)), target[ids], options.loss) * w).sum() / w.sum()
+        term = strategy.auxiliary_loss()  # the strategy's own (DPQ-VQ's centroids learn from it)
+        loss = loss if term is None else loss + term
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()

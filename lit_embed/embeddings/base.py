@@ -184,6 +184,11 @@ class EmbeddingStrategy(CheckpointSized, ABC):
         return {"trainable_params": sum(p.numel() for p in self.parameters() if p.requires_grad),
                 "training_bytes": state_bytes(self.state_dict())}
 
+    def auxiliary_loss(self) -> Tensor | None:
+        """A term of the strategy's own that training adds to the objective's loss (DPQ-VQ's codebook and commitment),
+        from its last training forward, then cleared; ``None`` where it has none (most strategies)."""
+        return None
+
     def num_total_parameters(self) -> int:
         """What the strategy adds to a model's total (PCR_All, PoEP): all of its parameters, or its embedding figure
         where that is larger: stored codes the papers count as parameters (sparse-coding ids and weights, additive

@@ -3,6 +3,8 @@ Compression", ICML 2020): each token's vector is D codewords, one per group, cho
 
 from __future__ import annotations
 
+from typing import Literal
+
 import torch
 from torch import Tensor, nn
 
@@ -17,10 +19,17 @@ SCORE_MOMENTUM, SCORE_EPS = 0.01, 1e-3
 
 
 class DPQEmbedding(EmbeddingStrategy):
-    """DPQ-SX: token x's query ``q_x`` (a row of a ``V x d`` table) is cut into D groups; in group j it takes the
-    codeword k maximising ``<q_x^j, K_j[k]>`` and contributes ``V_j[k]``, the vector being the D values side by side.
-    Training passes the gradient through the softmax of the scores (temperature ``temperature``; the straight-through
-    estimator of the paper's §3.2), while the vector is always the hard choice's.
+    """DPQ-SX (``variant: sx``): token x's query ``q_x`` (a row of a ``V x d`` table) is cut into D groups; in group j it
+    takes the codeword k maximising ``<q_x^j, K_j[k]>`` and contributes ``V_j[k]``, the vector being the D values side by
+    side. Training passes the gradient through the softmax of the scores (temperature ``temperature``; the
+    straight-through estimator of the paper's §3.2), while the vector is always the hard choice's.
+
+    DPQ-VQ (``variant: vq``): the keys are the values (one set of centroids ``C_j``), group j takes the nearest centroid,
+    ``argmin_k ||q_x^j - C_j[k]||^2`` (the score is minus the squared distance), and its vector is ``C_j[k]`` passed
+    straight through to the query (``q + sg(C_j[k] - q)``: the gradient reaches the query as if it were the output).
+    The centroids learn from the strategy's own loss term (:meth:`auxiliary_loss`, which the objectives add to theirs
+    in training), as the authors' code has it: ``mean((C[k] - sg(q))^2) + commitment * mean((sg(C[k]) - q)^2)``, its
+    commitment coefficient 0 by default there.
 
     Counted as the paper counts what inference keeps (its §4, compression ratio): the ``K x d`` value codebooks and
     ``V x D`` codes (each a log2(K)-bit index counted as one parameter, as additive quantisation counts its codes);
@@ -38,6 +47,8 @@ class DPQEmbedding(EmbeddingStrategy):
         batch_norm_scores: batch-normalise the scores before the softmax and the choice, as the authors' code does by
             default (``softmax_BN``: per codeword over the batch's tokens and groups, no scale or shift, TensorFlow's
             momentum 0.99 and epsilon 1e-3); at inference, and for the stored codes, with the running statistics.
+        variant: ``sx`` (softmax) or ``vq`` (nearest centroid).
+        commitment: DPQ-VQ's coefficient of the term that pulls the queries to their centroids (the authors' beta).
         budget: size K to this many bytes at inference, or this fraction of the dense table's bytes.
     """
 
@@ -49,7 +60,7 @@ class DPQEmbedding(EmbeddingStrategy):
 
     def __init__(self, vocab_size: int, hidden_size: int, codewords: int = 32, groups: int = 8, temperature: float = 1.0,
                  init_std: float = 0.02, codes_only: bool = False, batch_norm_scores: bool = False,
-                 budget: int | float | None = None) -> None:
+                 variant: Literal["sx", "vq"] = "sx", commitment: float = 0.0, budget: int | float | None = None) -> None:
         super().__init__(vocab_size, hidden_size)
         if groups < 1 or hidden_size % groups:
             raise ConfigError(f"groups={groups} must divide hidden_size={hidden_size}: pick a divisor")
@@ -57,14 +68,19 @@ class DPQEmbedding(EmbeddingStrategy):
             raise ConfigError(f"codewords={codewords} must be at least 2")
         if temperature <= 0:
             raise ConfigError(f"temperature={temperature} must be positive")
+        if variant not in ("sx", "vq") or commitment < 0:
+            raise ConfigError(f"variant={variant!r} must be 'sx' (softmax) or 'vq' (nearest centroid), and commitment="
+                              f"{commitment} at least 0")
         self.codewords, self.groups, self.temperature, self.init_std = codewords, groups, temperature, init_std
-        self.codes_only, self.batch_norm_scores = codes_only, batch_norm_scores
+        self.codes_only, self.batch_norm_scores, self.variant, self.commitment = codes_only, batch_norm_scores, variant, commitment
+        self._auxiliary: Tensor | None = None
         width = hidden_size // groups
         if codes_only:
             self.register_buffer("code_table", torch.zeros(vocab_size, groups, dtype=code_dtype(codewords)))
         else:
             self.queries = nn.Parameter(torch.empty(vocab_size, groups, width).normal_(0.0, init_std))
-            self.keys = nn.Parameter(torch.empty(groups, codewords, width).normal_(0.0, init_std))
+            if variant == "sx":  # DPQ-VQ's keys are its values
+                self.keys = nn.Parameter(torch.empty(groups, codewords, width).normal_(0.0, init_std))
             if batch_norm_scores:  # the scores' running statistics, per codeword
                 self.register_buffer("score_mean", torch.zeros(codewords))
                 self.register_buffer("score_var", torch.ones(codewords))
@@ -88,7 +104,10 @@ class DPQEmbedding(EmbeddingStrategy):
     def scores(self, codes: Tensor, batch_statistics: bool = False) -> Tensor:
         """``(..., D, K)`` scores of each group's codewords, batch-normalised where asked (``batch_norm_scores``): by the
         batch's own statistics, which updates the running ones, with ``batch_statistics``, else by the running ones."""
-        scores = torch.einsum("...gw,gkw->...gk", self.queries[codes], self.keys)
+        if self.variant == "vq":  # minus the squared distance to each centroid
+            scores = -(self.queries[codes].unsqueeze(-2) - self.values).pow(2).sum(-1)
+        else:
+            scores = torch.einsum("...gw,gkw->...gk", self.queries[codes], self.keys)
         if not self.batch_norm_scores:
             return scores
         flat = nn.functional.batch_norm(scores.reshape(-1, self.codewords), self.score_mean, self.score_var,
@@ -101,10 +120,22 @@ class DPQEmbedding(EmbeddingStrategy):
         scores = self.scores(codes, batch_statistics=self.training and torch.is_grad_enabled())
         if not torch.is_grad_enabled():  # the hard choice's vector read at the codes: no N x D x K one-hot, softmax
             return self._values_at(scores.argmax(-1))
+        if self.variant == "vq":
+            queries = self.queries[codes]
+            chosen = self.values[torch.arange(self.groups, device=self.values.device), scores.argmax(-1)]
+            if self.training:
+                self._auxiliary = ((chosen - queries.detach()).pow(2).mean()
+                                   + self.commitment * (chosen.detach() - queries).pow(2).mean())
+            return (queries + (chosen - queries).detach()).flatten(-2)
         soft = (scores / self.temperature).softmax(-1)
         hard = nn.functional.one_hot(scores.argmax(-1), self.codewords).to(soft.dtype)
         choice = hard + soft - soft.detach()  # the hard choice's value, the softmax's gradient
         return torch.einsum("...gk,gkw->...gw", choice, self.values).flatten(-2)
+
+    def auxiliary_loss(self) -> Tensor | None:
+        """DPQ-VQ's codebook and commitment term of the last training forward (once: it is cleared)."""
+        term, self._auxiliary = self._auxiliary, None
+        return term
 
     def _values_at(self, picked: Tensor) -> Tensor:
         """``(..., d)`` the values of codewords ``picked`` (``(..., D)``), side by side."""
@@ -126,7 +157,8 @@ class DPQEmbedding(EmbeddingStrategy):
         if self.codes_only:
             return self
         kept = DPQEmbedding(self.vocab_size, self.hidden_size, self.codewords, self.groups, self.temperature,
-                            self.init_std, codes_only=True).to(self.values.device)
+                            self.init_std, codes_only=True, variant=self.variant,
+                            commitment=self.commitment).to(self.values.device)
         with torch.no_grad():
             kept.values.copy_(self.values)
             kept.code_table.copy_(self.codes())

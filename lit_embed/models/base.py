@@ -190,6 +190,15 @@ class EmbeddingModule(pl.LightningModule):
             self.embedding.prepare()
         share_buffers(trainer, self.embedding)
 
+    def with_strategy_loss(self, loss: Tensor) -> Tensor:
+        """A training step's loss: the objective's, plus the strategy's own term where it has one (DPQ-VQ's codebook and
+        commitment: :meth:`~lit_embed.embeddings.EmbeddingStrategy.auxiliary_loss`), logged apart."""
+        term = self.embedding.auxiliary_loss()
+        if term is None:
+            return loss
+        self.log("train/embedding_loss", term)
+        return loss + term
+
     def on_train_start(self) -> None:
         """Every module trains (dropout on), whatever the model was built or loaded from: Lightning keeps the
         mode each module had, and a pretrained model arrives in eval mode. Validation restores it after."""

@@ -172,7 +172,7 @@ class SequenceClassifier(EmbeddingModule):
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
         loss = self.losses(self(batch), batch["labels"]).mean()
         self.log("train/loss", loss, prog_bar=True)
-        return loss
+        return self.with_strategy_loss(loss)
 
     def validation_step(self, batch: dict[str, Tensor], batch_idx: int, dataloader_idx: int = 0) -> None:
         self._evaluate("val", batch, dataloader_idx)

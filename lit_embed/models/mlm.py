@@ -129,7 +129,7 @@ class MaskedLM(EmbeddingModule):
         self.log("train/loss", loss, prog_bar=True)
         if logits is not None:
             self.log("train/accuracy", _accuracy(logits, targets))
-        return loss
+        return self.with_strategy_loss(loss)
 
     def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
         _, logits, targets = self(batch, need_logits=True)

@@ -79,7 +79,7 @@ class ShuffleRandom(EmbeddingModule):
         self.log("train/loss", loss, prog_bar=True)
         for name, value in _rates(logits, targets).items():
             self.log(f"train/{name}", value, prog_bar=name == "accuracy")
-        return loss
+        return self.with_strategy_loss(loss)
 
     def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
         _, logits, targets = self(batch)
