@@ -316,9 +316,11 @@ class Contract:
                          f"num_embedding_parameters() is a {type(count).__name__}, not an int")
             buffers = {name for name, _ in strategy.named_buffers()}
             stored = sum(p.numel() for p in strategy.parameters())
-            stored += sum(v.numel() for name, v in strategy.state_dict().items() if name in buffers)
+            # a buffer of packed integer codes holds up to one value a bit (a uint8 of 4-bit codes holds two)
+            stored += sum(v.numel() * (1 if v.is_floating_point() else 8 * v.element_size())
+                          for name, v in strategy.state_dict().items() if name in buffers)
             self.require(1 <= count <= stored, prop, f"num_embedding_parameters()={count} is outside [1, {stored}] (the "
-                         f"values the module stores: parameters and persistent buffers)")
+                         f"values the module can store: parameters, persistent buffers, integer ones packed a value a bit)")
 
     def picklable_sampler(self) -> None:
         prop = "picklable code sampler"

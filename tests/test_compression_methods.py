@@ -174,7 +174,7 @@ def test_product_quantisation_finds_clusters_and_says_which_k_means_ran(backend)
     (strategy,) = method.fit(job_of(weight)).values()
     assert isinstance(strategy, ProductQuantizedEmbedding)
     assert strategy.num_embedding_parameters() == 4 * 12 + 200 * 2  # K d codebook values and V G codes
-    assert state_bytes(strategy.state_dict()) == 4 * 12 * 4 + 200 * 2
+    assert state_bytes(strategy.state_dict()) == 4 * 12 * 4 + 200 * 1  # two 2-bit codes (K = 4) a row: one byte
     assert torch.allclose(strategy(torch.arange(200)).detach(), weight, atol=1e-5)
     ran = method.details["k-means"]
     assert ran == (f"faiss {faiss.__version__}" if backend == "faiss" else "torch (lit-embed's k-means++ and Lloyd)")
@@ -253,8 +253,11 @@ def test_pq_and_sparse_coding_take_a_budget_of_bytes_and_refuse_one_they_cannot_
     weight = table(600, 64)
     dense = 600 * 64 * 4
     (pq,) = method_named("pq", {"groups": 4, "budget": 0.1, "iterations": 2}).fit(job_of(weight)).values()
-    assert pq.codewords == round((0.1 * dense - 600 * 4) / (64 * 4)) and abs(pq.inference_bytes() - 0.1 * dense) <= 0.01 * 0.1 * dense
-    with pytest.raises(ConfigError, match=r"ProductQuantizedEmbedding cannot meet budget=0.01 .*its smallest size"):
+    # K = 53 takes 6 bits: a row's 4 codes are 3 bytes, packed
+    assert pq.codewords == round((0.1 * dense - 600 * 3) / (64 * 4)) == 53 and abs(pq.inference_bytes() - 0.1 * dense) <= 0.01 * 0.1 * dense
+    # packed, K = 2 to 4 share 2-bit codes (a byte a row): 1% lies between K = 3 and 4
+    with pytest.raises(ConfigError, match=r"ProductQuantizedEmbedding cannot meet budget=0.01 .*1,368, .*\(codewords=3\) "
+                                          r"and 1,624, .*\(codewords=4\)"):
         method_named("pq", {"groups": 4, "budget": 0.01}).check(job_of(weight))
     counts = torch.arange(600, dtype=torch.float).flip(0)  # id 0 the most frequent
     counts[[3, 597]] = 0  # common in the split but unseen: special tokens
@@ -311,12 +314,13 @@ def test_dense_keeps_the_table_bit_for_bit_as_the_reference_and_meets_only_its_o
 
 
 def test_aq_takes_a_budget_of_bytes_for_its_codebooks():
-    """Each of M codebooks costs K d float32 values and a one-byte code per row: 10% of a 600 x 64 table at K = 16 is
-    M = 15360 / (16 x 64 x 4 + 600) = 3.3, and no M meets it within 1%; 4.6% is M = 2."""
+    """Each of M codebooks costs K d float32 values and a 4-bit code per row (K = 16), a row's codes packed: 10% of a
+    600 x 64 table (15,360 bytes) lies between M = 3 (12,288 + 600 x 2 = 13,488) and M = 4 (17,584), and no M meets it
+    within 1%; M = 2 is 8,192 + 600 bytes."""
     weight = table(600, 64)
     with pytest.raises(ConfigError, match=r"AdditiveQuantizedEmbedding cannot meet budget=0.1"):
         method_named("aq", {"codewords": 16, "budget": 0.1}).check(job_of(weight))
-    method = method_named("aq", {"codewords": 16, "budget": 2 * (16 * 64 * 4 + 600), "max_steps": 1})
+    method = method_named("aq", {"codewords": 16, "budget": 2 * 16 * 64 * 4 + 600, "max_steps": 1})
     (strategy,) = method.fit(job_of(weight)).values()
-    assert strategy.num_codebooks == 2 and strategy.inference_bytes() == 2 * (16 * 64 * 4 + 600)
+    assert strategy.num_codebooks == 2 and strategy.inference_bytes() == 2 * 16 * 64 * 4 + 600
     assert "codebooks=2" in method.details["budget"]

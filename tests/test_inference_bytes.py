@@ -5,6 +5,7 @@ header, not from a formula); DPQ saves no queries or keys; params --json gives b
 from __future__ import annotations
 
 import json
+import math
 import struct
 from pathlib import Path
 
@@ -16,8 +17,14 @@ from lit_embed.checkpoints import build_from_config
 from lit_embed.compress import load_compact
 from lit_embed.compress.methods import Job, method_named
 from lit_embed.compress.model_io import save_compact
-from lit_embed.embeddings import DPQEmbedding, EmbeddingStrategy
+from lit_embed.embeddings import (
+    AdditiveQuantizedEmbedding,
+    DPQEmbedding,
+    EmbeddingStrategy,
+    ProductQuantizedEmbedding,
+)
 from lit_embed.embeddings.dpq import code_dtype
+from lit_embed.embeddings.quantized import pack_codes, unpack_codes
 from tests.helpers import CONFIGS
 from tests.helpers.cli import params_json
 
@@ -95,8 +102,39 @@ def test_each_post_hoc_method_s_file_holds_the_bytes_it_reports(method, options,
         assert on_file == strategy.codewords * D * 4 + V * strategy.groups * code_dtype(strategy.codewords).itemsize
     if method == "int4":  # two codes a byte, a float32 scale and offset a row
         assert on_file == V * D // 2 + 8 * V and dtypes["codes"] == "U8"
-    if method == "pq":  # one byte a code (K = 16 needs 4 bits; stored a byte each), K d float32 codebook values
-        assert on_file == V * 4 + 16 * D * 4
+    if method == "pq":  # 4 groups of 4-bit codes (K = 16) a row, packed: 2 bytes; K d float32 codebook values
+        assert on_file == V * 2 + 16 * D * 4 and dtypes["codes"] == "U8"
+    if method == "aq":  # 4 codebooks of 3-bit codes (K = 8): 12 bits a row, 2 bytes
+        assert on_file == V * 2 + 4 * 8 * D * 4
+    ids = torch.arange(V)
+    with torch.no_grad():  # the file decodes as the strategy computes
+        assert torch.equal(load_compact(tmp_path / "compressed_embedding.safetensors")(ids), strategy(ids))
+
+
+@pytest.mark.parametrize("codewords", [2, 3, 5, 16, 17, 100, 255, 256])
+@pytest.mark.parametrize("per_row", [1, 3, 7, 8])
+def test_codes_are_packed_at_their_bit_width_and_unpack_exactly(codewords, per_row):
+    codes = torch.randint(codewords, (50, per_row), generator=torch.Generator().manual_seed(codewords))
+    packed = pack_codes(codes, codewords)
+    bits = math.ceil(math.log2(codewords))
+    assert packed.dtype == torch.uint8 and packed.shape == (50, math.ceil(per_row * bits / 8))
+    assert torch.equal(unpack_codes(packed, per_row, codewords), codes)
+    assert torch.equal(unpack_codes(packed[[7, 3, 7]], per_row, codewords), codes[[7, 3, 7]])  # rows alone, as ids read
+
+
+@pytest.mark.parametrize("cls", [ProductQuantizedEmbedding, AdditiveQuantizedEmbedding])
+def test_codes_saved_a_byte_each_before_packing_load_into_the_packed_strategy(cls):
+    """An artefact written before the codes were packed ((V, G) bytes) loads, and computes what it computed."""
+    strategy = cls(V, D, 4, 16)
+    codes = torch.randint(16, (V, 4), generator=torch.Generator().manual_seed(0))
+    strategy.set_codes(codes)
+    torch.nn.init.normal_(strategy.codebooks)
+    old = {**strategy.state_dict(), "codes": codes.to(torch.uint8)}
+    loaded = cls(V, D, 4, 16)
+    loaded.load_state_dict(old)
+    ids = torch.arange(V)
+    with torch.no_grad():
+        assert torch.equal(loaded.code_table(), codes) and torch.equal(loaded(ids), strategy(ids))
 
 
 def test_dpq_s_inference_form_computes_what_it_computed_and_reports_no_training_tensors():

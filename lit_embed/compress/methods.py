@@ -172,7 +172,7 @@ class AQOptions:
         lr: Adam's learning rate.
         clip_norm: gradients are clipped to this global norm, as in the released code.
         budget: size M to this many bytes at inference, or this fraction of the table's bytes (then codebooks is
-            ignored): each codebook costs K d float32 values and a one-byte code per row.
+            ignored): each codebook costs K d float32 values and a log2(K)-bit code per row (packed).
     """
 
     codebooks: int = 32
@@ -243,7 +243,7 @@ def additive_quantize(weight: Tensor, options: AQOptions, seed: int = 0, device:
     with torch.no_grad():
         codes = torch.cat([learner.logits(part).argmax(-1) for part in rows.split(4096)])
         strategy.codebooks.copy_(learner.codebooks.view(options.codebooks, options.codewords, hidden).cpu())
-    strategy.codes.copy_(codes.cpu().to(torch.uint8))
+    strategy.set_codes(codes.cpu())
     return strategy
 
 
@@ -293,7 +293,7 @@ class PQOptions:
         backend: ``faiss`` (its k-means; it must be installed), ``torch`` (lit-embed's own, batched in torch), or
             ``auto``: faiss where installed, else torch.
         budget: size K to this many bytes at inference, or this fraction of the table's bytes (then codewords is
-            ignored): the V x G one-byte codes are fixed by ``groups``.
+            ignored): the V x G codes (log2(K) bits each, packed) grow with K only by their bits.
     """
 
     groups: int = 8
@@ -359,7 +359,7 @@ def product_quantize(weight: Tensor, options: PQOptions, seed: int = 0) -> tuple
     elif backend == "faiss" and importlib.util.find_spec("faiss") is None:
         raise ConfigError("backend='faiss' but faiss is not installed: pip install faiss-cpu, or pass --backend torch")
     generator = torch.Generator().manual_seed(seed)
-    width = hidden // options.groups
+    width, chosen = hidden // options.groups, []
     for group, part in enumerate(weight.detach().float().split(width, dim=1)):
         part = part.contiguous()
         if backend == "faiss":
@@ -368,7 +368,8 @@ def product_quantize(weight: Tensor, options: PQOptions, seed: int = 0) -> tuple
             centroids, codes = kmeans(part, options.codewords, options.iterations, generator)
         with torch.no_grad():
             strategy.codebooks[group].copy_(centroids)
-        strategy.codes[:, group] = codes.to(torch.uint8)
+        chosen.append(codes)
+    strategy.set_codes(torch.stack(chosen, 1))
     if backend == "faiss":
         import faiss
 

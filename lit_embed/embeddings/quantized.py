@@ -19,9 +19,10 @@ from lit_embed.errors import ConfigError
 class AdditiveQuantizedEmbedding(EmbeddingStrategy):
     """``e(n) = sum_m codebooks[m, codes[n, m]]``.
 
-    The codes (``vocab_size x M`` indices below K, a persistent ``uint8`` buffer) define the model;
-    parameters counted: the ``M K d`` codebook entries plus the ``V M`` codes (each a log2(K)-bit
-    index, counted as one parameter as sparse coding counts its ids).
+    The codes (``vocab_size x M`` indices below K) define the model, kept packed at their bit width (a persistent
+    ``uint8`` buffer of ``ceil(M log2 K / 8)`` bytes a row: :func:`pack_codes`); parameters counted: the ``M K d``
+    codebook entries plus the ``V M`` codes (each a log2(K)-bit index, counted as one parameter as sparse coding counts
+    its ids).
 
     Args:
         vocab_size: V, the table's rows.
@@ -32,6 +33,8 @@ class AdditiveQuantizedEmbedding(EmbeddingStrategy):
     """
 
     size_parameter = "codebooks"
+    vocab_size: int  # a vocabulary strategy: never None
+    codes: Tensor  # packed (pack_codes)
 
     def __init__(self, vocab_size: int, hidden_size: int, codebooks: int = 32, codewords: int = 16,
                  budget: int | float | None = None) -> None:
@@ -42,16 +45,29 @@ class AdditiveQuantizedEmbedding(EmbeddingStrategy):
             raise ConfigError(f"codewords={codewords} must lie in [2, 256] (codes are stored as bytes)")
         self.num_codebooks, self.num_codewords = codebooks, codewords
         self.codebooks = nn.Parameter(torch.zeros(codebooks, codewords, hidden_size))
-        self.register_buffer("codes", torch.zeros(vocab_size, codebooks, dtype=torch.uint8), persistent=True)
+        self.register_buffer("codes", torch.zeros(vocab_size, packed_width(codebooks, codewords), dtype=torch.uint8),
+                             persistent=True)
         self.register_buffer("offsets", torch.arange(codebooks) * codewords, persistent=False)
 
+    def code_table(self) -> Tensor:
+        """``(V, M)`` each token's codeword in each codebook (the packed codes unpacked)."""
+        return unpack_codes(self.codes, self.num_codebooks, self.num_codewords)
+
+    def set_codes(self, codes: Tensor) -> None:
+        """Keep ``(V, M)`` codes, packed."""
+        self.codes.copy_(pack_codes(codes, self.num_codewords))
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs) -> None:
+        repack(state_dict, prefix + "codes", self.vocab_size, self.num_codebooks, self.num_codewords)
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
     def forward(self, codes: Tensor) -> Tensor:
-        picks = self.codes[codes.flatten()].long() + self.offsets
+        picks = unpack_codes(self.codes[codes.flatten()], self.num_codebooks, self.num_codewords) + self.offsets
         table = self.codebooks.reshape(-1, self.hidden_size)
         return F.embedding_bag(picks, table, mode="sum").reshape(*codes.shape, self.hidden_size)
 
     def num_embedding_parameters(self) -> int:
-        return self.codebooks.numel() + self.codes.numel()
+        return self.codebooks.numel() + self.vocab_size * self.num_codebooks
 
     @classmethod
     def count_parameters(cls, vocab_size: int, hidden_size: int, codebooks: int = 32, codewords: int = 16, **_) -> int:
@@ -140,8 +156,9 @@ class ScalarQuantizedEmbedding(EmbeddingStrategy):
 class ProductQuantizedEmbedding(EmbeddingStrategy):
     """Product quantisation (Jégou et al., "Product Quantization for Nearest Neighbor Search", TPAMI 2011): the
     ``d`` dimensions split into ``G`` groups of ``d / G``; a row is the concatenation of one of ``K`` codewords per
-    group, ``e(n) = [codebooks[g, codes[n, g]] for g]``. The codes (a persistent ``uint8`` buffer) are fixed, the
-    codebooks are parameters. Counted as DPQ and AQ count theirs: the ``K d`` codebook values and ``V G`` codes.
+    group, ``e(n) = [codebooks[g, codes[n, g]] for g]``. The codes are fixed, kept packed at their bit width (a
+    persistent ``uint8`` buffer of ``ceil(G log2 K / 8)`` bytes a row: :func:`pack_codes`); the codebooks are
+    parameters. Counted as DPQ and AQ count theirs: the ``K d`` codebook values and ``V G`` codes.
     ``lit-embed compress --method pq`` fits it by k-means in each group.
 
     Args:
@@ -154,6 +171,8 @@ class ProductQuantizedEmbedding(EmbeddingStrategy):
     """
 
     size_parameter = "codewords"
+    vocab_size: int  # a vocabulary strategy: never None
+    codes: Tensor  # packed (pack_codes)
 
     def __init__(self, vocab_size: int, hidden_size: int, groups: int = 8, codewords: int = 256,
                  budget: int | float | None = None) -> None:
@@ -164,8 +183,20 @@ class ProductQuantizedEmbedding(EmbeddingStrategy):
             raise ConfigError(f"codewords={codewords} must lie in [2, 256] (codes are stored as bytes)")
         self.groups, self.codewords = groups, codewords
         self.codebooks = nn.Parameter(torch.zeros(groups, codewords, hidden_size // groups))
-        self.register_buffer("codes", torch.zeros(vocab_size, groups, dtype=torch.uint8))
+        self.register_buffer("codes", torch.zeros(vocab_size, packed_width(groups, codewords), dtype=torch.uint8))
         self.register_buffer("offsets", torch.arange(groups) * codewords, persistent=False)
+
+    def code_table(self) -> Tensor:
+        """``(V, G)`` each token's codeword in each group (the packed codes unpacked)."""
+        return unpack_codes(self.codes, self.groups, self.codewords)
+
+    def set_codes(self, codes: Tensor) -> None:
+        """Keep ``(V, G)`` codes, packed."""
+        self.codes.copy_(pack_codes(codes, self.codewords))
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs) -> None:
+        repack(state_dict, prefix + "codes", self.vocab_size, self.groups, self.codewords)
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     @classmethod
     def count_parameters(cls, vocab_size: int, hidden_size: int, groups: int = 8, codewords: int = 256, **_) -> int:
@@ -182,6 +213,46 @@ class ProductQuantizedEmbedding(EmbeddingStrategy):
         return f"each token's stored {self.groups} codes count"
 
     def forward(self, codes: Tensor) -> Tensor:
-        picks = self.codes[codes].long() + self.offsets  # (*batch, G) rows of the flattened codebooks
+        picks = unpack_codes(self.codes[codes], self.groups, self.codewords) + self.offsets  # rows of the codebooks
         flat = self.codebooks.reshape(-1, self.hidden_size // self.groups)
         return F.embedding(picks, flat).flatten(-2)
+
+
+def code_bits(codewords: int) -> int:
+    """Bits of an index below ``codewords``: ceil(log2 K) (4 for K = 16, 8 for K = 256)."""
+    return max(1, (codewords - 1).bit_length())
+
+
+def packed_width(per_row: int, codewords: int) -> int:
+    """Bytes of a row's ``per_row`` codes below ``codewords``, packed."""
+    return -(-per_row * code_bits(codewords) // 8)
+
+
+def pack_codes(codes: Tensor, codewords: int) -> Tensor:
+    """``(V, n)`` indices below ``codewords`` as ``(V, packed_width)`` bytes: each row's codes one after another at
+    :func:`code_bits` bits, least significant bit first, the last byte padded with zeros."""
+    bits = code_bits(codewords)
+    if codes.numel() and (int(codes.max()) >= codewords or int(codes.min()) < 0):
+        raise ConfigError(f"codes must lie in [0, {codewords}): got {int(codes.min())}..{int(codes.max())}")
+    stream = (codes.long().unsqueeze(-1) >> torch.arange(bits, device=codes.device)) & 1  # (V, n, bits)
+    stream = stream.flatten(-2)
+    width = packed_width(codes.shape[-1], codewords)
+    stream = F.pad(stream, (0, 8 * width - stream.shape[-1])).reshape(*codes.shape[:-1], width, 8)
+    return (stream << torch.arange(8, device=codes.device)).sum(-1).to(torch.uint8)
+
+
+def unpack_codes(packed: Tensor, per_row: int, codewords: int) -> Tensor:
+    """The ``(..., per_row)`` indices :func:`pack_codes` packed into ``(..., packed_width)`` bytes (as int64)."""
+    bits = code_bits(codewords)
+    if bits == 8:
+        return packed.long()
+    stream = (packed.long().unsqueeze(-1) >> torch.arange(8, device=packed.device)) & 1
+    stream = stream.flatten(-2)[..., : per_row * bits].reshape(*packed.shape[:-1], per_row, bits)
+    return (stream << torch.arange(bits, device=packed.device)).sum(-1)
+
+
+def repack(state_dict: dict, key: str, vocab_size: int, per_row: int, codewords: int) -> None:
+    """Pack, in ``state_dict``, codes saved one byte each (lit-embed before the codes were packed), so that they load."""
+    codes = state_dict.get(key)
+    if codes is not None and tuple(codes.shape) == (vocab_size, per_row) != (vocab_size, packed_width(per_row, codewords)):
+        state_dict[key] = pack_codes(codes, codewords)
