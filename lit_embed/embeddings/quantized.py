@@ -16,7 +16,30 @@ from lit_embed.embeddings.base import EmbeddingStrategy
 from lit_embed.errors import ConfigError
 
 
-class AdditiveQuantizedEmbedding(EmbeddingStrategy):
+class PackedCodes(nn.Module):
+    """A strategy whose ``codes`` buffer holds each row's codes packed at their bit width (:func:`pack_codes`)."""
+
+    codes: Tensor
+    vocab_size: int
+
+    def code_layout(self) -> tuple[int, int]:
+        """Codes a row, and K (each code lies below it)."""
+        raise NotImplementedError
+
+    def code_table(self) -> Tensor:
+        """``(V, codes a row)`` each token's codes, unpacked."""
+        return unpack_codes(self.codes, *self.code_layout())
+
+    def set_codes(self, codes: Tensor) -> None:
+        """Keep ``(V, codes a row)`` codes, packed."""
+        self.codes.copy_(pack_codes(codes, self.code_layout()[1]))
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs) -> None:
+        repack(state_dict, prefix + "codes", self.vocab_size, *self.code_layout())
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
+
+class AdditiveQuantizedEmbedding(PackedCodes, EmbeddingStrategy):
     """``e(n) = sum_m codebooks[m, codes[n, m]]``.
 
     The codes (``vocab_size x M`` indices below K) define the model, kept packed at their bit width (a persistent
@@ -49,17 +72,8 @@ class AdditiveQuantizedEmbedding(EmbeddingStrategy):
                              persistent=True)
         self.register_buffer("offsets", torch.arange(codebooks) * codewords, persistent=False)
 
-    def code_table(self) -> Tensor:
-        """``(V, M)`` each token's codeword in each codebook (the packed codes unpacked)."""
-        return unpack_codes(self.codes, self.num_codebooks, self.num_codewords)
-
-    def set_codes(self, codes: Tensor) -> None:
-        """Keep ``(V, M)`` codes, packed."""
-        self.codes.copy_(pack_codes(codes, self.num_codewords))
-
-    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs) -> None:
-        repack(state_dict, prefix + "codes", self.vocab_size, self.num_codebooks, self.num_codewords)
-        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+    def code_layout(self) -> tuple[int, int]:
+        return self.num_codebooks, self.num_codewords
 
     def forward(self, codes: Tensor) -> Tensor:
         picks = unpack_codes(self.codes[codes.flatten()], self.num_codebooks, self.num_codewords) + self.offsets
@@ -153,7 +167,7 @@ class ScalarQuantizedEmbedding(EmbeddingStrategy):
             self.offset.copy_(low)
 
 
-class ProductQuantizedEmbedding(EmbeddingStrategy):
+class ProductQuantizedEmbedding(PackedCodes, EmbeddingStrategy):
     """Product quantisation (Jégou et al., "Product Quantization for Nearest Neighbor Search", TPAMI 2011): the
     ``d`` dimensions split into ``G`` groups of ``d / G``; a row is the concatenation of one of ``K`` codewords per
     group, ``e(n) = [codebooks[g, codes[n, g]] for g]``. The codes are fixed, kept packed at their bit width (a
@@ -186,17 +200,8 @@ class ProductQuantizedEmbedding(EmbeddingStrategy):
         self.register_buffer("codes", torch.zeros(vocab_size, packed_width(groups, codewords), dtype=torch.uint8))
         self.register_buffer("offsets", torch.arange(groups) * codewords, persistent=False)
 
-    def code_table(self) -> Tensor:
-        """``(V, G)`` each token's codeword in each group (the packed codes unpacked)."""
-        return unpack_codes(self.codes, self.groups, self.codewords)
-
-    def set_codes(self, codes: Tensor) -> None:
-        """Keep ``(V, G)`` codes, packed."""
-        self.codes.copy_(pack_codes(codes, self.codewords))
-
-    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs) -> None:
-        repack(state_dict, prefix + "codes", self.vocab_size, self.groups, self.codewords)
-        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+    def code_layout(self) -> tuple[int, int]:
+        return self.groups, self.codewords
 
     @classmethod
     def count_parameters(cls, vocab_size: int, hidden_size: int, groups: int = 8, codewords: int = 256, **_) -> int:
