@@ -144,3 +144,16 @@ def test_compress_takes_a_count_file_in_place_of_counting_the_data(tmp_path, mon
     assert report["vocabulary"]["common"] == 3 + len(report["vocabulary"]["special_ids"])
     given.write_text("1\n2\n")
     assert main([*args, str(given), "--out", "out2"]) == 2 and not (tmp_path / "out2").exists()
+
+
+def test_a_model_built_only_to_be_counted_reads_no_data(tmp_path, monkeypatch, capsys):
+    """`lit-embed params` and a sweep's plan build the model to count it: frequencies: data is sized by the id-order
+    widths there, nothing counted or written (a plan of the cluster sweeps would otherwise read Wikipedia)."""
+    from lit_embed.commands import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(frequencies, "count_tokens", lambda *a, **k: pytest.fail("counted"))
+    assert main(["params", "--config", str(CONFIGS / "demo.yaml"), "--model.init_args.embedding",
+                 str(CONFIGS / "embedding/mixed_dimension.yaml"), "--json"]) == 0
+    estimate = MixedDimensionEmbedding.count_bytes(30522, 64, frequencies="id_order")
+    assert json.loads(capsys.readouterr().out)["embedding_bytes"] == estimate and not list(tmp_path.rglob("token_counts-*"))

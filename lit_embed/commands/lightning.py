@@ -51,6 +51,7 @@ from lit_embed.embeddings.text import VocabTextEncoder
 from lit_embed.errors import CheckpointError, ConfigError, MissingFileError
 from lit_embed.files import write_atomic
 from lit_embed.folders import CHECKPOINTS, newest_checkpoint, run_of, start_checkpoint, taken
+from lit_embed.hub import counting_only
 from lit_embed.interfaces import TaskData, provides, wire
 from lit_embed.models import MaskedLM, SequenceClassifier, ShuffleRandom  # noqa: F401
 from lit_embed.models.classifier import START, STARTING_ARGUMENTS, load_pretraining, starting_arguments
@@ -257,8 +258,8 @@ class LitEmbedCLI(LightningCLI):
         model, data = config.get("model"), config.get("data")
         embedding = (model.get("init_args") or Namespace()).get("embedding") if isinstance(model, Namespace) else None
         init = embedding.get("init_args") if isinstance(embedding, Namespace) else None
-        if not isinstance(init, Namespace) or init.get("frequencies") != DATA or init.get("block_dims"):
-            return
+        if not isinstance(init, Namespace) or init.get("frequencies") != DATA or init.get("block_dims") or counting_only():
+            return  # a model built to be counted (params, a sweep's plan) is sized by the id-order widths: no data read
         module = build_from_config(pl.LightningDataModule, _plain(data), "data")
         encoder = model.init_args.get("encoder")
         tokenizer = getattr(module, "tokenizer", None) or (_plain(encoder) or {}).get("init_args", {}).get("pretrained")

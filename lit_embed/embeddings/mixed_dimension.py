@@ -13,6 +13,7 @@ from torch import Tensor, nn
 
 from lit_embed.embeddings.base import EmbeddingStrategy
 from lit_embed.errors import ConfigError
+from lit_embed.hub import counting_only
 
 #: ``frequencies`` that asks for the training data's counts (what lit-embed counts before building the model).
 DATA = "data"
@@ -138,10 +139,12 @@ def ranking_counts(frequencies: str | None, vocab_size: int, block_dims: list[in
     if frequencies is None:
         raise ConfigError(f"frequencies=None ranks by nothing: give {DATA!r} (the training data's counts, the default), a "
                           f"count file (one count per line, line i for id i) or {ID_ORDER!r} (the tokenizer's id order)")
+    if frequencies == DATA and counting_only():
+        return None  # built to be counted (params, a sweep's plan), never to compute: the id-order widths estimate it
     if frequencies == DATA:
         raise ConfigError(f"frequencies={DATA!r}: the training data's token counts are counted by lit-embed fit and "
-                          f"lit-embed compress --method fit before they build the model; built otherwise (in Python, or "
-                          f"lit-embed params without data), give a count file (one count per line, line i for id i) or "
+                          f"lit-embed compress --method fit before they build the model; built otherwise (in Python), give "
+                          f"a count file (one count per line, line i for id i) or "
                           f"{ID_ORDER!r} (the tokenizer's id order)")
     return read_counts(frequencies, vocab_size)
 
