@@ -108,10 +108,10 @@ def test_parameter_accounting_follows_the_paper():
     assert UnkEmbedding(30522, 768, 26180).num_embedding_parameters() == 26180 * 768
     assert PCAEmbedding(30522, 768, 26180, k=7).num_embedding_parameters() == 26180 * 768 + 8 * 768 + 7 * 4342
     assert AdditiveQuantizedEmbedding(30522, 768).num_embedding_parameters() == 32 * 16 * 768 + 30522 * 32
-    # bytes as stored: common rows and weights float32, ids int32, codes uint8
+    # bytes as stored: common rows and weights float32, ids int32, codes packed at their bits (4 of 4 bits: 2 bytes a row)
     small = SparseCodedEmbedding(100, 8, num_common=30, k=3)
     assert state_bytes(small.state_dict()) == 30 * 8 * 4 + 100 * 4 + 70 * 3 * 4 + 70 * 3 * 4 + 70 * 4
-    assert state_bytes(AdditiveQuantizedEmbedding(100, 8, 4, 16).state_dict()) == 4 * 16 * 8 * 4 + 100 * 4
+    assert state_bytes(AdditiveQuantizedEmbedding(100, 8, 4, 16).state_dict()) == 4 * 16 * 8 * 4 + 100 * 2
 
 
 def test_additive_quantization_learns_codes_that_rebuild_the_table():
