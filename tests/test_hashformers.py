@@ -763,6 +763,29 @@ def test_vectors_once_per_distinct_code_equal_those_of_every_token(cls, training
         assert difference <= 1e-5 * their_grads[name].abs().max(), (name, difference)
 
 
+@pytest.mark.parametrize("cls", [HashProj, HashAdd, ProFormerEmbedding], ids=lambda cls: cls.__name__)
+def test_the_word_mask_and_special_rows_fused_into_the_product_give_the_unfused_vectors_and_gradients(cls):
+    """features x mask, then addmm with the special rows: the vectors of word_vectors(bits) x mask + special(row),
+    specials' (shared row left out for ProFormer) included; their gradients, the padding row's none."""
+    strategy = cls(None, 16).double().eval()
+    codes = _repeating_codes(strategy.num_bits).reshape(-1, 3 if strategy.num_bits <= 128 else 8)
+    row = codes[:, 0]
+    is_word = (row == 5).unsqueeze(-1)
+    special = strategy.special(row)
+    if cls is ProFormerEmbedding:
+        special = special.masked_fill(is_word, 0.0)
+    expected = strategy.word_vectors(unpack_bits(codes[:, 1:], strategy.num_bits)) * is_word + special
+    fused = strategy._vectors(codes)
+    grad = torch.randn_like(fused)
+    params = list(strategy.parameters())
+    torch.testing.assert_close(fused, expected)
+    grads = torch.autograd.grad(fused, params, grad)
+    for got, want in zip(grads, torch.autograd.grad(expected, params, grad)):
+        torch.testing.assert_close(got, want)
+    special_grad = grads[[name for name, _ in strategy.named_parameters()].index("special.weight")]
+    assert (row == 1).any() and not special_grad[1].any() and special_grad[0].any()  # padding row 1: never trained
+
+
 def test_distinct_rows_are_torch_unique_s():
     from lit_embed.embeddings.hashformer import distinct_rows
 

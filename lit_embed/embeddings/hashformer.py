@@ -205,17 +205,19 @@ class BitHashStrategy(HashStrategy):
         if codes.device.type != "cpu":
             return self._vectors(codes)
         distinct, inverse = distinct_rows(codes.reshape(-1, codes.shape[-1]))
-        return self._vectors(distinct).index_select(0, inverse).view(*codes.shape[:-1], self.hidden_size)
+        return nn.functional.embedding(inverse, self._vectors(distinct)).view(*codes.shape[:-1], self.hidden_size)
 
     def _vectors(self, codes: Tensor) -> Tensor:
         row = codes[..., 0]
-        is_word = row == WORD_ROW
-        bits = unpack_bits(codes[..., 1:], self.num_bits)
-        vectors = self.word_vectors(bits) * is_word.unsqueeze(-1)
+        is_word = (row == WORD_ROW).unsqueeze(-1)
         special = self.special(row)
         if not self.shared_word_row:
-            special = special.masked_fill(is_word.unsqueeze(-1), 0.0)
-        return vectors + special
+            special = special.masked_fill(is_word, 0.0)
+        return self._plus_word_vectors(special, unpack_bits(codes[..., 1:], self.num_bits), is_word)
+
+    def _plus_word_vectors(self, special: Tensor, bits: Tensor, is_word: Tensor) -> Tensor:
+        """``special`` plus the words' vectors (zero where ``is_word`` is false)."""
+        return special + self.word_vectors(bits) * is_word
 
     def num_embedding_parameters(self) -> int:
         own = sum(p.numel() for name, p in self.named_parameters() if not name.startswith("special."))
@@ -232,6 +234,27 @@ class BitHashStrategy(HashStrategy):
 
     def extra_repr(self) -> str:
         return f"num_bits={self.num_bits}, hidden_size={self.hidden_size}"
+
+
+class ProjectedBits(BitHashStrategy):
+    """A strategy whose word vectors are one product, ``features(bits) @ matrix()``: the word mask goes into the
+    features (a row of zeros for a special token) and the special rows into the product's sum (``addmm``), so that
+    apart from the matrix product nothing runs over the ``codes x d`` vectors but the gather back to the tokens."""
+
+    @abstractmethod
+    def features(self, bits: Tensor) -> Tensor:
+        """``(..., T)`` 0/1 bits to the ``(..., F)`` rows the matrix maps."""
+
+    @abstractmethod
+    def matrix(self) -> Tensor:
+        """The ``(F, hidden_size)`` map (dropped out in training where the strategy drops weights)."""
+
+    def word_vectors(self, bits: Tensor) -> Tensor:
+        return self.features(bits) @ self.matrix()
+
+    def _plus_word_vectors(self, special: Tensor, bits: Tensor, is_word: Tensor) -> Tensor:
+        features = (self.features(bits) * is_word).flatten(0, -2)
+        return torch.addmm(special.flatten(0, -2), features, self.matrix()).view(special.shape)
 
 
 class HashPool(BitHashStrategy):
@@ -356,7 +379,7 @@ class HashPool(BitHashStrategy):
         return dropped.view(*words.shape, width)
 
 
-class HashAdd(BitHashStrategy):
+class HashAdd(ProjectedBits):
     """HashFormer-Add: T codebooks of two vectors, one per bit value, summed and scaled by 1/sqrt(T):
     ``e = (B1^T b + B0^T (1 - b)) / sqrt(T)`` (the paper found sqrt(T) better than averaging).
 
@@ -398,14 +421,16 @@ class HashAdd(BitHashStrategy):
     def size_range(cls, vocab_size: None, hidden_size: int, hasher: HasherFactory | None = None, **_) -> tuple[int, int]:
         return 1, cls._max_bits(hasher)
 
-    def word_vectors(self, bits: Tensor) -> Tensor:
+    def features(self, bits: Tensor) -> Tensor:
+        """The bits and a 1: ``B1^T b + B0^T (1 - b) = (B1 - B0)^T b + B0^T 1``, one product instead of two."""
+        return nn.functional.pad(bits.to(self.ones.dtype), (0, 1), value=1.0)
+
+    def matrix(self) -> Tensor:
         ones, zeros = (nn.functional.dropout(w, self.drop_connect, self.training) for w in (self.ones, self.zeros))
-        # B1^T b + B0^T (1 - b) = (B1 - B0)^T b + B0^T 1: one product with the bits instead of two.
-        b = bits.to(ones.dtype)
-        return (b @ (ones - zeros) + zeros.sum(0)) / math.sqrt(self.num_bits)
+        return torch.cat([ones - zeros, zeros.sum(0, keepdim=True)]) / math.sqrt(self.num_bits)
 
 
-class HashProj(BitHashStrategy):
+class HashProj(ProjectedBits):
     """HashFormer-Proj: dimension j is the Pearson correlation between the bits and learnable axis w_j.
 
     ``e_j = <b - mean(b), w_j - mean(w_j)> / (|b - mean(b)| |w_j - mean(w_j)|)`` with W ``(T, d)``;
@@ -440,15 +465,17 @@ class HashProj(BitHashStrategy):
     def size_range(cls, vocab_size: None, hidden_size: int, hasher: HasherFactory | None = None, **_) -> tuple[int, int]:
         return 1, cls._max_bits(hasher)
 
-    def word_vectors(self, bits: Tensor) -> Tensor:
+    def features(self, bits: Tensor) -> Tensor:
         b = bits.to(self.axes.dtype)
         b = b - b.mean(-1, keepdim=True)
-        b = b / b.norm(dim=-1, keepdim=True).clamp(min=1e-8)
+        return b / b.norm(dim=-1, keepdim=True).clamp(min=1e-8)
+
+    def matrix(self) -> Tensor:
         w = self.axes - self.axes.mean(0, keepdim=True)
-        return b @ (w / w.norm(dim=0, keepdim=True).clamp(min=1e-8))
+        return w / w.norm(dim=0, keepdim=True).clamp(min=1e-8)
 
 
-class ProFormerEmbedding(BitHashStrategy):
+class ProFormerEmbedding(ProjectedBits):
     """ProFormer's LSH projection embedding: T = 420 LSH bits through a linear map (no bias).
 
     The baseline the HashFormers paper trains from scratch on each task, with 2 transformer layers
@@ -484,8 +511,11 @@ class ProFormerEmbedding(BitHashStrategy):
     def size_range(cls, vocab_size: None, hidden_size: int, hasher: HasherFactory | None = None, **_) -> tuple[int, int]:
         return 1, cls._max_bits(hasher, LSHHasher)
 
-    def word_vectors(self, bits: Tensor) -> Tensor:
-        return bits.to(self.projection.dtype) @ self.projection
+    def features(self, bits: Tensor) -> Tensor:
+        return bits.to(self.projection.dtype)
+
+    def matrix(self) -> Tensor:
+        return self.projection
 
 
 def distinct_rows(rows: Tensor) -> tuple[Tensor, Tensor]:
