@@ -199,8 +199,9 @@ def test_shuffle_random_with_lsh_proj_agrees_across_ranks_and_with_one_process(t
 
 
 def test_a_loss_that_diverges_on_one_rank_stops_every_rank(tmp_path):
-    """A NaN loss on rank 1 alone (its batch of step 2): both ranks stop at that step, together (rank 0, whose own loss
-    was finite, would otherwise wait for rank 1 in the next all-reduce), exit 3 and the run is marked diverged."""
+    """A NaN loss on rank 1 alone (its batch of step 2): both ranks stop, together, at the next read of the losses (before
+    the validation of step 4), each naming step 2 (rank 0, whose own loss was finite, would otherwise wait for rank 1 in
+    a collective), exit 3, the run is marked diverged and nothing is saved."""
     nan = {"class_path": "tests.helpers.probes.NonFiniteLoss", "init_args": {"steps": [2], "rank": 1}}
     args = ["fit", "--config", str(CONFIGS / "demo.yaml"), "--trainer.default_root_dir", str(tmp_path / "runs"),
             "--trainer.max_steps", "4", "--trainer.val_check_interval", "4", "--trainer.limit_val_batches", "2",
@@ -210,7 +211,7 @@ def test_a_loss_that_diverges_on_one_rank_stops_every_rank(tmp_path):
     assert output.count("training diverged: the training loss was not finite on another rank at step 2") == 1  # rank 0
     assert output.count("training diverged: the training loss was nan at step 2") == 1  # rank 1
     results = json.loads((tmp_path / "runs/version_0/results.json").read_text())
-    assert results["status"] == "diverged" and results["global_step"] == 2
+    assert results["status"] == "diverged" and results["global_step"] == 4
     assert not list((tmp_path / "runs").rglob("*.ckpt"))
 
 
