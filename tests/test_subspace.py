@@ -107,6 +107,23 @@ def test_the_one_buffer_forward_on_a_gpu_equals_the_concatenated_lookups():
     test_the_one_buffer_forward_equals_the_concatenated_lookups_with_their_gradients(3, 512, 1, "cuda")
 
 
+@pytest.mark.parametrize("padding_idx", [None, 1])
+def test_the_tied_decoders_backward_sorts_nothing_after_its_first_step(padding_idx):
+    """The tokens reading each row of the stacked scores are sorted once, with the decoder's constants: a later step's
+    forward and backward call no sort (embedding_bag's own backward sorts the V x f rows every time), with the
+    gradients of the gathered matrix product."""
+    emb = SubspaceEmbedding(vocab_size=300, hidden_size=12, num_tables=3, padding_idx=padding_idx).double()
+    hidden = torch.randn(7, 12, dtype=torch.double, requires_grad=True)
+    emb.decoder_logits(hidden).sum().backward()  # the first step derives the constants
+    with torch.autograd.profiler.profile() as profile:  # it sees the operations the kernels call, too
+        logits = emb.decoder_logits(hidden)
+        mine = torch.autograd.grad(logits.square().sum(), [hidden, *emb.tables])
+    assert not [event.name for event in profile.function_events if "sort" in event.name]
+    gathered = hidden @ emb(torch.arange(300)).T
+    for got, want in zip(mine, torch.autograd.grad(gathered.square().sum(), [hidden, *emb.tables])):
+        torch.testing.assert_close(got, want)
+
+
 def test_padding_row_is_dedicated_zero_and_frozen():
     emb = SubspaceEmbedding(vocab_size=100, hidden_size=9, num_tables=3, padding_idx=1)
     assert emb.num_embedding_parameters() == (emb.table_size + 1) * 9

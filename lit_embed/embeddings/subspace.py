@@ -241,7 +241,7 @@ class SubspaceEmbedding(EmbeddingStrategy):
         self._check_ready()
         rows, _ = self._decoder_constants()
         scores = torch.cat(self._table_scores(hidden), 1)
-        return nn.functional.embedding_bag(rows, scores.T.contiguous(), mode="sum").T
+        return _SummedScores.apply(scores.T.contiguous(), rows, self._scored_by()).T
 
     def decoder_nll(self, hidden: Tensor, bias: Tensor, targets: Tensor) -> Tensor | None:
         """The exact factorised softmax over the grid of codes (:mod:`lit_embed.embeddings.grid_softmax`), where
@@ -268,6 +268,19 @@ class SubspaceEmbedding(EmbeddingStrategy):
             self._constants = (self.codes + offsets, cells)
             self._constants_key = key
         return self._constants
+
+    def _scored_by(self) -> tuple[Tensor, Tensor]:
+        """The tokens that read each row of the stacked scores, in row order, and where each row's tokens start: the
+        backward of :meth:`decoder_logits` sums their gradients in one ``embedding_bag`` pass, with no sort of the
+        ``V x f`` rows at every step (``embedding_bag``'s own backward sorts them). Derived once, as the constants."""
+        rows, _ = self._decoder_constants()
+        if self.__dict__.get("_scored_by_key") is not self._constants:
+            flat = rows.reshape(-1)
+            tokens = torch.div(torch.sort(flat, stable=True).indices, rows.shape[1], rounding_mode="floor")
+            counts = torch.bincount(flat, minlength=sum(table.shape[0] for table in self.tables))
+            self._scored_by_cache = (tokens, torch.cumsum(counts, 0) - counts)
+            self._scored_by_key = self._constants
+        return self._scored_by_cache
 
     def extra_repr(self) -> str:
         rows = f", rows={self.table_rows}" if self.table_rows is not None else ""
@@ -301,3 +314,18 @@ class _Concatenated(torch.autograd.Function):
             grads.append(torch.ops.aten.embedding_dense_backward(columns, rows[k], num_rows, pad, False) if needed else None)
             start += width
         return (None, None, *grads)
+
+
+class _SummedScores(torch.autograd.Function):
+    """Each token's f scores summed, ``(R, M)`` stacked row scores to ``(V, M)``: ``embedding_bag`` over each token's
+    rows forward, and over each row's tokens (given, sorted once) backward."""
+
+    @staticmethod
+    def forward(ctx, scores: Tensor, rows: Tensor, scored_by: tuple[Tensor, Tensor]) -> Tensor:
+        ctx.scored_by = scored_by
+        return nn.functional.embedding_bag(rows, scores, mode="sum")
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> tuple[Tensor, None, None]:
+        tokens, starts = ctx.scored_by
+        return nn.functional.embedding_bag(tokens, grad.contiguous(), starts, mode="sum"), None, None
