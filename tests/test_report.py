@@ -289,7 +289,7 @@ def test_a_baseline_without_parameter_counts_still_gives_prr(tmp_path):
 
 
 def test_predictions_and_runs_that_did_not_complete_beside_a_run_are_left_out_and_shown(tmp_path, capsys):
-    """`lit-embed predict` writes a results.json of its own in the experiment folder (a version_N beside the fit's):
+    """`lit-embed predict` writes a results.json of its own (in its folder beside the fit's run folder):
     it holds no scores and is not a second run of the cell. A run of every status but complete (of the seed of the
     complete one, and of another seed) is never averaged in: the report shows it, with its status and why."""
     fit = write_run(tmp_path, "3se", "rte", 0, {"val/accuracy": 0.6})
