@@ -285,3 +285,18 @@ def test_the_minilm_example_fine_tunes_a_csv_of_your_own_with_only_its_marked_li
     assert results["status"] == "complete" and results["task"] == "my_data" and "test/accuracy" in results["metrics"]
     hparams = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["hyper_parameters"]
     assert hparams["task"]["labels"] == ["sport", "food", "music"] and hparams["task"]["text_columns"] == ["review"]
+
+
+def test_predictions_go_beside_what_owns_the_checkpoint_named_after_the_input(tmp_path):
+    from lit_embed.callbacks.predictions import predictions_folder
+
+    run = tmp_path / "runs" / "own" / "version_3"
+    compressed = tmp_path / "compressed"
+    compressed.mkdir()
+    for name in ("config.yaml", "report.json", "model.ckpt"):  # a compress output: lit-embed's folder, not the user's
+        (compressed / name).write_text("{}")
+    assert predictions_folder(str(run / "checkpoints" / "last.ckpt"), "data/new texts.txt", "runs/x") == \
+        tmp_path / "runs" / "own" / "version_3-predictions-new_texts"
+    assert predictions_folder(str(compressed / "model.ckpt"), ["a text"], "runs/x") == tmp_path / "compressed-predictions-texts"
+    assert predictions_folder(str(tmp_path / "models" / "model.ckpt"), None, "runs/x") == tmp_path / "models" / "model-predictions-test"
+    assert predictions_folder(None, "validation", "runs/x") == Path("runs/x/predictions-validation")
