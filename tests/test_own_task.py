@@ -300,3 +300,31 @@ def test_predictions_go_beside_what_owns_the_checkpoint_named_after_the_input(tm
     assert predictions_folder(str(compressed / "model.ckpt"), ["a text"], "runs/x") == tmp_path / "compressed-predictions-texts"
     assert predictions_folder(str(tmp_path / "models" / "model.ckpt"), None, "runs/x") == tmp_path / "models" / "model-predictions-test"
     assert predictions_folder(None, "validation", "runs/x") == Path("runs/x/predictions-validation")
+
+
+def test_in_a_log_each_stage_of_the_libraries_work_is_one_line_and_no_bar(tmp_path):
+    """Fine-tuning the packaged MiniLM on CSV files with stdout and stderr to a file, as a batch job runs it: no ``\\r``
+    redraw of transformers' or datasets' bars, and each of their stages (loading the weights, reading each split,
+    encoding it) said once it is done, with what it got through."""
+    import os
+    import subprocess
+    import sys
+
+    files = {"train": write_csv(tmp_path / "train.csv", 24), "validation": write_csv(tmp_path / "dev.csv", 6, seed=1),
+             "test": write_csv(tmp_path / "test.csv", 6, seed=2)}
+    task = json.dumps(definition("reviews", files, labels=sorted(WORDS), metrics=["accuracy"]))
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_DISABLE_PROGRESS_BARS")}
+    with (tmp_path / "log").open("w") as log:
+        done = subprocess.run(
+            [sys.executable, "-m", "lit_embed.commands", "fit", "--config", str(CONFIGS / "experiments/finetune/own_data/minilm.yaml"),
+             "--data.init_args.task", task, "--data.init_args.batch_size", "8", "--data.init_args.max_length", "32",
+             "--trainer.accelerator", "cpu", "--trainer.max_steps", "1", "--trainer.limit_val_batches", "1",
+             "--trainer.limit_test_batches", "1", "--trainer.default_root_dir", str(tmp_path / "runs")],
+            stdout=log, stderr=subprocess.STDOUT, cwd=tmp_path, env=env, timeout=600)
+    text = (tmp_path / "log").read_text()
+    assert done.returncode == 0 and "\r" not in text, text[-3000:]
+    for stage in (r"pretrained encoder 'all-MiniLM-L6-v2': Loading weights: (\d+)/\1, done in \d+\.\ds",
+                  r"Loading train split \(train\.csv\): 24 rows, done in", r"Encoding reviews train: 24 rows, done in",
+                  r"Loading validation split \(dev\.csv\): 6 rows", r"Encoding reviews validation: 6 rows",
+                  r"Loading test split \(test\.csv\): 6 rows", r"Encoding reviews test: 6 rows"):
+        assert re.search(f"^{stage}", text, re.MULTILINE), (stage, text[-3000:])

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from lit_embed.errors import ConfigError, HubError, MissingFileError, did_you_mean
 from lit_embed.hub import require_hub
+from lit_embed.progress import Stage
 
 SAMPLE_DIR = Path(__file__).parent / "sample"
 #: Data that ships with the package, usable anywhere by name.
@@ -164,9 +165,12 @@ def load_files(files: list[str], split: str = "train", streaming: bool = False, 
     from datasets.exceptions import DatasetGenerationError
 
     try:
-        return datasets.load_dataset(
-            kind, data_files={split: [str(p) for p in paths]}, split=split, streaming=streaming, **kwargs
-        )
+        with Stage(f"Loading {split} split ({', '.join(p.name for p in paths)})") as stage:
+            rows = datasets.load_dataset(
+                kind, data_files={split: [str(p) for p in paths]}, split=split, streaming=streaming, **kwargs
+            )
+            stage.count = len(rows) if isinstance(rows, datasets.Dataset) else None  # a stream: not known
+        return rows
     except (DatasetGenerationError, SchemaInferenceError, UnicodeDecodeError, pyarrow.ArrowException) as error:
         cause = _innermost(error)
         raise ConfigError(
@@ -223,7 +227,10 @@ def load_hub(name: str, split: str = "train", streaming: bool = False):
     import datasets
 
     try:
-        return datasets.load_dataset(path, config, split=split, streaming=streaming, revision=revision)
+        with Stage(f"Loading {split} split ({name})") as stage:
+            rows = datasets.load_dataset(path, config, split=split, streaming=streaming, revision=revision)
+            stage.count = len(rows) if isinstance(rows, datasets.Dataset) else None  # a stream: not known
+        return rows
     except RuntimeError as error:
         if not is_script_refusal(error):
             raise
