@@ -52,6 +52,28 @@ def versions() -> dict[str, str]:
     }
 
 
+def load_average() -> float | None:
+    """The machine's 1-minute load average now (``uptime``'s first figure); ``None`` where the system gives none."""
+    try:
+        return round(os.getloadavg()[0], 2)
+    except (OSError, AttributeError):  # Windows has none
+        return None
+
+
+def load_over(start: float | None) -> dict:
+    """What a timing records of the machine it ran on, beside its figures: the 1-minute load average at its start
+    (``start``, a :func:`load_average` read then) and now, at its end, and the machine's cores. A time measured while
+    other work ran is longer by it; ``lit-embed report`` flags a comparison of two measured at unlike loads."""
+    return {"load_1min": [start, load_average()], "cores": os.cpu_count()}
+
+
+def load_per_core(record: dict | None) -> float | None:
+    """The mean load a :func:`load_over` record read, per core; ``None`` where it holds none (results written before)."""
+    readings = [x for x in (record or {}).get("load_1min") or () if x is not None]
+    cores = (record or {}).get("cores")
+    return sum(readings) / len(readings) / cores if readings and cores else None
+
+
 def is_score(name: str, scores: Collection[str] = ()) -> bool:
     """Whether metric ``name`` (``{stage}/...{metric}``) is an evaluation score that PRR applies to: one of
     :data:`SCORE_METRICS`, or of ``scores``, the higher-is-better metrics a run's task names (results.json's
@@ -157,6 +179,8 @@ NUMBER = Shape((int, float), "a finite number")
 #: A metric may be undefined (NaN: a correlation of constant predictions) or have diverged (a loss of inf).
 METRIC = Shape((int, float), "a number", finite=False)
 TIMING = Shape(dict, "a mapping", nullable=True, keys={"ms_per_sample": Shape((int, float), "a finite number", nullable=True)})
+LOAD = Shape(dict, "a mapping", nullable=True, keys={"load_1min": Shape(list, "a list of numbers", values=Shape(
+    (int, float), "a finite number", nullable=True)), "cores": Shape(int, "a whole number", nullable=True)})
 SHAPE = Shape(dict, "a mapping", required=("label",), keys={
     "label": TEXT,
     "status": Shape(str, "text", choices=STATUSES),
@@ -172,7 +196,7 @@ SHAPE = Shape(dict, "a mapping", required=("label",), keys={
         "embedding_bytes": WHOLE, "baseline_embedding_bytes": WHOLE}),
     "efficiency": Shape(dict, "a mapping", nullable=True, keys={
         "train": TIMING, "infer": TIMING, "peak_memory_mb": Shape((int, float), "a finite number", nullable=True),
-        "device": TEXT}),
+        "device": TEXT, "load": LOAD}),
     "metrics": Shape(dict, "a mapping of metric names to numbers", values=METRIC),
     "scores": Shape(list, "a list of metric names", nullable=True, values=TEXT),
     "checkpoint": Shape(dict, "a mapping", nullable=True, keys={

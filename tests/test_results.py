@@ -98,6 +98,24 @@ def test_tokens_per_second_and_flops_of_a_lit_embed_model_and_its_device_s_peak(
     assert model.encoder.training_flops_per_token(30) == layers + 12 * 1 * 32 * 30  # one layer, hidden 32
 
 
+def test_every_timing_records_the_machine_load_it_ran_at(monkeypatch):
+    """The 1-minute load average at the run's setup (not again at a later stage's) and when the figures are read,
+    beside the machine's cores: what ``report`` compares before it sets two timings side by side."""
+    from lit_embed import results as results_module
+
+    readings = iter([3.5, 9.0, 7.25])
+    monkeypatch.setattr(results_module.os, "getloadavg", lambda: (next(readings), 0.0, 0.0))
+    monkeypatch.setattr(results_module.os, "cpu_count", lambda: 2)
+    monitor = EfficiencyMonitor(warmup_steps=0)
+    trainer = SimpleNamespace(strategy=SimpleNamespace(root_device=torch.device("cpu"), all_gather=lambda t: t),
+                              precision="32-true")
+    monitor.setup(trainer, TinyRegression(), "fit")
+    monitor.setup(trainer, TinyRegression(), "test")  # a fit's test: the start stays the fit's
+    summary = monitor.summary(trainer)
+    assert summary["load"] == {"load_1min": [3.5, 9.0], "cores": 2}
+    assert results_module.load_per_core(summary["load"]) == (3.5 + 9.0) / 2 / 2
+
+
 @pytest.mark.parametrize(("name", "peak"), [("NVIDIA H100 80GB HBM3", 989.4), ("NVIDIA H100 PCIe", 756.0),
                                             ("NVIDIA H200", 989.4), ("NVIDIA A100-SXM4-80GB", 312.0), ("NVIDIA L40", 181.0),
                                             ("NVIDIA L40S", 362.0), ("Tesla T4", 65.0), ("cpu", None), ("NVIDIA B999", None)])
