@@ -34,19 +34,18 @@ from lit_embed.accounting import compression, human
 from lit_embed.data.tasks import BENCHMARK_TABLES, TASKS, get_task
 from lit_embed.errors import ConfigError
 from lit_embed.results import (
+    LOAD_MARGIN,
     RESULTS_FILE,
     check_same_backbone,
     find_run_dirs,
     is_score,
     load_per_core,
+    loads_differ,
     status_of,
 )
 from lit_embed.sweeps.plan import MANIFEST, is_sweep_folder
 from lit_embed.tables import MISSING, Table, logged_text, mean_std, score_text
 
-#: How far apart (1-minute load average per core) the loads of a speed-up's two runs may be before it is marked: half the
-#: machine's cores busy with other work in one and not the other slows it by up to about that much.
-LOAD_MARGIN = 0.5
 #: The strategy of an uncompressed model: a task's reference for PRR where no baseline is given.
 UNCOMPRESSED = "DenseEmbedding"
 
@@ -445,10 +444,10 @@ def _mean_load(runs: list[dict]) -> float | None:
 def _load_mark(row: str, mine: float | None, theirs: float | None, notes: list[str], unknown: list[str]) -> str:
     """"†" where a speed-up's two runs ran at loads more than :data:`LOAD_MARGIN` per core apart (said in ``notes``);
     ``row`` joins ``unknown`` where either recorded none."""
-    if mine is None or theirs is None:
+    differ = loads_differ(mine, theirs)
+    if differ is None:
         unknown.append(row)
-        return ""
-    if abs(mine - theirs) <= LOAD_MARGIN:
+    if not differ:
         return ""
     notes.append(f"† {row} ran at a load of {mine:.2f} per core, the baseline at {theirs:.2f}, more than {LOAD_MARGIN} "
                  f"apart: its speed-ups measure the machine's other work as well as the methods")

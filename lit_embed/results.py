@@ -33,6 +33,9 @@ DIVERGED = "diverged"
 SCORE_METRICS = ("accuracy", "f1", "matthews", "pearson", "spearman", "exact_match", "score")
 #: Stages whose metrics are evaluations (PRR is computed for these, not for training metrics).
 EVAL_STAGES = ("val", "test")
+#: How far apart (1-minute load average per core) two timings' loads may be before a comparison of them is flagged:
+#: half the machine's cores busy with other work in one and not the other slows it by up to about that much.
+LOAD_MARGIN = 0.5
 
 
 def versions() -> dict[str, str]:
@@ -72,6 +75,12 @@ def load_per_core(record: dict | None) -> float | None:
     readings = [x for x in (record or {}).get("load_1min") or () if x is not None]
     cores = (record or {}).get("cores")
     return sum(readings) / len(readings) / cores if readings and cores else None
+
+
+def loads_differ(mine: float | None, theirs: float | None) -> bool | None:
+    """Whether two timings' loads per core (:func:`load_per_core`) lie more than :data:`LOAD_MARGIN` apart, so that a
+    ratio of the two measures the machine's other work as well as what was timed; ``None`` where one is not known."""
+    return None if mine is None or theirs is None else abs(mine - theirs) > LOAD_MARGIN
 
 
 def is_score(name: str, scores: Collection[str] = ()) -> bool:

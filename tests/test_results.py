@@ -18,7 +18,7 @@ from lit_embed.callbacks import EfficiencyMonitor, ResultsWriter
 from lit_embed.callbacks.efficiency import peak_rss_bytes, peak_tflops, reset_peak_rss
 from lit_embed.files import write_atomic, write_json_atomic
 from lit_embed.models import MaskedLM
-from lit_embed.results import RESULTS_FILE, is_score, load_results
+from lit_embed.results import RESULTS_FILE, is_score, load_per_core, load_results
 from tests.helpers import CONFIGS, tiny_encoder
 from tests.helpers.cli import run_params
 
@@ -191,6 +191,8 @@ def test_demo_run_writes_complete_results(demo_runs):
     for kind in ("train", "infer"):
         assert comparison["speed_up"][kind] == pytest.approx(
             baseline["efficiency"][kind]["ms_per_sample"] / results["efficiency"][kind]["ms_per_sample"])
+    loads = [load_per_core(run["efficiency"]["load"]) for run in (results, baseline)]  # what the speed-ups ran beside
+    assert comparison["load_per_core"] == loads and comparison["loads_differ"] == (abs(loads[0] - loads[1]) > 0.5)
     assert not [p for p in os.listdir(demo_runs["subspace"]) if p.endswith(".tmp")]
 
 
