@@ -6,6 +6,7 @@ from __future__ import annotations
 import errno
 import json
 import math
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -243,6 +244,8 @@ def test_each_method_end_to_end(method, compressed, finetuned, tmp_path, monkeyp
                 "aq": 32 * 16 * d + 32 * vocab}[method]
     params = report["parameters"]
     assert params["embedding"] == {"before": vocab * d, "after": expected}
+    load = report["load"]  # what its seconds ran beside
+    assert len(load["load_1min"]) == 2 and all(x >= 0 for x in load["load_1min"]) and load["cores"] == os.cpu_count()
     assert params["total"]["before"] - params["total"]["after"] == vocab * d - expected
     assert report["bytes"]["embedding"]["before"] == vocab * d * 4
     checkpoint = torch.load(out / "model.ckpt", map_location="cpu", weights_only=True)

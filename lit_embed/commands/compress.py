@@ -53,6 +53,7 @@ from lit_embed.hub import trusting_remote_code
 from lit_embed.interfaces import TaskData, TaskModel, provides, wire
 from lit_embed.progress import Progress
 from lit_embed.recorded import name_user_classes
+from lit_embed.results import load_average, load_over
 
 CONFIG_SUFFIXES = (".yaml", ".yml")
 #: jsonargparse's error for a config file's key that is no argument.
@@ -120,7 +121,7 @@ def compress(
         trust_remote_code: let the tokenizer run the code it ships (LINE's Japanese tokenizer); a checkpoint's
             recorded data never grants it, only this flag or a --data config of your own.
     """
-    started = time.perf_counter()
+    started, load_start = time.perf_counter(), load_average()
     compression = method_named(method, options)
     check_retention(retention)
     target = Path(out).expanduser()
@@ -185,6 +186,7 @@ def compress(
         if source.hf_model is not None:
             write_huggingface(folder / "hf", source, strategy)
         report["seconds"] = round(time.perf_counter() - started, 2)
+        report["load"] = load_over(load_start)  # what every time in the report ran beside
         report["files"] = {str(p.relative_to(folder)): p.stat().st_size for p in sorted(folder.rglob("*"))
                            if p.is_file() and p.name in ("model.ckpt", "model.safetensors", "compressed_embedding.safetensors")}
         write_json_atomic(folder / "report.json", report)
