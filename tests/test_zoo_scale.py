@@ -53,7 +53,8 @@ def test_the_sweep_has_both_paths_each_method_at_the_budgets_and_the_references(
     assert set(stages["pretrain"]["axes"]["strategy"]) == (set(zoo_scale.STRATEGIES) | set(zoo_scale.WORD_HASHING)) - {"dhe"}
     fitted = stages["posthoc"]["axes"]["method"]
     assert {name.rsplit("_", 1)[0] for name in fitted} == set(zoo_scale.STRATEGIES)  # the HashFormers have no table
-    assert fitted["robe_0.1pct"] == {"method": "fit", "strategy": str(zoo_scale.EMBEDDING / "robe.yaml"), "budget": 0.001}
+    assert fitted["robe_0.1pct"] == {"method": "fit", "strategy": str(zoo_scale.EMBEDDING / "robe.yaml"), "budget": 0.001,
+                                     "max_steps": 500}
     left_out = (tmp_path / "left_out.txt").read_text()  # the cells a method's structure cannot meet, each with why
     assert "albert_0.1pct: FactorizedEmbedding cannot meet budget=0.001" in left_out and "albert_0.1pct" not in fitted
     assert "pq_10pct: ProductQuantizedEmbedding cannot meet budget=0.1" in left_out and "its largest size" in left_out
@@ -64,7 +65,11 @@ def test_the_sweep_has_both_paths_each_method_at_the_budgets_and_the_references(
     assert stages["minilm"]["label"] == "dense post-hoc" and stages["finetune_dense"]["label"] == "dense"
     assert stages["posthoc"]["set"]["ckpt"] == "${minilm.checkpoint}"
     only = zoo_scale.sweep(tmp_path, {"name": "t"}, "prose.txt", size, ("posthoc",))["stages"]
-    assert set(only) == {"minilm", "posthoc", "finetune_posthoc", "posthoc_baselines", "finetune_posthoc_baselines"}
+    assert set(only) == {"minilm", "posthoc", "posthoc_baselines"}
+    assert stages["posthoc"]["test"] and stages["posthoc"]["seeds"] == size.seeds  # full: each seed's model, tested
+    assert "finetune_posthoc" not in stages and "finetune_posthoc_baselines" not in stages
+    refit = zoo_scale.sweep(tmp_path, {"name": "t"}, "prose.txt", zoo_scale.SIZES["pilot"])["stages"]
+    assert not refit["posthoc"]["test"] and refit["finetune_posthoc"]["set"]["model.init_args.checkpoint"] == "${posthoc.checkpoint}"
     early = yaml.safe_load((tmp_path / "configs" / "minilm.yaml").read_text())["trainer"]["callbacks"][-1]
     assert early["class_path"].endswith("EarlyStopping") and early["init_args"]["patience"] == size.patience
 

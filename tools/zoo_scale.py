@@ -10,10 +10,11 @@ One command writes a sweep into ``--folder`` and runs it (``lit-embed sweep --la
   binomial standard error of an accuracy near 75% is 1.4 points; methods are compared on the same rows, paired over
   seeds), 500 for validation; 4,000 train (MiniLM converges on them, and all 9,808 would triple its fine-tuning).
 - post hoc: the packaged all-MiniLM-L6-v2 fine-tuned on it to convergence (validation accuracy checked every epoch,
-  stopped when it has not improved for ``patience`` checks, at most ``minilm_epochs``), over the seeds; the seed-0 model
-  compressed by every post-hoc method at the zoo's budgets (10%, 1%, 0.1% of the table's bytes; the cells a method
-  cannot meet are left out by the plan, which says why), each compressed model fine-tuned again briefly and tested
-  over the seeds; the fine-tuned MiniLM is the panel's uncompressed line.
+  stopped when it has not improved for ``patience`` checks, at most ``minilm_epochs``), over the seeds; each seed's
+  model compressed by every post-hoc method at the zoo's budgets (10%, 1%, 0.1% of the table's bytes; the cells a
+  method cannot meet are left out, each with why, in ``FOLDER/left_out.txt``) and tested as it is (full size: the
+  sparse-coding paper's protocol), or (``refit_batches`` > 0: pilot, tiny) the seed-0 model's compressions each
+  fine-tuned briefly, then tested, over the seeds; the fine-tuned MiniLM is the panel's uncompressed line.
 - pre-trained: the tiny encoder (configs/backbone/tiny.yaml) pre-trained by masked language modelling on this
   machine's English prose (tools/bench/real_text.py: Python's documentation, man pages, /usr/share/doc), dense and
   every training-time strategy at the same budgets of its 30522 x 64 table, then fine-tuned on the task (the same
@@ -70,6 +71,9 @@ BASELINES = {"svd": {"method": "svd"}, "pq": {"method": "pq", "groups": 8},
              "sparse_coding": {"method": "sparse_coding", "k": 5}}
 FIXED_SIZE = {"int8": {"method": "int8"}, "int4": {"method": "int4"}}
 PATHS = ("pretrained", "posthoc")
+#: The most Adam steps of a fit without a closed form (TT, mixed dimension, DPQ, DHE), which otherwise stops by its
+#: tolerance: on MiniLM's table that took 200-700 steps (docs/compress.md).
+MAX_FIT_STEPS = 500
 #: Left out of the pre-trained path, and why (measured in the pilot: tools/zoo_scale.py --size pilot).
 NOT_PRETRAINED = {"dhe": "DHE's tied decoder runs its network on all 30522 ids every step: 4.6 times the hashing "
                          "trick's pre-training step in the pilot (4.8 s against 1.04 s, both two threads at load 5-6)"}
@@ -89,7 +93,7 @@ class Size:
     minilm_epochs: int
     finetune_epochs: int
     patience: int
-    refit_batches: int  # the compressed models' brief fine-tuning: batches of 32
+    refit_batches: int  # the compressed models' brief fine-tuning (batches of 32); 0: each seed's MiniLM compressed, tested as it is
     pretrain_length: int = 64  # tokens a pre-training sequence
     budgets: list[str] = field(default_factory=lambda: list(BUDGETS))
     strategies: list[str] = field(default_factory=lambda: [*STRATEGIES, *WORD_HASHING])
@@ -97,7 +101,7 @@ class Size:
 
 
 SIZES = {
-    "full": Size(1000, 500, 4000, 48, [0, 1, 2], 3_000_000, 500, 3, 3, 1, 30, pretrain_length=32),
+    "full": Size(1000, 500, 4000, 48, [0, 1, 2], 3_000_000, 500, 3, 3, 1, 0, pretrain_length=32),
     "pilot": Size(500, 300, 2000, 48, [0, 1], 1_000_000, 150, 2, 2, 1, 20, budgets=["10pct"],
                   strategies=["hashing_trick", "robe"], baselines=["svd", "int8"]),
     "tiny": Size(32, 32, 64, 16, [0, 1], 20_000, 2, 1, 1, 1, 2, budgets=["10pct"], strategies=["hashing_trick"],
@@ -226,7 +230,7 @@ def sweep(folder: Path, task: dict, prose_file: str, size: Size, paths: tuple[st
                       "model.init_args.embedding": str(EMBEDDING / f"{({**STRATEGIES, **WORD_HASHING})[name]}.yaml")}
                for name in size.strategies if name not in NOT_PRETRAINED}
     fitted, refused = reachable({f"{name}_{budget}": {"method": "fit", "strategy": str(EMBEDDING / f"{STRATEGIES[name]}.yaml"),
-                                                      "budget": fraction}
+                                                      "budget": fraction, "max_steps": MAX_FIT_STEPS}
                                  for name in size.strategies if name in STRATEGIES for budget, fraction in budgets.items()})
     baselines, too = reachable({**{f"{name}_{budget}": {**BASELINES[name], "budget": fraction}
                                    for name in size.baselines if name in BASELINES for budget, fraction in budgets.items()},
@@ -255,6 +259,10 @@ def sweep(folder: Path, task: dict, prose_file: str, size: Size, paths: tuple[st
                                        "set": {"model.init_args.checkpoint": "${posthoc_baselines.checkpoint}"},
                                        "axes": {"method": same(baselines)}, "seeds": seeds, "label": "{method} post-hoc"},
     }
+    if not size.refit_batches:  # the sparse-coding paper's protocol: each seed's fine-tuned model compressed, then tested
+        for name in ("posthoc", "posthoc_baselines"):
+            stages[name].update({"test": True, "seeds": seeds, "label": "{method} post-hoc"})
+            del stages[f"finetune_{name}"]
     return {"folder": str(folder), "stages": {name: stage for name, stage in stages.items() if path_of(name) in paths}}
 
 
