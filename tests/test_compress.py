@@ -698,7 +698,7 @@ def test_fit_sizes_a_zoo_strategy_to_a_budget_on_the_packaged_minilm(minilm_matr
     strategy_file.write_text(yaml.safe_dump(config))
     out = tmp_path / "out"
     assert compress("--ckpt", "all-MiniLM-L6-v2", "--data", SAMPLE_CORPUS, "--method", "fit", "--strategy",
-                    str(strategy_file), "--budget", "0.1", "--max_steps", "6", "--eval_every", "3", "--tolerance", "0",
+                    str(strategy_file), "--budget", "0.1", "--solver", "gradient", "--max_steps", "6", "--eval_every", "3", "--tolerance", "0",
                     "--out", str(out)) == 0
     report = read_report(out)
     dense = minilm_matrix.numel()
