@@ -33,7 +33,7 @@ import socket
 import sys
 from pathlib import Path
 
-from lit_embed.errors import CheckpointError, MissingFileError, RunBusyError, did_you_mean
+from lit_embed.errors import CheckpointError, MissingFileError, OutputExistsError, RunBusyError, did_you_mean
 from lit_embed.files import open_in_place, refuse_redirect, writing
 from lit_embed.results import COMPLETE, DIVERGED, RESULTS_FILE, status_of
 
@@ -137,6 +137,27 @@ def claim_version(root: str | os.PathLike) -> int:
             continue
         _claimed.append((root / f"version_{number}").absolute())
         return number
+
+
+def claim_folder(folder: str | os.PathLike, numbered: bool, option: str) -> Path:
+    """Create ``folder`` atomically for this process's output (``predict``'s): where it exists, ``numbered`` takes the
+    first free ``folder-2``, ``folder-3``, ...; otherwise it is refused, naming ``option``. Like a claimed run folder,
+    it is removed again if the command stops before writing more than a run writes as it starts."""
+    folder = Path(folder).absolute()
+    _made.extend(made for made in (folder.parent, *folder.parent.parents) if not made.exists() and made not in _made)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    candidate, number = folder, 1
+    while True:
+        try:
+            candidate.mkdir()
+        except FileExistsError:
+            if not numbered:
+                raise OutputExistsError(f"{option} {str(folder)!r} exists: choose another {option}, or remove it") from None
+            number += 1
+            candidate = folder.with_name(f"{folder.name}-{number}")
+            continue
+        _claimed.append(candidate)
+        return candidate
 
 
 def discard_unstarted() -> list[Path]:
@@ -404,5 +425,5 @@ def _number(path: Path) -> int:
     return int(suffix) if suffix.isdigit() and path.name.startswith("version_") else -1
 
 
-__all__ = ["CHECKPOINTS", "LAST", "LAUNCH_LOCK", "LOCK_FILE", "checkpoints_taken", "claim_version", "discard_unstarted", "held", "hold", "holds", "new_command", "newest_checkpoint", "run_of",
+__all__ = ["CHECKPOINTS", "LAST", "LAUNCH_LOCK", "LOCK_FILE", "checkpoints_taken", "claim_folder", "claim_version", "discard_unstarted", "held", "hold", "holds", "new_command", "newest_checkpoint", "run_of",
            "start_checkpoint", "taken", "version_folders"]

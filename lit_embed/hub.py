@@ -201,9 +201,11 @@ def loading_pretrained(name: str, what: str) -> Iterator[None]:
     import pickle
 
     from lit_embed.errors import CheckpointError, ConfigError, pickled_type
+    from lit_embed.progress import library_bars
 
     try:
-        yield
+        with library_bars(f"{what} {name!r}: "):  # its "Loading weights" bar as one line in a log
+            yield
     except pickle.UnpicklingError as error:
         found = pickled_type(error)
         raise CheckpointError(

@@ -5,8 +5,10 @@
 * the memory-efficiency table (HashFormers Table 2): PRR per task and on the average, parameter
   counts, PCR_All, PCR_Emb, PoEP;
 * the speed table (HashFormers Table 3): time per sample of training and inference steps with the
-  speed-up against the baseline, and peak memory;
-* the final metrics of pre-training runs and of tasks outside the benchmarks;
+  speed-up against the baseline, peak memory and the machine's load per core; a speed-up whose two runs ran at
+  loads more than :data:`LOAD_MARGIN` per core apart is marked "†", the loads said in a note;
+* the final metrics of pre-training runs and of tasks outside the benchmarks, with the PRR of each task's score
+  against its uncompressed model (the baseline's runs on that task, else its one dense-table model among the runs);
 * the coverage of each task's test data by the common tokens V_C per retention (sparse-coding Tables 5
   and 6), and the cosine similarity of the rebuilt to the original embeddings per method and k (its
   Table 9), from the ``report.json`` of ``lit-embed compress`` outputs under the folders given.
@@ -32,14 +34,20 @@ from lit_embed.accounting import compression, human
 from lit_embed.data.tasks import BENCHMARK_TABLES, TASKS, get_task
 from lit_embed.errors import ConfigError
 from lit_embed.results import (
+    LOAD_MARGIN,
     RESULTS_FILE,
     check_same_backbone,
     find_run_dirs,
     is_score,
+    load_per_core,
+    loads_differ,
     status_of,
 )
 from lit_embed.sweeps.plan import MANIFEST, is_sweep_folder
 from lit_embed.tables import MISSING, Table, logged_text, mean_std, score_text
+
+#: The strategy of an uncompressed model: a task's reference for PRR where no baseline is given.
+UNCOMPRESSED = "DenseEmbedding"
 
 
 @dataclass(frozen=True)
@@ -266,7 +274,8 @@ class Report:
         if not groups:
             return None
         notes: list[str] = []
-        header = ["Model", "Runs", "Train (ms/sample)", "Infer (ms/sample)", "Peak memory (MB)", "Device"]
+        unknown: list[str] = []  # speed-ups whose runs recorded no load
+        header = ["Model", "Runs", "Train (ms/sample)", "Infer (ms/sample)", "Peak memory (MB)", "Device", "Load/core"]
         if self.baseline_label is not None:
             header[3:3] = ["Train speed-up"]
             header[5:5] = ["Infer speed-up"]
@@ -275,46 +284,81 @@ class Report:
             times = {kind: _mean_time(runs, kind) for kind in ("train", "infer")}
             devices = sorted({r["efficiency"].get("device", "?") for r in runs})
             peaks = [r["efficiency"]["peak_memory_mb"] for r in runs if r["efficiency"].get("peak_memory_mb")]
+            load = _mean_load(runs)
             cells = [f"{label} ({phase})", str(len(runs)), _time(times["train"]), _time(times["infer"]),
-                     f"{max(peaks):.0f}" if peaks else MISSING, ", ".join(devices)]
+                     f"{max(peaks):.0f}" if peaks else MISSING, ", ".join(devices), MISSING if load is None else f"{load:.2f}"]
             if self.baseline_label is not None:
                 base_runs = groups.get((self.baseline_label, phase))
+                mark = ""
                 if not base_runs:
                     notes.append(f"baseline {self.baseline_label!r} has no {phase} run: no speed-up for {label}")
                 elif sorted({r["efficiency"].get("device", "?") for r in base_runs}) != devices:
                     notes.append(f"{label} ({phase}) and the baseline ran on different devices: its speed-ups compare machines")
+                elif label != self.baseline_label:
+                    mark = _load_mark(f"{label} ({phase})", load, _mean_load(base_runs), notes, unknown)
                 for kind, index in (("train", 3), ("infer", 5)):
                     base = _mean_time(base_runs or [], kind)
                     mine = times[kind]
-                    cells.insert(index, f"{base / mine:.1f}x" if base and mine else MISSING)
+                    cells.insert(index, f"{base / mine:.1f}x{mark}" if base and mine else MISSING)
             rows.append(cells)
         notes.append("time per sample: training = forward + backward, inference = forward; warm-up steps excluded; "
-                     "under DDP the mean time one device spends per sample")
+                     "under DDP the mean time one device spends per sample; load/core: the machine's 1-minute load "
+                     "average over its cores, the mean of its readings at each run's start and end")
+        if unknown:
+            notes.append(f"no load recorded (results written before lit-embed recorded it) for {', '.join(unknown)} or "
+                         f"the baseline: whether those speed-ups compare like loads is not known")
         return Table("Training and inference speed", header, rows, notes)
 
     # -- other metrics ---------------------------------------------------------------------------
     def metrics_table(self, title: str, runs: list[dict]) -> Table | None:
-        """Every evaluation metric of ``runs`` by (label, task): pre-training and tasks outside the benchmarks."""
-        groups: dict[str, list[dict]] = defaultdict(list)
+        """Every evaluation metric of ``runs`` by (label, task): pre-training and tasks outside the benchmarks; for a
+        task with an uncompressed model among the runs (:meth:`references`), the PRR of each row's score against it."""
+        groups: dict[tuple[str, str | None], list[dict]] = defaultdict(list)
         for run in runs:
-            groups[f"{run['label']} ({run.get('task') or PRETRAINING})"].append(run)
+            groups[(run["label"], run.get("task"))].append(run)
         names = sorted({m for r in runs for m in r.get("metrics", {}) if m.split("/")[0] in SPLITS})
         if not names:
             return None
         scores = {metric for run in runs for metric in run.get("scores") or ()}
         scaled = [name for name in names if is_score(name, scores)]
+        references = self.references(runs)
         rows = []
-        for row, members in groups.items():
-            cells = [row]
+        for (label, task), members in groups.items():
+            cells = [f"{label} ({task or PRETRAINING})"]
             for name in names:
                 values = [r["metrics"][name] for r in members if name in r.get("metrics", {})]
                 if not values:
                     cells.append(MISSING)
                 else:
                     cells.append(self._score_cell(*mean_std(values)) if name in scaled else logged_text(*mean_std(values)))
+            if references:
+                reference = references.get(task) if task else None
+                cells.append(self._task_prr(members, groups.get((reference, task)) if reference else None))
             rows.append(cells)
         note = f"x 100: {', '.join(scaled)}; the others as logged" if scaled else "as logged"
-        return Table(title, ["Model", *names], rows, [f"{note}; mean ± std over seeds"])
+        notes = [f"{note}; mean ± std over seeds"]
+        if references:
+            notes.append("PRR (%): the task's score (test split where logged, else validation; mean over seeds) over its "
+                         "uncompressed model's: " + ", ".join(f"{task}: {label}" for task, label in references.items()))
+        return Table(title, ["Model", *names, *(["PRR"] if references else [])], rows, notes)
+
+    def references(self, runs: list[dict]) -> dict[str, str]:
+        """Each task's uncompressed model among ``runs``: the baseline's label where it ran the task, else the one label
+        whose runs of the task hold the dense table (:data:`UNCOMPRESSED`); none where there are several."""
+        found: dict[str, set[str]] = defaultdict(set)
+        for run in runs:
+            task = run.get("task")
+            if task and (run["label"] == self.baseline_label or run.get("strategy") == UNCOMPRESSED):
+                found[task].add(run["label"])
+        return {task: self.baseline_label if self.baseline_label in labels else next(iter(labels))
+                for task, labels in found.items() if self.baseline_label in labels or len(labels) == 1}
+
+    def _task_prr(self, members: list[dict], reference: list[dict] | None) -> str:
+        mine = [found[0] for r in members if (found := _score(r, ("score",))) is not None]
+        theirs = [found[0] for r in reference or () if (found := _score(r, ("score",))) is not None]
+        if not mine or not theirs or not statistics.fmean(theirs):
+            return MISSING
+        return f"{100 * statistics.fmean(mine) / statistics.fmean(theirs):.{self.digits}f}"
 
     # -- the zoo's picture -----------------------------------------------------------------------
     def seed_scores(self) -> tuple[dict[str, dict], str]:
@@ -389,6 +433,25 @@ def _split_note(scores: BenchmarkScores) -> str:
 def _percent(fraction: float) -> str:
     value = 100 * fraction
     return f"{value:.2f}" if 0 < abs(value) < 1 else f"{value:.1f}"
+
+
+def _mean_load(runs: list[dict]) -> float | None:
+    """The mean load per core over ``runs``' timings; ``None`` where one of them recorded none."""
+    loads = [load_per_core(r["efficiency"].get("load")) for r in runs]
+    return None if not loads or None in loads else statistics.fmean(x for x in loads if x is not None)
+
+
+def _load_mark(row: str, mine: float | None, theirs: float | None, notes: list[str], unknown: list[str]) -> str:
+    """"†" where a speed-up's two runs ran at loads more than :data:`LOAD_MARGIN` per core apart (said in ``notes``);
+    ``row`` joins ``unknown`` where either recorded none."""
+    differ = loads_differ(mine, theirs)
+    if differ is None:
+        unknown.append(row)
+    if not differ:
+        return ""
+    notes.append(f"† {row} ran at a load of {mine:.2f} per core, the baseline at {theirs:.2f}, more than {LOAD_MARGIN} "
+                 f"apart: its speed-ups measure the machine's other work as well as the methods")
+    return "†"
 
 
 def _mean_time(runs: list[dict], kind: str) -> float | None:

@@ -33,6 +33,9 @@ DIVERGED = "diverged"
 SCORE_METRICS = ("accuracy", "f1", "matthews", "pearson", "spearman", "exact_match", "score")
 #: Stages whose metrics are evaluations (PRR is computed for these, not for training metrics).
 EVAL_STAGES = ("val", "test")
+#: How far apart (1-minute load average per core) two timings' loads may be before a comparison of them is flagged:
+#: half the machine's cores busy with other work in one and not the other slows it by up to about that much.
+LOAD_MARGIN = 0.5
 
 
 def versions() -> dict[str, str]:
@@ -50,6 +53,34 @@ def versions() -> dict[str, str]:
         "transformers": transformers.__version__,
         "python": platform.python_version(),
     }
+
+
+def load_average() -> float | None:
+    """The machine's 1-minute load average now (``uptime``'s first figure); ``None`` where the system gives none."""
+    try:
+        return round(os.getloadavg()[0], 2)
+    except (OSError, AttributeError):  # Windows has none
+        return None
+
+
+def load_over(start: float | None) -> dict:
+    """What a timing records of the machine it ran on, beside its figures: the 1-minute load average at its start
+    (``start``, a :func:`load_average` read then) and now, at its end, and the machine's cores. A time measured while
+    other work ran is longer by it; ``lit-embed report`` flags a comparison of two measured at unlike loads."""
+    return {"load_1min": [start, load_average()], "cores": os.cpu_count()}
+
+
+def load_per_core(record: dict | None) -> float | None:
+    """The mean load a :func:`load_over` record read, per core; ``None`` where it holds none (results written before)."""
+    readings = [x for x in (record or {}).get("load_1min") or () if x is not None]
+    cores = (record or {}).get("cores")
+    return sum(readings) / len(readings) / cores if readings and cores else None
+
+
+def loads_differ(mine: float | None, theirs: float | None) -> bool | None:
+    """Whether two timings' loads per core (:func:`load_per_core`) lie more than :data:`LOAD_MARGIN` apart, so that a
+    ratio of the two measures the machine's other work as well as what was timed; ``None`` where one is not known."""
+    return None if mine is None or theirs is None else abs(mine - theirs) > LOAD_MARGIN
 
 
 def is_score(name: str, scores: Collection[str] = ()) -> bool:
@@ -157,6 +188,8 @@ NUMBER = Shape((int, float), "a finite number")
 #: A metric may be undefined (NaN: a correlation of constant predictions) or have diverged (a loss of inf).
 METRIC = Shape((int, float), "a number", finite=False)
 TIMING = Shape(dict, "a mapping", nullable=True, keys={"ms_per_sample": Shape((int, float), "a finite number", nullable=True)})
+LOAD = Shape(dict, "a mapping", nullable=True, keys={"load_1min": Shape(list, "a list of numbers", values=Shape(
+    (int, float), "a finite number", nullable=True)), "cores": Shape(int, "a whole number", nullable=True)})
 SHAPE = Shape(dict, "a mapping", required=("label",), keys={
     "label": TEXT,
     "status": Shape(str, "text", choices=STATUSES),
@@ -172,7 +205,7 @@ SHAPE = Shape(dict, "a mapping", required=("label",), keys={
         "embedding_bytes": WHOLE, "baseline_embedding_bytes": WHOLE}),
     "efficiency": Shape(dict, "a mapping", nullable=True, keys={
         "train": TIMING, "infer": TIMING, "peak_memory_mb": Shape((int, float), "a finite number", nullable=True),
-        "device": TEXT}),
+        "device": TEXT, "load": LOAD}),
     "metrics": Shape(dict, "a mapping of metric names to numbers", values=METRIC),
     "scores": Shape(list, "a list of metric names", nullable=True, values=TEXT),
     "checkpoint": Shape(dict, "a mapping", nullable=True, keys={

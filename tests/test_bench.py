@@ -344,3 +344,35 @@ def test_a_result_records_its_code_and_a_stale_one_makes_no_headline(monkeypatch
     text = record.render(tmp_path)
     assert "## Headlines" not in text
     assert f"code {result['code']['fingerprint']}, STALE: lit_embed/models/mlm.py changed since" in text
+
+
+def test_rounds_replace_every_benchmarks_own_and_the_headline_set_runs_fifteen(monkeypatch, tmp_path, capsys):
+    """``--rounds N`` times every interleaved call N times after its warm-up, whatever the benchmark asks, and the
+    result records N (the headlines name it); ``--headlines`` runs its benchmarks with 15; a round count below 1 is
+    refused in one line."""
+    harness, run = bench_module(monkeypatch, "harness"), bench_module(monkeypatch, "run")
+    calls = {"a": 0, "b": 0}
+    timing = harness.time_interleaved({name: lambda name=name: calls.__setitem__(name, calls[name] + 1) for name in calls},
+                                      harness.Context(rounds=4), warmup=1, repeat=7)
+    assert calls == {"a": 5, "b": 5} and timing["a"]["repeats"] == timing["b"]["repeats"] == 4
+    assert harness.time_interleaved({"a": lambda: None}, harness.Context(), repeat=7)["a"]["repeats"] == 7
+
+    seen = []
+    monkeypatch.setattr(run, "RESULTS", tmp_path)
+
+    class Benchmark:
+        TITLE, THREADS = "fake", 1
+
+        @staticmethod
+        def run(ctx):
+            seen.append(ctx.rounds)
+            return [{"x": 1}]
+
+    monkeypatch.setattr(run.importlib, "import_module", lambda name: Benchmark)
+    monkeypatch.setattr(run, "save", lambda path, payload, rows, complete: seen.append(payload["rounds"]))
+    assert run.main(["--headlines", "--no-write"]) == 0 and set(seen) == {run.HEADLINE_ROUNDS} == {15}
+    seen.clear()
+    assert run.main(["--rounds", "3", "cluster"]) == 0 and seen == [3, 3]  # the context's and the result's
+    with pytest.raises(SystemExit):
+        run.main(["--rounds", "0", "cluster"])
+    assert "--rounds 0 must be at least 1" in capsys.readouterr().err

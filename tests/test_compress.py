@@ -6,6 +6,7 @@ from __future__ import annotations
 import errno
 import json
 import math
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -243,6 +244,8 @@ def test_each_method_end_to_end(method, compressed, finetuned, tmp_path, monkeyp
                 "aq": 32 * 16 * d + 32 * vocab}[method]
     params = report["parameters"]
     assert params["embedding"] == {"before": vocab * d, "after": expected}
+    load = report["load"]  # what its seconds ran beside
+    assert len(load["load_1min"]) == 2 and all(x >= 0 for x in load["load_1min"]) and load["cores"] == os.cpu_count()
     assert params["total"]["before"] - params["total"]["after"] == vocab * d - expected
     assert report["bytes"]["embedding"]["before"] == vocab * d * 4
     checkpoint = torch.load(out / "model.ckpt", map_location="cpu", weights_only=True)
@@ -695,7 +698,7 @@ def test_fit_sizes_a_zoo_strategy_to_a_budget_on_the_packaged_minilm(minilm_matr
     strategy_file.write_text(yaml.safe_dump(config))
     out = tmp_path / "out"
     assert compress("--ckpt", "all-MiniLM-L6-v2", "--data", SAMPLE_CORPUS, "--method", "fit", "--strategy",
-                    str(strategy_file), "--budget", "0.1", "--max_steps", "6", "--eval_every", "3", "--tolerance", "0",
+                    str(strategy_file), "--budget", "0.1", "--solver", "gradient", "--max_steps", "6", "--eval_every", "3", "--tolerance", "0",
                     "--out", str(out)) == 0
     report = read_report(out)
     dense = minilm_matrix.numel()

@@ -198,7 +198,7 @@ def fit_job(counts: torch.Tensor | None = None) -> Job:
 def test_fit_minimises_the_stated_weighted_loss(loss, weighting):
     counts = torch.arange(200) ** 2  # skewed: the weights log(2 + count) differ
     job = fit_job(counts)
-    method = method_named("fit", {"strategy": FACTORISED, "loss": loss, "weighting": weighting, "max_steps": 150,
+    method = method_named("fit", {"strategy": FACTORISED, "loss": loss, "weighting": weighting, "solver": "gradient", "max_steps": 150,
                                   "tolerance": 0.0, "eval_every": 50, "lr": 0.05, "batch_size": 64})
     with torch.random.fork_rng():
         torch.manual_seed(job.seed)  # the strategy starts where the method's own seeded build starts
@@ -227,7 +227,7 @@ def test_fit_minimises_the_stated_weighted_loss(loss, weighting):
     ({"max_seconds": 1e-9}, 1, "max_seconds (1e-09)"),
 ])
 def test_fit_stops_by_each_rule_and_says_which(options, steps, stopped):
-    method = method_named("fit", {"strategy": FACTORISED, "max_steps": 50, **options})
+    method = method_named("fit", {"strategy": FACTORISED, "solver": "gradient", "max_steps": 50, **options})
     method.fit(fit_job())
     assert method.details["steps"] == steps and method.details["stopped by"].startswith(stopped)
 

@@ -149,8 +149,7 @@ def _checkpoint(run: Path) -> Path:
 
 def _predict_fills(run: Path, out: Path, *extra: str) -> int:
     return main(["predict", "--config", str(CONFIGS / "demo.yaml"), "--ckpt_path", str(_checkpoint(run)),
-                 "--trainer.default_root_dir", str(out), "--trainer.logger.init_args.save_dir", str(out),
-                 "--trainer.logger.init_args.name", "fill", "--trainer.enable_progress_bar", "false", *extra])
+                 "--output", str(out / "fill"), "--trainer.enable_progress_bar", "false", *extra])
 
 
 def test_predict_fills_in_masks_with_a_masked_lm(demo_runs, tmp_path):
@@ -164,10 +163,10 @@ def test_predict_fills_in_masks_with_a_masked_lm(demo_runs, tmp_path):
     texts.write_text("The cat sat on the [MASK].\nParis is the capital of <mask>, a <mask> city.\n")
     assert _predict_fills(demo_runs["subspace"], tmp_path, "--data.init_args.predict_input", str(texts),
                           "--data.init_args.top_k", "3") == 0
-    rows = [json.loads(line) for line in (tmp_path / "fill" / "version_0" / "predictions.jsonl").read_text().splitlines()]
+    rows = [json.loads(line) for line in (tmp_path / "fill" / "predictions.jsonl").read_text().splitlines()]
     assert [row["text"] for row in rows] == texts.read_text().splitlines()
     assert [len(row["fills"]) for row in rows] == [1, 2]
-    results = json.loads((tmp_path / "fill" / "version_0" / "results.json").read_text())  # which model predicted
+    results = json.loads((tmp_path / "fill" / "results.json").read_text())  # which model predicted
     ckpt = _checkpoint(demo_runs["subspace"])
     assert results["command"] == "predict" and {"what": "--ckpt_path checkpoint", "given": str(ckpt), "file": str(ckpt),
                                                 "step": 10, "why": "the file given"} in results["checkpoints_taken"]
@@ -191,7 +190,7 @@ def test_predict_on_a_corpus_refuses_texts_without_a_mask(demo_runs, tmp_path, c
     assert "predict_input text 2 ('A text without one.') has no <mask> or [MASK] to fill in" in capsys.readouterr().err
     assert _predict_fills(demo_runs["subspace"], tmp_path) == 2
     assert "needs the texts to fill in: --data.init_args.predict_input FILE" in capsys.readouterr().err
-    assert not list(tmp_path.rglob("predictions.*"))
+    assert not (tmp_path / "fill").exists()  # a refused predict leaves no folder
 
 
 def test_predict_on_a_corpus_refuses_a_model_that_does_not_predict_tokens():

@@ -199,8 +199,9 @@ def test_shuffle_random_with_lsh_proj_agrees_across_ranks_and_with_one_process(t
 
 
 def test_a_loss_that_diverges_on_one_rank_stops_every_rank(tmp_path):
-    """A NaN loss on rank 1 alone (its batch of step 2): both ranks stop at that step, together (rank 0, whose own loss
-    was finite, would otherwise wait for rank 1 in the next all-reduce), exit 3 and the run is marked diverged."""
+    """A NaN loss on rank 1 alone (its batch of step 2): both ranks stop, together, at the next read of the losses (before
+    the validation of step 4), each naming step 2 (rank 0, whose own loss was finite, would otherwise wait for rank 1 in
+    a collective), exit 3, the run is marked diverged and nothing is saved."""
     nan = {"class_path": "tests.helpers.probes.NonFiniteLoss", "init_args": {"steps": [2], "rank": 1}}
     args = ["fit", "--config", str(CONFIGS / "demo.yaml"), "--trainer.default_root_dir", str(tmp_path / "runs"),
             "--trainer.max_steps", "4", "--trainer.val_check_interval", "4", "--trainer.limit_val_batches", "2",
@@ -210,7 +211,7 @@ def test_a_loss_that_diverges_on_one_rank_stops_every_rank(tmp_path):
     assert output.count("training diverged: the training loss was not finite on another rank at step 2") == 1  # rank 0
     assert output.count("training diverged: the training loss was nan at step 2") == 1  # rank 1
     results = json.loads((tmp_path / "runs/version_0/results.json").read_text())
-    assert results["status"] == "diverged" and results["global_step"] == 2
+    assert results["status"] == "diverged" and results["global_step"] == 4
     assert not list((tmp_path / "runs").rglob("*.ckpt"))
 
 
@@ -357,3 +358,31 @@ def test_docs_launch_commands_parse_and_build(args, tmp_path, monkeypatch):
               "--trainer.default_root_dir", str(tmp_path)]
     cli = LitEmbedCLI(args=[*args, *on_cpu], run=False)
     assert cli.trainer.world_size == 2 * cli.trainer.num_nodes
+
+
+def test_predict_on_two_ranks_writes_every_row_once_from_rank_zero_where_one_process_would(tmp_path, monkeypatch):
+    """Each rank predicts its share (a distributed sampler repeats a row to even out 5 texts); rank 0 gathers the
+    records and writes them once, in the input's order, in the one folder beside the checkpoint: the rows one process
+    writes. Rank 1 claims no folder of its own."""
+    import yaml
+
+    from tests.helpers.crafted import classifier_checkpoint
+
+    monkeypatch.chdir(tmp_path)
+    classifier_checkpoint(tmp_path / "model.ckpt")
+    own = {"model": {"class_path": "lit_embed.models.SequenceClassifier", "init_args": {"task": "topics"}},
+           "data": {"class_path": "lit_embed.data.TaskDataModule", "init_args": {"task": "topics", "batch_size": 2,
+                                                                                   "max_length": 64}}}
+    (tmp_path / "own.yaml").write_text(yaml.safe_dump(own))
+    (tmp_path / "new.txt").write_text("".join(f"a text about topic number {i}\n" for i in range(5)))
+    args = ["predict", "--config", "own.yaml", "--ckpt_path", "model.ckpt", "--data.init_args.predict_input", "new.txt", *QUIET]
+    before = {p.name for p in tmp_path.iterdir()}
+    output = run_ddp(args, tmp_path)
+    assert not output.startswith("exit"), output[-3000:]
+    assert {p.name for p in tmp_path.iterdir()} - before == {"model-predictions-new"}
+    assert output.count("lit-embed: predict: predictions of 5 text(s)") == 1  # said by rank 0 alone
+    assert main([*args, "--output", "one"]) == 0
+    ddp, one = ([line.split(",") for line in (tmp_path / name / "predictions.csv").read_text().splitlines()]
+                for name in ("model-predictions-new", "one"))
+    assert [row[:2] for row in ddp] == [row[:2] for row in one] and len(ddp) == 6  # header, then each text once
+    assert np.allclose(np.array([row[2:] for row in ddp[1:]], float), np.array([row[2:] for row in one[1:]], float), atol=1e-5)

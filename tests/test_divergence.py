@@ -58,7 +58,7 @@ def test_a_learning_rate_that_diverges_stops_the_run_which_no_command_then_takes
     assert "Traceback" not in err
     run = tmp_path / "runs/demo/version_0"
     found = results(run)
-    assert found["status"] == "diverged" and found["global_step"] == 2
+    assert found["status"] == "diverged" and found["global_step"] == 6  # the losses are read before the validation
     assert found["detail"] == "the training loss was nan at step 2" and math.isnan(found["metrics"]["train/loss"])
     assert not list(run.rglob("*.ckpt"))  # nothing saved after the weights went bad
     with pytest.raises(MissingFileError, match=r"holds no finished run with a checkpoint \(runs: version_0 \(diverged\)\)"):
@@ -92,6 +92,20 @@ def test_non_finite_weights_at_a_save_stop_the_run_before_the_checkpoint_is_writ
     assert start_checkpoint(run / "checkpoints/step=1.ckpt") == run / "checkpoints/step=1.ckpt"  # a file, knowingly
 
 
+def test_a_non_finite_loss_read_at_a_save_stops_the_run_before_the_checkpoint_is_written(tmp_path, monkeypatch, capsys):
+    """The losses are read from the device every CHECK_EVERY batches, and before each save: a checkpoint every step and
+    a NaN loss at step 2 leave the checkpoints of step 1 only, and the run stops at step 2, not at the next read."""
+    monkeypatch.chdir(tmp_path)
+    every_step = {"class_path": "pytorch_lightning.callbacks.ModelCheckpoint",
+                  "init_args": {"every_n_train_steps": 1, "save_top_k": -1, "save_last": True, "filename": "{step}"}}
+    assert fit(tmp_path, 6, callbacks=[every_step, nan_loss(steps=[2])]) == 3
+    assert "training diverged: the training loss was nan at step 2. Likely cause" in capsys.readouterr().err
+    run = tmp_path / "runs/demo/version_0"
+    assert results(run)["global_step"] == 2 and results(run)["status"] == "diverged"
+    assert {p.name for p in (run / "checkpoints").glob("*.ckpt")} <= {"last.ckpt", "step=1.ckpt"}
+    assert all(finite(p) and torch.load(p, weights_only=True)["global_step"] == 1 for p in run.rglob("*.ckpt"))
+
+
 @pytest.mark.parametrize(("precision", "steps", "status"), [
     ([], [2], 3),                     # no scaler: the first NaN has reached the weights
     (["--trainer.plugins", FP16_SCALER], [2, 3, 5], 0),  # fp16's scaler skips those steps: normal
@@ -121,4 +135,5 @@ def test_a_persistent_non_finite_loss_under_the_scaler_is_divergence(tmp_path, m
             f"scaler). Likely cause: a learning rate too high") in err, err
     assert "or fp16's range (precision 16-mixed: try bf16-mixed or 32-true)" in err
     found = results(tmp_path / "runs/demo/version_0")
-    assert found["status"] == "diverged" and found["global_step"] == step
+    assert found["status"] == "diverged" and found["global_step"] == start + SKIPPED_STEPS + 2  # read at the validation
+    assert found["detail"].startswith(f"the training loss was nan at step {step} ")

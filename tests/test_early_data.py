@@ -8,9 +8,11 @@ import os
 import subprocess
 import sys
 
+import pyarrow
+import pyarrow.parquet
 import pytest
 
-from lit_embed.commands import main
+from lit_embed.commands import early_data, main
 from lit_embed.commands.early_data import given_data
 from tests.helpers import CONFIGS, REPO
 
@@ -29,6 +31,8 @@ def folder(tmp_path, monkeypatch):
     """A folder with the user's data (reviews.csv, notes.tsv) and config (own.yaml), as the working directory."""
     (tmp_path / "reviews.csv").write_text("\ufeffreview,stars\n\"good, \"\"very\"\" good\",5\nbad,1\n")
     (tmp_path / "notes.tsv").write_text("text\tlabel\nfine\tok\n")
+    (tmp_path / "reviews.jsonl").write_text('{"review": "good"}\n\n{"review": "bad", "stars": 1}\n')  # a key first missing
+    pyarrow.parquet.write_table(pyarrow.table({"text": ["fine"], "label": ["ok"]}), tmp_path / "notes.parquet")
     (tmp_path / "own.yaml").write_text(json.dumps(OWN))
     monkeypatch.chdir(tmp_path)
     return tmp_path
@@ -42,6 +46,10 @@ CASES = [
     (["--data.init_args.task.files", "{train: reviews.csv, test: notes.tsv}"],
      "notes.tsv: no column(s) ['review', 'stars'] (columns: ['text', 'label'])"),
     (["--data.init_args.task.files", "[reviews.csv, data]"], "data file 'data' is a folder"),
+    (["--data.init_args.task.files", "reviews.jsonl", "--data.init_args.task.text_columns", "[text]"],
+     "reviews.jsonl: no column(s) ['text'] (columns: ['review', 'stars'])"),
+    (["--data.init_args.task.files", "{train: reviews.jsonl, test: notes.parquet}"],
+     "notes.parquet: no column(s) ['review', 'stars'] (columns: ['text', 'label'])"),
     (["--data", "{class_path: lit_embed.data.TaskDataModule, init_args: {task: topics, data_dir: topcs}}"], None),
     (["--data.init_args.task", "topics", "--data.init_args.data_dir", "topcs"],
      "data_dir 'topcs' is not a folder: check the path"),
@@ -60,6 +68,19 @@ def test_given_data_is_refused_or_left_to_the_parser(folder, extra, expected, ca
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and expected.format(cwd=folder) in err[0], err
+
+
+def test_columns_are_read_as_the_loader_reads_them_and_no_further_than_needed(folder):
+    """A jsonl file's columns are its lines' keys together (a key the first line lacks is still a column); its reading
+    stops at the line that completes the columns wanted; what the loader itself refuses (not JSON lines) is left to it."""
+    from lit_embed.data.sources import header
+
+    assert header("reviews.jsonl") == ["review", "stars"] and header("reviews.jsonl", ["review"]) == ["review"]
+    early_data.check_data_files(["fit", "--config", "own.yaml", "--data.init_args.task.files", "reviews.jsonl"])
+    assert header("notes.parquet") == ["text", "label"]
+    (folder / "broken.jsonl").write_text("[1, 2]\n")
+    (folder / "broken.parquet").write_text("review,stars\n")
+    assert header("broken.jsonl") is None and header("broken.parquet") is None
 
 
 def test_a_config_printed_or_help_asked_is_not_checked(folder, monkeypatch):
@@ -89,12 +110,15 @@ def test_the_errors_come_before_torch_or_lightning_is_imported(folder):
     imported."""
     code = ("import sys; from lit_embed.commands import main; "
             "statuses = [main(['fit', '--config', 'own.yaml', *extra]) for extra in "
-            "(['--data.init_args.task.files', 'reveiws.csv'], ['--data.init_args.task.label_column', 'label'])]; "
+            "(['--data.init_args.task.files', 'reveiws.csv'], ['--data.init_args.task.label_column', 'label'], "
+            "['--data.init_args.task.files', 'notes.parquet'], ['--data.init_args.task.files', 'reviews.jsonl', "
+            "'--data.init_args.task.label_column', 'label'])]; "
             "print(statuses, sorted(m for m in ('torch', 'pytorch_lightning', 'transformers', 'datasets') if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=folder,
                           env={**os.environ, "LIT_EMBED_PLUGINS": "0", "PYTHONPATH": str(REPO)})
-    assert done.stdout.strip().splitlines()[-1] == "[2, 2] []", done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "[2, 2, 2, 2] []", done.stderr[-2000:]
     assert "(did you mean reviews.csv?)" in done.stderr and "no column(s) ['label']" in done.stderr
+    assert "notes.parquet: no column(s) ['review', 'stars']" in done.stderr and "reviews.jsonl: no column(s) ['label']" in done.stderr
 
 
 def test_a_file_it_cannot_read_is_named(folder, capsys):

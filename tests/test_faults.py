@@ -793,9 +793,9 @@ FULL_DISK = [
                                  json.dumps([CHECKPOINT_LAST, fill_at("on_train_end"), RESULTS_WRITER])],
      r"runs/version_0/results\.json"),
     ("predict, predictions", None, ["predict", "--config", str(CONFIGS / "demo.yaml"), "--ckpt_path", CKPT, *QUIET,
-                                    "--data.init_args.predict_input", "masks.txt", "--trainer.default_root_dir", "DISK/runs",
+                                    "--data.init_args.predict_input", "masks.txt", "--output", "DISK/predicted",
                                     "--trainer.callbacks", json.dumps([fill_at("on_predict_start")])],
-     r"runs/version_0/predictions\.jsonl"),
+     r"predicted/predictions\.jsonl"),
     ("sweep, a run's status", None, ["sweep", "--config", "DISK.sweep.yaml", "--run", "fit/run"],
      r"sweep/logs/fit/run/status\.json"),
 ]

@@ -33,6 +33,7 @@ from lit_embed.models import ShuffleRandom
 from tests.helpers import CONFIGS, REPO, TINY_CANINE, TINY_CANINE_TABLES, tiny_encoder
 from tests.helpers.cli import fit_demo, page, run_params
 from tests.helpers.papers import CANINE_C_COUNTED, CANINE_C_MODULES, EMB_1K_COUNTED, TABLE_2, TABLE_6_SUBWORD
+from tests.helpers.run_if import requires_gpus
 
 DEMO = CONFIGS / "demo_hashformer.yaml"
 
@@ -336,17 +337,108 @@ def test_add_drops_weights_not_activations_with_a_new_mask_each_training_step():
     assert HashAdd(None, 8, num_bits=16, drop_connect=0.0).word_vectors(bits).unique(dim=0).shape[0] == 1
 
 
-@pytest.mark.parametrize("shape", [(3,), (40,)], ids=["few words", "2^k words or more"])
-def test_pool_drops_looked_up_vectors_in_training_only(shape):
-    pool = HashPool(None, 8, num_bits=16, chunk_bits=5)  # 2^5 = 32 rows: 40 words take the weighted-codebook path
-    bits = torch.randint(0, 2, (1, 16)).expand(*shape, 16)  # one word, repeated
-    vectors = pool.word_vectors(bits)
-    assert not torch.equal(vectors[0], vectors[1])  # a mask per word (and chunk and dimension)
-    dropped = (torch.nn.functional.embedding(pool.chunks(bits), pool.codebook) * pool.chunk_weights.softmax(0))
-    assert not torch.allclose(vectors.mean(0), dropped.sum(-2)[0])
-    pool.eval()
-    vectors = pool.word_vectors(bits)
-    assert torch.allclose(vectors, dropped.sum(-2)) and torch.equal(vectors[0], vectors[-1])
+def _pool_codes(words: int, tokens: int, num_bits: int = 16, seed: int = 0) -> torch.Tensor:
+    """``tokens`` codes of ``words`` distinct words (specials among them) for Pool with T = ``num_bits``."""
+    from lit_embed.embeddings.hash_text import pack_bits
+
+    generator = torch.Generator().manual_seed(seed)
+    packed = torch.as_tensor(pack_bits(torch.randint(0, 2, (words, num_bits), generator=generator).numpy()))
+    codes = torch.cat([torch.full((tokens, 1), 5), packed[torch.randint(0, words, (tokens,), generator=generator)]], 1)
+    codes[::5, 0] = torch.randint(0, 5, (len(codes[::5]),), generator=generator)
+    return codes
+
+
+def _pool_with_mask(pool: HashPool, codes: torch.Tensor, drop: torch.Tensor) -> torch.Tensor:
+    """Pool's training vectors written out: dropout with the given mask over each word's gathered, weighted
+    codebook rows (``words x chunks x d``), the kept terms scaled by 1/(1 - p), plus the special rows."""
+    words = codes[:, 0] == 5
+    chunks = pool.chunks(unpack_bits(codes[words, 1:], pool.num_bits))
+    terms = pool.codebook[chunks] * pool.chunk_weights.softmax(0) * ~drop / (1 - pool.dropout)
+    vectors = pool.special(codes[:, 0])
+    return vectors.index_put((words.nonzero().squeeze(1),), terms.sum(1), accumulate=True)
+
+
+@pytest.mark.parametrize("words", [6, 40], ids=["few words: gathered", "2^k words or more: weighted codebook"])
+def test_pool_dropout_equals_dropout_on_the_gathered_terms_with_the_same_mask(words):
+    """Pool's training forward and gradients are those of dropout applied to each word's gathered codebook terms, with
+    the mask its seeded draw picks (the dropped terms' positions); two draws differ, one seed repeats."""
+    from lit_embed.embeddings.hashformer import bernoulli_positions
+
+    pool = HashPool(None, 8, num_bits=16, chunk_bits=5, dropout=0.3).double()  # 4 chunks of 32 rows; 40 > 32 words
+    codes = _pool_codes(words, 300)
+    grad = torch.randn(300, 8, dtype=torch.double)
+    torch.manual_seed(3)
+    vectors = pool(codes)
+    mine = torch.autograd.grad(vectors, list(pool.parameters()), grad)
+    torch.manual_seed(3)
+    words_in = int((codes[:, 0] == 5).sum())
+    drop = torch.zeros(words_in * 4 * 8, dtype=torch.bool)
+    drop[bernoulli_positions(len(drop), 0.3)] = True
+    expected = _pool_with_mask(pool, codes, drop.view(words_in, 4, 8))
+    torch.testing.assert_close(vectors, expected)
+    for got, want in zip(mine, torch.autograd.grad(expected, list(pool.parameters()), grad)):
+        torch.testing.assert_close(got, want)
+    torch.manual_seed(3)
+    assert torch.equal(pool(codes), vectors) and not torch.equal(pool(codes), vectors)  # seeded: repeats; next: new mask
+    assert vectors[codes[:, 0] != 5].equal(pool.special(codes[codes[:, 0] != 5, 0]))  # specials: their row, no dropout
+
+
+def test_pool_dropout_drops_each_term_independently_with_probability_p_and_keeps_the_expectation():
+    """Over many seeded draws: each (token, chunk, dimension) term is dropped with probability p, a pair of terms both
+    with p^2 (independent), the number dropped per draw is binomial; the mean vector converges to the evaluation one."""
+    from lit_embed.embeddings.hashformer import bernoulli_positions
+
+    total, p, draws = 1000, 0.1, 2000
+    torch.manual_seed(0)
+    masks = torch.zeros(draws * total, dtype=torch.bool)
+    masks[bernoulli_positions(draws * total, p)] = True  # the same stream as 2000 draws of 1000 terms
+    masks = masks.view(draws, total)
+    frequency = masks.double().mean(0)  # each term's drop rate: binomial(2000, 0.1), sd 0.0067
+    assert (frequency - p).abs().max() < 6 * math.sqrt(p * (1 - p) / draws)
+    assert abs(frequency.mean() - p) < 4 * math.sqrt(p * (1 - p) / (draws * total))
+    both = (masks[:, :-1] & masks[:, 1:]).double().mean()  # neighbours: the gap distribution's first term
+    assert abs(both - p * p) < 6 * math.sqrt(p * p / (draws * total))
+    counts = masks.sum(1).double()
+    assert abs(counts.var() / (total * p * (1 - p)) - 1) < 0.15
+
+    pool, rounds = HashPool(None, 4, num_bits=16, chunk_bits=5, dropout=0.2).double(), 400
+    codes = _pool_codes(6, 30)
+    with torch.no_grad():
+        mean = sum(pool(codes) for _ in range(rounds)) / rounds
+        evaluated = pool.eval()(codes)
+        words = codes[:, 0] == 5
+        terms = pool.codebook[pool.chunks(unpack_bits(codes[:, 1:], 16))] * pool.chunk_weights.softmax(0)
+        spread = (0.2 / 0.8 * (terms**2).sum(1) / rounds).sqrt() * words.unsqueeze(1)  # sd of the mean of a value
+    assert ((mean - evaluated).abs() <= 6 * spread + 1e-12).all() and (spread > 0).any()
+    assert not torch.equal(pool.train()(codes), evaluated) and torch.equal(pool.eval()(codes), evaluated)
+
+
+@requires_gpus()
+def test_pool_dropout_on_a_gpu_is_one_mask_over_the_gathered_terms_without_a_host_sync():
+    pool = HashPool(None, 8, num_bits=16, chunk_bits=5, dropout=0.3).double().cuda()
+    codes = _pool_codes(40, 300).cuda()
+    torch.manual_seed(3)
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        vectors = pool(codes)
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    torch.manual_seed(3)
+    drop = torch.rand(300, 4, 8, device="cuda") < 0.3  # the draw the GPU path makes, over every token
+    torch.testing.assert_close(vectors, _pool_with_mask(pool, codes, drop[codes[:, 0] == 5]))
+
+
+@pytest.mark.parametrize("total", [1, 7, 100_000])
+@pytest.mark.parametrize("p", [1e-6, 0.5, 0.99])
+def test_bernoulli_positions_are_ascending_distinct_and_inside(total, p):
+    from lit_embed.embeddings.hashformer import bernoulli_positions
+
+    torch.manual_seed(1)
+    positions = bernoulli_positions(total, p, torch.int32)
+    assert positions.dtype == torch.int32 and len(positions.unique()) == len(positions)
+    assert (positions.diff() > 0).all() and (len(positions) == 0 or 0 <= positions[0] <= positions[-1] < total)
+    if total == 100_000:
+        assert abs(len(positions) - total * p) <= 6 * math.sqrt(total * p * (1 - p)) + 1
 
 
 @pytest.mark.parametrize(("strategy", "extra"), [
@@ -650,7 +742,7 @@ def _repeating_codes(num_bits: int, tokens: int = 600, words: int = 90) -> torch
 @pytest.mark.parametrize("training", [False, True])
 def test_vectors_once_per_distinct_code_equal_those_of_every_token(cls, training):
     """Real text repeats its words: each distinct code's vector is computed once and gathered back, with the outputs
-    and gradients of the per-token computation (to fp32 rounding); Pool's dropout in training keeps it per token."""
+    and gradients of the per-token computation (to fp32 rounding); Pool's dropout then takes the same draw away."""
     strategy = cls(None, 48).train(training)
     codes = _repeating_codes(strategy.num_bits)
     grad = torch.randn(*codes.shape[:-1], 48)
@@ -659,6 +751,8 @@ def test_vectors_once_per_distinct_code_equal_those_of_every_token(cls, training
         strategy.zero_grad()
         torch.manual_seed(1)  # the same dropout draws
         out = strategy(codes) if distinct else strategy._vectors(codes)
+        if not distinct and training and cls is HashPool:
+            out = out - strategy.dropped(codes)
         (out * grad).sum().backward()
         results.append((out.detach(), {n: p.grad.clone() for n, p in strategy.named_parameters() if p.grad is not None}))
     (mine, mine_grads), (theirs, their_grads) = results
@@ -667,7 +761,29 @@ def test_vectors_once_per_distinct_code_equal_those_of_every_token(cls, training
     for name in mine_grads:  # sums in another order: fp32 rounding of the largest (the shared row 5 sums every word's)
         difference = (mine_grads[name] - their_grads[name]).abs().max()
         assert difference <= 1e-5 * their_grads[name].abs().max(), (name, difference)
-    assert strategy.per_distinct_code == (not (training and cls is HashPool))
+
+
+@pytest.mark.parametrize("cls", [HashProj, HashAdd, ProFormerEmbedding], ids=lambda cls: cls.__name__)
+def test_the_word_mask_and_special_rows_fused_into_the_product_give_the_unfused_vectors_and_gradients(cls):
+    """features x mask, then addmm with the special rows: the vectors of word_vectors(bits) x mask + special(row),
+    specials' (shared row left out for ProFormer) included; their gradients, the padding row's none."""
+    strategy = cls(None, 16).double().eval()
+    codes = _repeating_codes(strategy.num_bits).reshape(-1, 3 if strategy.num_bits <= 128 else 8)
+    row = codes[:, 0]
+    is_word = (row == 5).unsqueeze(-1)
+    special = strategy.special(row)
+    if cls is ProFormerEmbedding:
+        special = special.masked_fill(is_word, 0.0)
+    expected = strategy.word_vectors(unpack_bits(codes[:, 1:], strategy.num_bits)) * is_word + special
+    fused = strategy._vectors(codes)
+    grad = torch.randn_like(fused)
+    params = list(strategy.parameters())
+    torch.testing.assert_close(fused, expected)
+    grads = torch.autograd.grad(fused, params, grad)
+    for got, want in zip(grads, torch.autograd.grad(expected, params, grad)):
+        torch.testing.assert_close(got, want)
+    special_grad = grads[[name for name, _ in strategy.named_parameters()].index("special.weight")]
+    assert (row == 1).any() and not special_grad[1].any() and special_grad[0].any()  # padding row 1: never trained
 
 
 def test_distinct_rows_are_torch_unique_s():

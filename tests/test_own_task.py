@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -119,7 +121,7 @@ def finetune_config(tmp_path, task: dict) -> str:
     return str(path)
 
 
-def test_a_csv_of_your_own_fine_tunes_through_the_cli_and_its_checkpoint_records_the_labels(tmp_path, monkeypatch):
+def test_a_csv_of_your_own_fine_tunes_through_the_cli_and_its_checkpoint_records_the_labels(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     files = {"train": write_csv(tmp_path / "train.csv", 90), "validation": write_csv(tmp_path / "dev.csv", 15, seed=1),
              "test": write_csv(tmp_path / "test.csv", 15, seed=2)}
@@ -134,23 +136,51 @@ def test_a_csv_of_your_own_fine_tunes_through_the_cli_and_its_checkpoint_records
     recorded = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["hyper_parameters"]["task"]
     assert recorded["labels"] == ["food", "music", "sport"] and recorded["name"] == "reviews"
 
-    # predict: new texts (one a line), then the test split as JSONL, each into its own run folder
+    # predict: new texts (one a line), then the test split as JSONL, each into a folder of its own beside the run's
     (tmp_path / "new.txt").write_text("the band played a song\nthe soup was warm\n")
     for file in ("train.csv", "dev.csv"):
         (tmp_path / file).unlink()  # the checkpoint's labels, not the training file, name the outputs
     predict = ["predict", "--config", finetune_config(tmp_path, task), "--ckpt_path", str(run / "checkpoints" / "last.ckpt")]
+    before = listing(tmp_path / "runs")
     assert main([*predict, "--data.init_args.predict_input", "new.txt"]) == 0
-    lines = (tmp_path / "runs" / "own" / "version_1" / "predictions.csv").read_text().splitlines()
+    folder = tmp_path / "runs" / "own" / "version_0-predictions-new"
+    assert f"predictions of 2 text(s) in {folder / 'predictions.csv'}" in capsys.readouterr().err
+    assert listing(tmp_path / "runs") == {**before, **listing(tmp_path / "runs", folder)}  # the run's folder untouched
+    assert {"predictions.csv", "results.json", "config.yaml"} <= set(listing(folder, folder))
+    lines = (folder / "predictions.csv").read_text().splitlines()
     assert lines[0] == "review,predicted,p_food,p_music,p_sport" and len(lines) == 3
     assert lines[1].startswith("the band played a song,") and lines[1].split(",")[1] in ("food", "music", "sport")
     assert sum(map(float, lines[1].split(",")[2:])) == pytest.approx(1.0, abs=1e-5)
     writer = {"class_path": "lit_embed.callbacks.PredictionWriter", "init_args": {"format": "jsonl"}}
     by_folder = [*predict[:-1], str(tmp_path / "runs" / "own")]  # the experiment folder: its newest finished run's
     assert main([*by_folder, "--trainer.callbacks+", json.dumps(writer)]) == 0
-    rows = [json.loads(line) for line in (tmp_path / "runs/own/version_2/predictions.jsonl").read_text().splitlines()]
+    rows = [json.loads(line) for line in (tmp_path / "runs/own/version_0-predictions-test/predictions.jsonl").read_text().splitlines()]
     assert len(rows) == 15 and {"review", "topic", "predicted", "p_food"} <= set(rows[0])
     accuracy = sum(row["predicted"] == row["topic"] for row in rows) / len(rows)
     assert accuracy == pytest.approx(results["metrics"]["test/accuracy"])  # the best checkpoint was tested
+
+    # the same input again: a folder numbered beside the first, which is kept as it was
+    first = listing(folder, folder)
+    assert main([*predict, "--data.init_args.predict_input", "new.txt"]) == 0
+    assert (folder.parent / "version_0-predictions-new-2" / "predictions.csv").read_text() == (folder / "predictions.csv").read_text()
+    assert listing(folder, folder) == first
+    # where the user asks; a folder there already is refused, with nothing in it touched
+    assert main([*predict, "--data.init_args.predict_input", "new.txt", "--output", "mine"]) == 0
+    assert (tmp_path / "mine" / "predictions.csv").read_text() == (folder / "predictions.csv").read_text()
+    capsys.readouterr()
+    mine = listing(tmp_path / "mine")
+    assert main([*predict, "--data.init_args.predict_input", "new.txt", "--output", "mine"]) == 2
+    assert f"--output '{tmp_path / 'mine'}' exists: choose another --output, or remove it" in capsys.readouterr().err
+    assert listing(tmp_path / "mine") == mine
+    assert main([*predict, "--output", "mine.csv"]) == 2
+    assert "--output 'mine.csv' names a folder" in capsys.readouterr().err and not (tmp_path / "mine.csv").exists()
+
+
+def listing(folder, within=None) -> dict[str, str]:
+    """Every file under ``folder`` (or only those under ``within``) with a hash of its content; lock files aside."""
+    within = within or folder
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(Path(within).rglob("*")) if p.is_file() and p.name != ".lock"}
 
 
 def test_a_label_unseen_in_training_and_an_empty_split_fail_with_exit_2(tmp_path, monkeypatch, capsys):
@@ -255,3 +285,46 @@ def test_the_minilm_example_fine_tunes_a_csv_of_your_own_with_only_its_marked_li
     assert results["status"] == "complete" and results["task"] == "my_data" and "test/accuracy" in results["metrics"]
     hparams = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["hyper_parameters"]
     assert hparams["task"]["labels"] == ["sport", "food", "music"] and hparams["task"]["text_columns"] == ["review"]
+
+
+def test_predictions_go_beside_what_owns_the_checkpoint_named_after_the_input(tmp_path):
+    from lit_embed.callbacks.predictions import predictions_folder
+
+    run = tmp_path / "runs" / "own" / "version_3"
+    compressed = tmp_path / "compressed"
+    compressed.mkdir()
+    for name in ("config.yaml", "report.json", "model.ckpt"):  # a compress output: lit-embed's folder, not the user's
+        (compressed / name).write_text("{}")
+    assert predictions_folder(str(run / "checkpoints" / "last.ckpt"), "data/new texts.txt", "runs/x") == \
+        tmp_path / "runs" / "own" / "version_3-predictions-new_texts"
+    assert predictions_folder(str(compressed / "model.ckpt"), ["a text"], "runs/x") == tmp_path / "compressed-predictions-texts"
+    assert predictions_folder(str(tmp_path / "models" / "model.ckpt"), None, "runs/x") == tmp_path / "models" / "model-predictions-test"
+    assert predictions_folder(None, "validation", "runs/x") == Path("runs/x/predictions-validation")
+
+
+def test_in_a_log_each_stage_of_the_libraries_work_is_one_line_and_no_bar(tmp_path):
+    """Fine-tuning the packaged MiniLM on CSV files with stdout and stderr to a file, as a batch job runs it: no ``\\r``
+    redraw of transformers' or datasets' bars, and each of their stages (loading the weights, reading each split,
+    encoding it) said once it is done, with what it got through."""
+    import os
+    import subprocess
+    import sys
+
+    files = {"train": write_csv(tmp_path / "train.csv", 24), "validation": write_csv(tmp_path / "dev.csv", 6, seed=1),
+             "test": write_csv(tmp_path / "test.csv", 6, seed=2)}
+    task = json.dumps(definition("reviews", files, labels=sorted(WORDS), metrics=["accuracy"]))
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_DISABLE_PROGRESS_BARS")}
+    with (tmp_path / "log").open("w") as log:
+        done = subprocess.run(
+            [sys.executable, "-m", "lit_embed.commands", "fit", "--config", str(CONFIGS / "experiments/finetune/own_data/minilm.yaml"),
+             "--data.init_args.task", task, "--data.init_args.batch_size", "8", "--data.init_args.max_length", "32",
+             "--trainer.accelerator", "cpu", "--trainer.max_steps", "1", "--trainer.limit_val_batches", "1",
+             "--trainer.limit_test_batches", "1", "--trainer.default_root_dir", str(tmp_path / "runs")],
+            stdout=log, stderr=subprocess.STDOUT, cwd=tmp_path, env=env, timeout=600)
+    text = (tmp_path / "log").read_text()
+    assert done.returncode == 0 and "\r" not in text, text[-3000:]
+    for stage in (r"pretrained encoder 'all-MiniLM-L6-v2': Loading weights: (\d+)/\1, done in \d+\.\ds",
+                  r"Loading train split \(train\.csv\): 24 rows, done in", r"Encoding reviews train: 24 rows, done in",
+                  r"Loading validation split \(dev\.csv\): 6 rows", r"Encoding reviews validation: 6 rows",
+                  r"Loading test split \(test\.csv\): 6 rows", r"Encoding reviews test: 6 rows"):
+        assert re.search(f"^{stage}", text, re.MULTILINE), (stage, text[-3000:])

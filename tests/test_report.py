@@ -204,13 +204,63 @@ def test_speed_table_gives_time_per_sample_and_speed_up(tmp_path):
     tables = report([base, fast, other], base).tables()
     speed = table(tables, "Training and inference speed")
     assert speed.header == ["Model", "Runs", "Train (ms/sample)", "Train speed-up", "Infer (ms/sample)",
-                            "Infer speed-up", "Peak memory (MB)", "Device"]
+                            "Infer speed-up", "Peak memory (MB)", "Device", "Load/core"]
     assert row(speed, "proj (pre-training)")["Train speed-up"] == "2.3x"  # 24.9 / 10.6
     assert row(speed, "proj (pre-training)")["Infer speed-up"] == "2.6x"  # 4.6 / 1.8: HashFormers' Proj
     assert row(speed, "bert_mlm (pre-training)")["Train (ms/sample)"] == "24.9"
     assert any("proj_gpu (pre-training) and the baseline ran on different devices" in n for n in speed.notes)
     pretraining = table(tables, "Pre-training")
     assert row(pretraining, "proj (pre-training)")["val/loss"] == "2.5"
+    assert row(speed, "proj (pre-training)")["Load/core"] == "–"  # results written before loads were recorded
+    assert any(n.startswith("no load recorded (results written before lit-embed recorded it) for proj (pre-training)")
+               for n in speed.notes)
+
+
+@pytest.mark.parametrize(("mine", "theirs", "marked"), [([7.0, 12.0], [0.0, 0.4], True), ([1.1, 1.5], [0.9, 1.0], False),
+                                                        ([2.2, 2.2], [1.1, 1.1], True), ([2.0, 2.0], [1.1, 1.1], False)])
+def test_a_speed_up_whose_runs_ran_at_unlike_loads_is_marked_and_the_loads_said(tmp_path, mine, theirs, marked):
+    """The issue's case: a method timed at load 7-12 beside a baseline at 0 on 2 cores. Loads more than 0.5 per core
+    apart mark both speed-ups and say the two loads; within the margin, nothing (2.2 vs 1.1 on 2 cores: 0.55 apart)."""
+    def efficiency(ms, load):
+        return {"train": {"ms_per_sample": ms}, "infer": {"ms_per_sample": ms / 4}, "peak_memory_mb": 900.0,
+                "device": "cpu", "load": {"load_1min": load, "cores": 2}}
+
+    base = write_run(tmp_path, "dense", None, 0, {"val/loss": 2.0}, efficiency=efficiency(24.0, theirs))
+    method = write_run(tmp_path, "proj", None, 0, {"val/loss": 2.5}, counts=SUB3, efficiency=efficiency(8.0, mine))
+    speed = table(report([base, method], base).tables(), "Training and inference speed")
+    cells = row(speed, "proj (pre-training)")
+    assert (cells["Train speed-up"], cells["Infer speed-up"]) == (("3.0x†", "3.0x†") if marked else ("3.0x", "3.0x"))
+    assert cells["Load/core"] == f"{sum(mine) / 4:.2f}" and row(speed, "dense (pre-training)")["Load/core"] == f"{sum(theirs) / 4:.2f}"
+    said = [n for n in speed.notes if n.startswith("†")]
+    assert said == ([f"† proj (pre-training) ran at a load of {sum(mine) / 4:.2f} per core, the baseline at "
+                     f"{sum(theirs) / 4:.2f}, more than 0.5 apart: its speed-ups measure the machine's other work as well "
+                     f"as the methods"] if marked else [])
+
+
+def test_an_own_task_gets_prr_against_its_uncompressed_model_among_the_runs(tmp_path):
+    """No --baseline: each task's one dense-table label is its reference (PRR 100 for itself); a task without one, or with
+    two, gets none (–); --baseline names the reference where it ran the task."""
+    def run(label, task, seed, accuracy, strategy):
+        folder = write_run(tmp_path, label, task, seed, {"test/score": accuracy, "val/score": accuracy + 0.1}, paper=None)
+        results = load_results(folder)
+        results.pop("run_dir")
+        write_json_atomic(folder / RESULTS_FILE, {**results, "strategy": strategy})
+        return folder
+
+    folders = [run("minilm", "reviews", seed, 0.80 + 0.02 * seed, "DenseEmbedding") for seed in (0, 1)]
+    folders += [run("robe_10", "reviews", seed, 0.70 + 0.02 * seed, "ROBEEmbedding") for seed in (0, 1)]
+    folders += [run("robe_10", "tickets", 0, 0.5, "ROBEEmbedding")]  # no uncompressed model on this task
+    found = table(report(folders).tables(), "Other tasks")
+    assert found.header[-1] == "PRR"
+    assert row(found, "minilm (reviews)")["PRR"] == "100.0"
+    assert row(found, "robe_10 (reviews)")["PRR"] == f"{100 * 0.71 / 0.81:.1f}"  # mean score over the reference's
+    assert row(found, "robe_10 (tickets)")["PRR"] == "–"
+    assert found.notes[-1] == ("PRR (%): the task's score (test split where logged, else validation; mean over seeds) over "
+                               "its uncompressed model's: reviews: minilm")
+    folders += [run("bert", "reviews", 0, 0.9, "DenseEmbedding")]  # two dense models: which is meant is not known
+    assert "PRR" not in table(report(folders).tables(), "Other tasks").header
+    chosen = table(report(folders, folders[-1]).tables(), "Other tasks")  # unless --baseline says
+    assert row(chosen, "minilm (reviews)")["PRR"] == f"{100 * 0.81 / 0.9:.1f}"
 
 
 def test_formats_markdown_csv_and_latex(tmp_path, capsys):
@@ -289,7 +339,7 @@ def test_a_baseline_without_parameter_counts_still_gives_prr(tmp_path):
 
 
 def test_predictions_and_runs_that_did_not_complete_beside_a_run_are_left_out_and_shown(tmp_path, capsys):
-    """`lit-embed predict` writes a results.json of its own in the experiment folder (a version_N beside the fit's):
+    """`lit-embed predict` writes a results.json of its own (in its folder beside the fit's run folder):
     it holds no scores and is not a second run of the cell. A run of every status but complete (of the seed of the
     complete one, and of another seed) is never averaged in: the report shows it, with its status and why."""
     fit = write_run(tmp_path, "3se", "rte", 0, {"val/accuracy": 0.6})

@@ -18,7 +18,7 @@ from lit_embed.callbacks import EfficiencyMonitor, ResultsWriter
 from lit_embed.callbacks.efficiency import peak_rss_bytes, peak_tflops, reset_peak_rss
 from lit_embed.files import write_atomic, write_json_atomic
 from lit_embed.models import MaskedLM
-from lit_embed.results import RESULTS_FILE, is_score, load_results
+from lit_embed.results import RESULTS_FILE, is_score, load_per_core, load_results
 from tests.helpers import CONFIGS, tiny_encoder
 from tests.helpers.cli import run_params
 
@@ -98,6 +98,24 @@ def test_tokens_per_second_and_flops_of_a_lit_embed_model_and_its_device_s_peak(
     assert model.encoder.training_flops_per_token(30) == layers + 12 * 1 * 32 * 30  # one layer, hidden 32
 
 
+def test_every_timing_records_the_machine_load_it_ran_at(monkeypatch):
+    """The 1-minute load average at the run's setup (not again at a later stage's) and when the figures are read,
+    beside the machine's cores: what ``report`` compares before it sets two timings side by side."""
+    from lit_embed import results as results_module
+
+    readings = iter([3.5, 9.0, 7.25])
+    monkeypatch.setattr(results_module.os, "getloadavg", lambda: (next(readings), 0.0, 0.0))
+    monkeypatch.setattr(results_module.os, "cpu_count", lambda: 2)
+    monitor = EfficiencyMonitor(warmup_steps=0)
+    trainer = SimpleNamespace(strategy=SimpleNamespace(root_device=torch.device("cpu"), all_gather=lambda t: t),
+                              precision="32-true")
+    monitor.setup(trainer, TinyRegression(), "fit")
+    monitor.setup(trainer, TinyRegression(), "test")  # a fit's test: the start stays the fit's
+    summary = monitor.summary(trainer)
+    assert summary["load"] == {"load_1min": [3.5, 9.0], "cores": 2}
+    assert results_module.load_per_core(summary["load"]) == (3.5 + 9.0) / 2 / 2
+
+
 @pytest.mark.parametrize(("name", "peak"), [("NVIDIA H100 80GB HBM3", 989.4), ("NVIDIA H100 PCIe", 756.0),
                                             ("NVIDIA H200", 989.4), ("NVIDIA A100-SXM4-80GB", 312.0), ("NVIDIA L40", 181.0),
                                             ("NVIDIA L40S", 362.0), ("Tesla T4", 65.0), ("cpu", None), ("NVIDIA B999", None)])
@@ -173,6 +191,8 @@ def test_demo_run_writes_complete_results(demo_runs):
     for kind in ("train", "infer"):
         assert comparison["speed_up"][kind] == pytest.approx(
             baseline["efficiency"][kind]["ms_per_sample"] / results["efficiency"][kind]["ms_per_sample"])
+    loads = [load_per_core(run["efficiency"]["load"]) for run in (results, baseline)]  # what the speed-ups ran beside
+    assert comparison["load_per_core"] == loads and comparison["loads_differ"] == (abs(loads[0] - loads[1]) > 0.5)
     assert not [p for p in os.listdir(demo_runs["subspace"]) if p.endswith(".tmp")]
 
 

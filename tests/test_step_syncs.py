@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -78,3 +79,28 @@ def test_a_masked_lm_training_step_on_a_gpu_synchronises_only_in_transformers_ma
         torch.cuda.set_sync_debug_mode("default")
     syncs = [f"{w.filename}:{w.lineno}" for w in caught if "synchroniz" in str(w.message)]
     assert all(TRANSFORMERS_MASK in place for place in syncs), syncs
+
+
+def test_the_run_guard_reads_the_losses_from_the_device_only_every_check_every_batches(monkeypatch):
+    """RunGuard keeps each batch's loss on the device: no sync in the batches between two checks; the check itself reads
+    them all at once (one sync) and stops at the first non-finite one, naming its step."""
+    from types import SimpleNamespace
+
+    from lit_embed.callbacks.guard import RunGuard
+    from lit_embed.errors import DivergedError
+
+    monkeypatch.setattr("lit_embed.callbacks.guard.run_folder", lambda trainer: Path("run"))
+    guard = RunGuard(check_every=4)
+    trainer = SimpleNamespace(global_step=0, strategy=SimpleNamespace(reduce=lambda tensor, reduce_op: tensor),
+                              precision_plugin=None, optimizers=[], precision="32-true")
+    module = SimpleNamespace(device=torch.device("cpu"))
+    with NoHostSync():
+        for step, loss in enumerate([1.0, float("nan"), 2.0], start=1):
+            trainer.global_step = step
+            guard.on_train_batch_end(trainer, module, {"loss": torch.tensor(loss)}, None, step - 1)
+    trainer.global_step = 4
+    with pytest.raises(AssertionError, match="a GPU would synchronise here"), NoHostSync():
+        guard.on_train_batch_end(trainer, module, {"loss": torch.tensor(3.0)}, None, 3)  # the fourth: the check reads
+    guard._steps = [1, 2, 3, 4]  # the same four again, checked outside the dispatch mode
+    with pytest.raises(DivergedError, match="the training loss was nan at step 2"):
+        guard._check_losses(trainer)

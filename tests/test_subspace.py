@@ -17,6 +17,7 @@ from lit_embed.checkpoints import state_differences
 from lit_embed.embeddings import ClusterAssignment, DenseEmbedding, RadixAssignment, SubspaceEmbedding
 from lit_embed.embeddings.assignment import cluster_codes, radix_codes, smallest_table_size
 from lit_embed.embeddings.state import fixed_shapes
+from tests.helpers.run_if import requires_gpus
 
 
 @pytest.mark.parametrize(
@@ -74,6 +75,53 @@ def test_tied_logits_and_gradients_equal_the_gathered_matrix_product(padding_idx
     wrt = [hidden, *emb.tables]
     for a, b in zip(torch.autograd.grad(factored.square().sum(), wrt), torch.autograd.grad(gathered.square().sum(), wrt)):
         assert torch.allclose(a, b)
+
+
+def _concatenated_lookups(emb: SubspaceEmbedding, ids: torch.Tensor) -> torch.Tensor:
+    """The vectors as the strategy computed them before its one-buffer forward: f lookups, concatenated."""
+    sub = emb.codes[ids]
+    pads = emb.rows if emb.padding_idx is not None else [None] * emb.num_tables
+    return torch.cat([torch.nn.functional.embedding(sub[..., k], table, padding_idx=pad)
+                      for k, (table, pad) in enumerate(zip(emb.tables, pads))], dim=-1)
+
+
+@pytest.mark.parametrize(("f", "hidden", "padding_idx"), [(3, 512, None), (3, 13, 1), (8, 512, 1), (1, 7, None)])
+def test_the_one_buffer_forward_equals_the_concatenated_lookups_with_their_gradients(f, hidden, padding_idx, device="cpu"):
+    """Outputs and table gradients equal f embedding lookups concatenated (unequal widths where f does not divide d,
+    a padding row that stays zero and untrained), for a (batch, length) input that repeats ids."""
+    emb = SubspaceEmbedding(vocab_size=3000, hidden_size=hidden, num_tables=f, padding_idx=padding_idx).to(device)
+    ids = torch.randint(3000, (6, 50), generator=torch.Generator().manual_seed(0)).to(device)
+    ids[:, -5:] = 1
+    grad = torch.randn(6, 50, hidden, generator=torch.Generator().manual_seed(1)).to(device)
+    vectors, expected = emb(ids), _concatenated_lookups(emb, ids)
+    assert vectors.shape == (6, 50, hidden) and torch.equal(vectors, expected)
+    mine = torch.autograd.grad(vectors, list(emb.tables), grad)
+    for got, want in zip(mine, torch.autograd.grad(expected, list(emb.tables), grad)):
+        torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
+    if padding_idx is not None:
+        assert not vectors[:, -5:].any() and not any(g[emb.table_size].any() for g in mine)
+
+
+@requires_gpus()
+def test_the_one_buffer_forward_on_a_gpu_equals_the_concatenated_lookups():
+    test_the_one_buffer_forward_equals_the_concatenated_lookups_with_their_gradients(3, 512, 1, "cuda")
+
+
+@pytest.mark.parametrize("padding_idx", [None, 1])
+def test_the_tied_decoders_backward_sorts_nothing_after_its_first_step(padding_idx):
+    """The tokens reading each row of the stacked scores are sorted once, with the decoder's constants: a later step's
+    forward and backward call no sort (embedding_bag's own backward sorts the V x f rows every time), with the
+    gradients of the gathered matrix product."""
+    emb = SubspaceEmbedding(vocab_size=300, hidden_size=12, num_tables=3, padding_idx=padding_idx).double()
+    hidden = torch.randn(7, 12, dtype=torch.double, requires_grad=True)
+    emb.decoder_logits(hidden).sum().backward()  # the first step derives the constants
+    with torch.autograd.profiler.profile() as profile:  # it sees the operations the kernels call, too
+        logits = emb.decoder_logits(hidden)
+        mine = torch.autograd.grad(logits.square().sum(), [hidden, *emb.tables])
+    assert not [event.name for event in profile.function_events if "sort" in event.name]
+    gathered = hidden @ emb(torch.arange(300)).T
+    for got, want in zip(mine, torch.autograd.grad(gathered.square().sum(), [hidden, *emb.tables])):
+        torch.testing.assert_close(got, want)
 
 
 def test_padding_row_is_dedicated_zero_and_frozen():

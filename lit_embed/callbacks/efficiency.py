@@ -13,6 +13,7 @@ from pytorch_lightning.utilities.data import extract_batch_size
 
 from lit_embed.errors import ConfigError
 from lit_embed.models.base import EmbeddingModule
+from lit_embed.results import load_average, load_over
 
 #: ``ru_maxrss`` is in kibibytes on Linux and in bytes on macOS.
 _RSS_UNIT = 1 if sys.platform == "darwin" else 1024
@@ -87,7 +88,9 @@ class EfficiencyMonitor(pl.Callback):
       (:data:`PEAK_TFLOPS`; ``None``, with the reason, where it is not known, as on a CPU);
     * peak memory: CUDA's maximum allocated bytes since the run started, else the process's peak
       resident set size since the run's setup (Linux; elsewhere since the process started, and said so),
-      data-loading workers not included.
+      data-loading workers not included;
+    * the machine's load: its 1-minute load average at the run's setup and when the figures are read, and its cores
+      (``load``; rank 0's machine): a time measured beside other work is longer by it.
 
     Under DDP each rank times its own steps on its own batches; the figures sum seconds and samples
     over ranks, so ``ms_per_sample`` is the mean time one device spends per sample, and peak memory is
@@ -109,10 +112,13 @@ class EfficiencyMonitor(pl.Callback):
         self.timers = {kind: _Timer() for kind in self.KINDS}
         self._device = torch.device("cpu")
         self._rss_from_start = True  # the peak counts from the run's setup (see reset_peak_rss)
+        self._load_start: float | None = None
 
     # -- lifecycle -------------------------------------------------------------------------------
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         self._device = trainer.strategy.root_device
+        if self._load_start is None:  # the first stage's (a fit's test keeps the fit's start)
+            self._load_start = load_average()
         self._flops = pl_module.encoder.training_flops_per_token if isinstance(pl_module, EmbeddingModule) else None
         if self._device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(self._device)
@@ -230,6 +236,7 @@ class EfficiencyMonitor(pl.Callback):
         figures["memory"] = "cuda_max_allocated" if self._device.type == "cuda" else \
             "process_peak_rss" if self._rss_from_start else "process_peak_rss_since_process_start"
         figures["device"] = device
+        figures["load"] = load_over(self._load_start)
         figures["world_size"] = int(rows.shape[0])
         figures["precision"] = str(trainer.precision)
         figures["reduction"] = "seconds, samples and tokens summed over ranks (per-device rates); peak memory the largest rank's"

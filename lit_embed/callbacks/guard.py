@@ -12,10 +12,13 @@ state when training ends, and a resumed run writes it again in place. Lightning 
 saves another checkpoint (with a monitor: a new best), so it could end many steps behind, and it writes
 ``last-v1.ckpt`` beside a ``last.ckpt`` it did not save itself (one saved on a signal before its first save).
 
-A non-finite training loss stops the run at that step, as do non-finite weights at a save (before anything is
-written): ``lit-embed`` exits 3 (:class:`~lit_embed.errors.DivergedError`) and ``results.json`` is marked ``diverged``.
-Under fp16's gradient scaler a non-finite loss is normal now and then (the scaler skips that step and lowers its
-scale): only :data:`SKIPPED_STEPS` in a row count. Every rank takes each decision together.
+A non-finite training loss stops the run, as do non-finite weights at a save (before anything is written):
+``lit-embed`` exits 3 (:class:`~lit_embed.errors.DivergedError`), naming the step whose loss was not finite, and
+``results.json`` is marked ``diverged``. Under fp16's gradient scaler a non-finite loss is normal now and then (the
+scaler skips that step and lowers its scale): only :data:`SKIPPED_STEPS` in a row count. The losses are read from the
+device every :data:`CHECK_EVERY` batches, not each step (reading one makes the host wait for the GPU), and before
+every checkpoint save, validation, and the end of each epoch and of training: so a run stops at most that many steps
+after its loss went non-finite, and never saves what came after. Every rank takes each decision together.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from pytorch_lightning.utilities.exceptions import SIGTERMException
 
 from lit_embed._compat import validate_again_on_resume
 from lit_embed.checkpoint_io import AtomicCheckpointIO
-from lit_embed.errors import DivergedError
+from lit_embed.errors import ConfigError, DivergedError
 from lit_embed.folders import CHECKPOINTS, LAST, hold
 from lit_embed.runs import run_folder
 from lit_embed.signals import activate
@@ -46,6 +49,8 @@ log = logging.getLogger(__name__)
 #: diverged. Each skip halves the scale, so from the default 2^16 this is room for every overflow the scale can cure;
 #: without a scaler the first non-finite loss has reached the weights already, and stops the run.
 SKIPPED_STEPS = 20
+#: Training batches between two reads of their losses from the device (a host sync each).
+CHECK_EVERY = 50
 
 
 class RunGuard(pl.Callback):
@@ -56,8 +61,13 @@ class RunGuard(pl.Callback):
     report it); add it yourself, first, when you build a ``Trainer`` in Python.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, check_every: int = CHECK_EVERY) -> None:
+        if check_every < 1:
+            raise ConfigError(f"check_every={check_every} must be a positive number of training batches")
+        self.check_every = check_every
         self._non_finite = 0  # training batches in a row whose loss was not finite on some rank
+        self._losses: torch.Tensor | None = None  # this rank's loss of each batch since the last check, on the device
+        self._steps: list[int] = []  # and each one's step
         self._test_follows = False
 
     def expect_test(self) -> None:
@@ -87,38 +97,61 @@ class RunGuard(pl.Callback):
 
     def on_train_start(self, trainer, pl_module) -> None:
         activate(trainer)
-        self._non_finite = 0
+        self._non_finite, self._steps = 0, []
         path = last_checkpoint_path(trainer)
         if trainer.ckpt_path is not None and trainer.strategy.broadcast(path.is_file()):
             _own_last(trainer, path)  # resumed: its last.ckpt is written again in place, not beside (last-v1.ckpt)
 
     def on_validation_start(self, trainer, pl_module) -> None:
+        self._check_losses(trainer)
         activate(trainer)
 
     def on_test_start(self, trainer, pl_module) -> None:
         activate(trainer)
 
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs, batch, batch_idx: int) -> None:
+        """Keep the batch's loss on the device; read the kept ones every ``check_every`` batches."""
         loss = outputs.get("loss") if isinstance(outputs, Mapping) else outputs
-        local = float(loss.detach().float().sum()) if isinstance(loss, torch.Tensor) else 0.0
-        # One rank's NaN reaches every rank's weights through the all-reduce of the gradients: they stop together.
-        if not trainer.strategy.reduce_boolean_decision(not math.isfinite(local), all=False):
-            self._non_finite = 0
+        if not isinstance(loss, torch.Tensor):
+            loss = torch.zeros((), device=pl_module.device)
+        if self._losses is None or self._losses.device != loss.device:
+            self._losses = torch.zeros(self.check_every, device=loss.device)
+        self._losses[len(self._steps)] = loss.detach().float().sum()  # a copy on the device: no wait
+        self._steps.append(trainer.global_step)
+        if len(self._steps) == self.check_every:
+            self._check_losses(trainer)
+
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._check_losses(trainer)
+
+    def _check_losses(self, trainer: pl.Trainer) -> None:
+        """Stop the run at the first kept loss that was not finite on some rank (without a gradient scaler; with one,
+        the first that ends :data:`SKIPPED_STEPS` in a row), as a check at every step would have; forget the kept ones.
+        A collective: every rank calls it at the same batches, as it keeps the same number of losses."""
+        if not self._steps:
             return
-        self._non_finite += 1
+        assert self._losses is not None
+        losses, steps, self._steps = self._losses[: len(self._steps)], self._steps, []
+        # One rank's NaN reaches every rank's weights through the all-reduce of the gradients: they stop together.
+        flags = trainer.strategy.reduce((~torch.isfinite(losses)).float(), reduce_op="sum").tolist()
         scaled = isinstance(trainer.precision_plugin, MixedPrecision) and trainer.precision_plugin.scaler is not None
-        if not scaled or self._non_finite >= SKIPPED_STEPS:
-            value = f"{local}" if not math.isfinite(local) else "not finite on another rank"
-            row = f" ({self._non_finite} batches in a row, each skipped by the gradient scaler)" if scaled else ""
-            raise diverged(trainer, f"the training loss was {value} at step {trainer.global_step}{row}")
+        for index, (step, flag) in enumerate(zip(steps, flags)):
+            self._non_finite = self._non_finite + 1 if flag else 0
+            if self._non_finite and (not scaled or self._non_finite >= SKIPPED_STEPS):
+                local = float(losses[index])
+                value = f"{local}" if not math.isfinite(local) else "not finite on another rank"
+                row = f" ({self._non_finite} batches in a row, each skipped by the gradient scaler)" if scaled else ""
+                raise diverged(trainer, f"the training loss was {value} at step {step}{row}")
 
     def on_save_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict) -> None:
+        self._check_losses(trainer)  # every rank saves (only rank 0 writes): nothing after a non-finite loss is kept
         # The replicas of DDP ranks are equal, so every rank finds the same; raised before the file is written.
         if not all(bool(torch.isfinite(p).all()) for p in pl_module.parameters()):
             raise diverged(trainer, f"its weights were not finite at the save of step {trainer.global_step}")
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         """The final state in ``last.ckpt``, where the run keeps one (or a test follows) and it is behind."""
+        self._check_losses(trainer)
         path = last_checkpoint_path(trainer)
         io = trainer.strategy.checkpoint_io
         keeps = (self._test_follows or path.is_file()
@@ -137,6 +170,11 @@ class RunGuard(pl.Callback):
             return  # stopped at a step boundary only on a signal; anywhere else the state may be half-updated
         if trainer.validating and not trainer.sanity_checking:
             validate_again_on_resume(trainer)
+        try:
+            self._check_losses(trainer)
+        except DivergedError as error:  # the signal came after a loss went non-finite: nothing of it to resume
+            log.warning("Saved no checkpoint on the signal: %s", error.what)
+            return
         path = last_checkpoint_path(trainer)
         _own_last(trainer, path)
         trainer.save_checkpoint(path, weights_only=False)
@@ -172,4 +210,4 @@ def diverged(trainer: pl.Trainer, what: str) -> DivergedError:
     )
 
 
-__all__ = ["SKIPPED_STEPS", "RunGuard", "diverged", "last_checkpoint_path"]
+__all__ = ["CHECK_EVERY", "SKIPPED_STEPS", "RunGuard", "diverged", "last_checkpoint_path"]

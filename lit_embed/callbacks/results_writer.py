@@ -29,7 +29,9 @@ from lit_embed.results import (
     RESULTS_FORMAT,
     check_same_backbone,
     is_score,
+    load_per_core,
     load_results,
+    loads_differ,
     versions,
 )
 from lit_embed.runs import run_folder
@@ -45,7 +47,9 @@ class ResultsWriter(pl.Callback):
     At the start of a run it logs the parameter counts and PCR_All, PCR_Emb, PoEP (``params/*``,
     ``compression/*``); at the end of fit, validate, test or predict it logs the timings of an
     :class:`EfficiencyMonitor` in the same trainer (``efficiency/*``), and against a ``baseline`` run
-    the speed-ups (``speedup/*``) and the PRR of every evaluation score (``prr/{stage}/...``). It then
+    the speed-ups (``speedup/*``; beside them in ``results.json`` both runs' loads per core and ``loads_differ``, whether
+    they lie more than :data:`~lit_embed.results.LOAD_MARGIN` apart) and the PRR of every evaluation score
+    (``prr/{stage}/...``). It then
     records everything in TensorBoard's HPARAMS tab (other loggers get the figures as hyper-parameters)
     and writes ``results.json`` to the run folder (``trainer.log_dir``) atomically, on rank 0 only.
 
@@ -225,7 +229,9 @@ class ResultsWriter(pl.Callback):
             mine = ((efficiency or {}).get(kind) or {}).get("ms_per_sample")
             base = (base_efficiency.get(kind) or {}).get("ms_per_sample")
             speed[kind] = speed_up(mine, base) if mine and base else None
-        return {"run_dir": self.baseline, "label": self._baseline.get("label"), "prr": prr, "speed_up": speed}
+        loads = [load_per_core((efficiency or {}).get("load")), load_per_core(base_efficiency.get("load"))]
+        return {"run_dir": self.baseline, "label": self._baseline.get("label"), "prr": prr, "speed_up": speed,
+                "load_per_core": loads, "loads_differ": loads_differ(*loads)}
 
     # -- loggers ---------------------------------------------------------------------------------
     def _publish(self, trainer: pl.Trainer, results: dict) -> None:

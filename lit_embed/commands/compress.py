@@ -54,6 +54,7 @@ from lit_embed.hub import trusting_remote_code
 from lit_embed.interfaces import TaskData, TaskModel, provides, wire
 from lit_embed.progress import Progress
 from lit_embed.recorded import name_user_classes
+from lit_embed.results import load_average, load_over
 
 CONFIG_SUFFIXES = (".yaml", ".yml")
 #: jsonargparse's error for a config file's key that is no argument.
@@ -125,7 +126,7 @@ def compress(
         frequencies: a count file (one count per line, line i for id i) to rank tokens by, in place of counting
             them in the data (the split's common tokens, a budget's most frequent, fit's frequency weights).
     """
-    started = time.perf_counter()
+    started, load_start = time.perf_counter(), load_average()
     compression = method_named(method, options)
     check_retention(retention)
     target = Path(out).expanduser()
@@ -191,6 +192,7 @@ def compress(
         if source.hf_model is not None:
             write_huggingface(folder / "hf", source, strategy)
         report["seconds"] = round(time.perf_counter() - started, 2)
+        report["load"] = load_over(load_start)  # what every time in the report ran beside
         report["files"] = {str(p.relative_to(folder)): p.stat().st_size for p in sorted(folder.rglob("*"))
                            if p.is_file() and p.name in ("model.ckpt", "model.safetensors", "compressed_embedding.safetensors")}
         write_json_atomic(folder / "report.json", report)

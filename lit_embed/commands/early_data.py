@@ -1,5 +1,6 @@
 """Before torch and Lightning load (seconds, a minute on a busy machine): the local data files a config's data module
-names exist, can be read, and, for a task defined in the config, have the columns it reads in their header.
+names exist, can be read, and, for a task defined in the config, have the columns it reads (a csv or tsv header, a
+parquet schema, the keys of a jsonl file).
 
 The data section is read as the user gave it: the ``--config`` files in order, then the ``--data.*`` options (YAML
 values, as the parser reads them). Where it is not plain data this can read for sure (a data section given as a
@@ -55,7 +56,7 @@ def _check_task(task: dict) -> None:
             if not isinstance(path, str):
                 return
             check_files([path])
-            found = header(path)
+            found = header(path, columns)
             missing = [column for column in columns if found is not None and column not in found]
             if missing:
                 raise ConfigError(f"{path}: no column(s) {missing} (columns: {found}); task {task.get('name')!r} expects "

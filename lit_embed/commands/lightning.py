@@ -25,12 +25,13 @@ from jsonargparse import Namespace
 from pytorch_lightning.callbacks import ModelSummary, ProgressBar
 from pytorch_lightning.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 from pytorch_lightning.plugins.io import TorchCheckpointIO
+from pytorch_lightning.utilities.rank_zero import rank_zero_only
 
 from lit_embed._compat import subcommand_parser
 from lit_embed.cache import cache_folder
 from lit_embed.callbacks.console import LayerSummary, progress_bar
 from lit_embed.callbacks.guard import RunGuard
-from lit_embed.callbacks.predictions import PredictionWriter
+from lit_embed.callbacks.predictions import PredictionWriter, predictions_folder
 from lit_embed.callbacks.results_writer import ResultsWriter
 from lit_embed.checkpoint_io import AtomicCheckpointIO
 from lit_embed.checkpoints import (
@@ -50,7 +51,7 @@ from lit_embed.embeddings.mixed_dimension import DATA
 from lit_embed.embeddings.text import VocabTextEncoder
 from lit_embed.errors import CheckpointError, ConfigError, MissingFileError
 from lit_embed.files import write_atomic
-from lit_embed.folders import CHECKPOINTS, newest_checkpoint, run_of, start_checkpoint, taken
+from lit_embed.folders import CHECKPOINTS, claim_folder, newest_checkpoint, run_of, start_checkpoint, taken
 from lit_embed.hub import counting_only
 from lit_embed.interfaces import TaskData, provides, wire
 from lit_embed.models import MaskedLM, SequenceClassifier, ShuffleRandom  # noqa: F401
@@ -67,6 +68,11 @@ warnings.filterwarnings("ignore", message=".*LightningCLI's args parameter is in
 SUBCOMMANDS = ("fit", "validate", "test", "predict")
 #: No option is taken for a prefix of another (``--trainer.max_step`` is an error, not ``max_steps``).
 PARSER_KWARGS = {"default_env": False, "allow_abbrev": False}
+OUTPUT_HELP = (
+    "the folder to write the predictions to (with the run's results.json and config.yaml); it must not exist. "
+    "Default: beside the checkpoint's run folder (or the checkpoint file), named after the input, numbered "
+    "(-2, -3, ...) where that name is taken"
+)
 CKPT_MODEL_HELP = (
     "config (default): refuse a --ckpt_path checkpoint of another model than the config builds; "
     "checkpoint: build the model the checkpoint records instead"
@@ -132,6 +138,7 @@ class LitEmbedCLI(LightningCLI):
             self.start_checkpoint()
             self.pretraining_start()
             self.count_frequencies()
+            self.predictions_output()
             return
         super().parse_arguments(parser, [a for a in args if a not in asked])
         self.link_task()
@@ -164,6 +171,12 @@ class LitEmbedCLI(LightningCLI):
 
     def add_arguments_to_parser(self, parser) -> None:
         parser.add_argument("--ckpt_model", choices=["config", "checkpoint"], default="config", help=CKPT_MODEL_HELP)
+
+    def _prepare_subcommand_parser(self, klass, subcommand: str, **kwargs):  # LightningCLI's: one parser a subcommand
+        parser = super()._prepare_subcommand_parser(klass, subcommand, **kwargs)
+        if subcommand == "predict":
+            parser.add_argument("--output", type=str | None, default=None, help=OUTPUT_HELP)
+        return parser
 
     # -- before the classes: the run's folder and the checkpoint it starts from --------------------------
     def _parse_ckpt_path(self) -> None:  # LightningCLI's hook (see lit_embed._compat)
@@ -247,6 +260,25 @@ class LitEmbedCLI(LightningCLI):
             update = {"class_path": model.class_path, "init_args": filled}
             self.config = self.parser.parse_object({"fit": {"model": update}}, self.config)
         self.given_start = (name, path, checkpoint)
+
+    def predictions_output(self) -> None:
+        """``predict``'s folder, claimed now on rank 0 (:func:`~lit_embed.folders.claim_folder`): ``--output``, else
+        beside the checkpoint (:func:`~lit_embed.callbacks.predictions.predictions_folder`), numbered where taken. The
+        run writes there and nowhere else: no logger (``predict`` logs nothing), no ``version_N`` among training runs."""
+        if self.config.get("subcommand") != "predict":
+            return
+        config = self.config.predict
+        given = config.get("output")
+        if given is not None and Path(given).suffix in (".csv", ".jsonl", ".json", ".tsv"):
+            raise ConfigError(f"--output {given!r} names a folder (it holds predictions.csv or .jsonl, results.json and "
+                              f"config.yaml): give a folder, e.g. --output {str(Path(given).with_suffix(''))!r}")
+        data = (config.get("data") or {}).get("init_args") or {}
+        folder = Path(given) if given is not None else predictions_folder(
+            config.get("ckpt_path"), _plain(data.get("predict_input")), config.trainer.default_root_dir)
+        if rank_zero_only.rank == 0:  # every rank parses; rank 0's folder is the one (its log_dir is broadcast)
+            folder = claim_folder(folder, numbered=given is None, option="--output")
+        config.trainer.default_root_dir = str(folder)
+        config.trainer.logger = False
 
     def count_frequencies(self) -> None:
         """A strategy that ranks tokens by the training data's counts (``frequencies: data``, mixed dimension's default)
@@ -506,7 +538,7 @@ def test(argv: list[str]) -> int:
 
 
 def predict(argv: list[str]) -> int:
-    """Write a checkpoint's predictions to the run folder: labels and probabilities, scores, or a MaskedLM's <mask> fills."""
+    """Write a checkpoint's predictions (labels and probabilities, scores, or a MaskedLM's <mask> fills) to --output or beside it."""
     return _run("predict", argv)
 
 

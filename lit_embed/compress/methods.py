@@ -35,6 +35,7 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 
 from lit_embed.checkpoints import build_from_config, resolve_class
+from lit_embed.compress import closed_form
 from lit_embed.embeddings.base import EmbeddingStrategy
 from lit_embed.embeddings.dense import DenseEmbedding
 from lit_embed.embeddings.factorised import FactorizedEmbedding
@@ -399,7 +400,10 @@ class FitOptions:
     token's count in the data (``weighting: frequency``: frequent rows weigh more, rare ones still count) or 1
     (``uniform``). Adam minimises it. The stopping rule, whichever comes first: ``max_steps`` steps; an evaluation of
     ``L`` over the whole table (every ``eval_every`` steps) improving on the best before it by less than ``tolerance``
-    (relative); ``max_seconds`` of fitting.
+    (relative); ``max_seconds`` of fitting. With the ``mse`` loss, a strategy whose rows are linear in its parameters
+    is instead solved exactly (``solver: auto``; :mod:`lit_embed.compress.closed_form`: the hashing trick, ROBE, QR,
+    hash embeddings, ALBERT's factorisation), in alternating rounds where two tensors multiply, stopped by the same
+    ``tolerance`` between rounds or ``max_rounds``.
 
     Args:
         strategy: the strategy to fit: a YAML file of one (``configs/embedding/*.yaml``, ``budget:`` included) or its
@@ -415,6 +419,9 @@ class FitOptions:
         max_seconds: stop after this many seconds of fitting (``null``: no limit).
         batch_size: rows per step.
         lr: Adam's learning rate.
+        solver: ``closed_form``: least squares solved exactly (``mse`` only; refused for a strategy without one);
+            ``gradient``: Adam; ``auto``: the closed form where the strategy has one and the loss is ``mse``.
+        max_rounds: stop alternating least squares after this many rounds.
     """
 
     strategy: str | dict | None = None
@@ -427,6 +434,8 @@ class FitOptions:
     max_seconds: float | None = None
     batch_size: int = 1024
     lr: float = 1e-2
+    solver: Literal["auto", "closed_form", "gradient"] = "auto"
+    max_rounds: int = 100
 
     def check(self) -> None:
         if self.strategy is None:
@@ -434,17 +443,25 @@ class FitOptions:
         if self.loss not in ("mse", "cosine") or self.weighting not in ("frequency", "uniform"):
             raise ConfigError(f"loss={self.loss!r} must be 'mse' or 'cosine', weighting={self.weighting!r} 'frequency' "
                               f"or 'uniform'")
-        for name in ("max_steps", "eval_every", "batch_size"):
+        if self.solver not in ("auto", "closed_form", "gradient"):
+            raise ConfigError(f"solver={self.solver!r} must be 'auto', 'closed_form' or 'gradient'")
+        if self.solver == "closed_form" and self.loss != "mse":
+            raise ConfigError(f"solver='closed_form' solves the mse loss, not loss={self.loss!r}: use solver 'gradient'")
+        for name in ("max_steps", "eval_every", "batch_size", "max_rounds"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name}={getattr(self, name)} must be at least 1")
         if self.lr <= 0 or self.tolerance < 0 or (self.max_seconds is not None and self.max_seconds <= 0):
             raise ConfigError(f"lr={self.lr} and max_seconds={self.max_seconds} must be positive, tolerance="
                               f"{self.tolerance} at least 0")
 
-    def describe(self) -> dict[str, str]:
-        """The loss and the stopping rule in words, for the report."""
+    def describe(self, closed_form: str | None = None) -> dict[str, str]:
+        """The loss and the stopping rule in words, for the report (``closed_form``: how it was solved, where it was)."""
         weights = "log(2 + the token's count in the data)" if self.weighting == "frequency" else "1"
         row = "mean squared error" if self.loss == "mse" else "1 - cosine similarity"
+        if closed_form is not None:
+            return {"loss": f"{row} of each rebuilt row, weighted by {weights}; solved in closed form: {closed_form}",
+                    "stopping rule": f"exact in one solve; alternating rounds stop when one improves the whole-table loss "
+                                     f"by less than {self.tolerance:g}, or after {self.max_rounds}"}
         limit = "" if self.max_seconds is None else f", or {self.max_seconds:g} s"
         return {
             "loss": f"{row} of each rebuilt row, weighted by {weights}; Adam lr {self.lr:g}, {self.batch_size} rows a step",
@@ -504,15 +521,22 @@ def row_losses(rebuilt: Tensor, target: Tensor, loss: str) -> Tensor:
 
 def fit_strategy(strategy: EmbeddingStrategy, weight: Tensor, counts: Tensor | None, options: FitOptions, seed: int = 0,
                  device: str = "cpu") -> dict:
-    """Fit ``strategy``'s parameters to ``weight`` (in place) under the module's loss and stopping rule; returns what
-    happened (steps, why it stopped, the first and last whole-table loss, seconds)."""
+    """Fit ``strategy``'s parameters to ``weight`` (in place) under the module's loss and stopping rule, in closed form
+    where :func:`closed_form_of` finds one; returns what happened (steps or rounds, why it stopped, the first and last
+    whole-table loss, seconds)."""
     started = time.perf_counter()
     strategy.prepare()
-    strategy.to(device).train()
-    target = weight.detach().float().to(device)
-    vocab = len(target)
+    vocab = len(weight)
     frequent = counts is not None and options.weighting == "frequency"
-    weights = torch.log(2.0 + counts.double()).float().to(device) if frequent else torch.ones(vocab, device=device)
+    weights = torch.log(2.0 + counts.double()).float() if frequent else torch.ones(vocab)
+    exact = closed_form_of(strategy, options)
+    if exact is not None:
+        target = weight.detach().float().cpu()
+        strategy.cpu().eval()
+        return closed_form.fit_closed_form(strategy, exact[0], target, weights, options.tolerance, options.max_rounds,
+                                           lambda: weighted_loss(strategy, target, weights, options.loss))
+    strategy.to(device).train()
+    target, weights = weight.detach().float().to(device), weights.to(device)
     optimizer = torch.optim.Adam([p for p in strategy.parameters() if p.requires_grad], lr=options.lr)
     order = torch.Generator().manual_seed(seed)
 
@@ -546,6 +570,18 @@ def fit_strategy(strategy: EmbeddingStrategy, weight: Tensor, counts: Tensor | N
     strategy.eval().cpu()
     return {"steps": steps, "stopped by": stopped, "loss before": round(first, 6), "loss after": round(last, 6),
             "seconds": round(time.perf_counter() - started, 2)}
+
+
+def closed_form_of(strategy: EmbeddingStrategy, options: FitOptions) -> tuple[list[closed_form.Step], str] | None:
+    """The exact steps that fit ``strategy`` and how they solve it, where ``options`` ask for them and it has them;
+    ``None``: gradient descent fits it. ``solver: closed_form`` for a strategy without one is refused."""
+    if options.solver == "gradient" or options.loss != "mse":
+        return None
+    found = closed_form.steps_of(strategy)
+    if found is None and options.solver == "closed_form":
+        raise ConfigError(f"{type(strategy).__name__} has no closed-form fit (its rows are not linear in its parameters): "
+                          f"use solver 'gradient' or 'auto'")
+    return found
 
 
 def weighted_loss(strategy: EmbeddingStrategy, target: Tensor, weights: Tensor, loss: str) -> float:
@@ -941,10 +977,12 @@ class StrategyFit(CompressionMethod):
 
     name = "fit"
     Options = FitOptions
+    options: FitOptions
 
     def check(self, job: Job) -> None:
         self.options.check()
-        self.strategy(job)  # a bad strategy file or class, or a budget it cannot meet, fails before any work
+        # a bad strategy file or class, a budget it cannot meet, or a closed form it has not, fails before any work
+        closed_form_of(self.strategy(job), self.options)
 
     def strategy(self, job: Job) -> EmbeddingStrategy:
         """The strategy to fit, built for the job's table (sized to the budget where given)."""
@@ -957,7 +995,8 @@ class StrategyFit(CompressionMethod):
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(job.seed)
             strategy = self.strategy(job)
-        self.details.update({"strategy": type(strategy).__name__, **self.options.describe()})
+        exact = closed_form_of(strategy, self.options)
+        self.details.update({"strategy": type(strategy).__name__, **self.options.describe(exact and exact[1])})
         if strategy.sizing is not None:
             self.details["budget"] = strategy.sizing.describe()
         self.details.update(fit_strategy(strategy, job.weight, job.counts, self.options, job.seed, job.device))

@@ -28,6 +28,7 @@ from lit_embed.data.sources import (
 from lit_embed.embeddings.text import TextEncoder
 from lit_embed.errors import ConfigError
 from lit_embed.interfaces import FillMaskModel, provides
+from lit_embed.progress import Stage
 
 log = logging.getLogger(__name__)
 
@@ -295,7 +296,9 @@ class CorpusDataModule(TextDataModule):
         kwargs: dict[str, Any] = {"batched": True, "batch_size": 1000, "remove_columns": [self.text_column]}
         key = f"{dataset_fingerprint(texts)}|{encoder.fingerprint()}|{self.max_length}|{PIPELINE_VERSION}"
         kwargs["new_fingerprint"] = hashlib.sha256(key.encode()).hexdigest()[:32]
-        blocks = texts.map(builder, desc="Tokenising into blocks", **kwargs)
+        with Stage("Tokenising into blocks") as stage:  # the map's bar is off in a log
+            blocks = texts.map(builder, desc=stage.name, **kwargs)
+            stage.count = len(blocks)
         if len(blocks) < 2:
             raise ConfigError(
                 f"the corpus {self.sources + self.files} gives {len(blocks)} block(s) of {self.max_length} tokens: "

@@ -53,6 +53,7 @@ from lit_embed.errors import ConfigError, HubError, MissingFileError
 from lit_embed.hub import require_hub
 from lit_embed.interfaces import TaskModel, provides
 from lit_embed.metric_names import needs_two_values
+from lit_embed.progress import Stage
 
 PIPELINE_VERSION = 1
 DATA_SUFFIXES = (".parquet", ".csv", ".tsv", ".jsonl", ".json")
@@ -233,12 +234,14 @@ class TaskDataModule(TextDataModule):
             self._check_spread(self.train_set, train_rows, "train")
         if stage in (None, "fit", "validate"):
             rows = {"": heldout} if heldout is not None else self._load_all(self.validation_sources())
-            self.eval_sets["val"] = {name: self._encode(r, build, name, index=True) for name, r in rows.items()}
+            self.eval_sets["val"] = {name: self._encode(r, build, f"validation {name}".strip(), index=True)
+                                     for name, r in rows.items()}
             for name, r in rows.items():
                 self._check_spread(self.eval_sets["val"][name], r, name or "validation")
         if stage in (None, "fit", "test"):  # fit: a test label outside the label set stops the run before it trains
             rows = self._load_all(self.test_sources())
-            self.eval_sets["test"] = {name: self._encode(r, build, name, index=True) for name, r in rows.items()}
+            self.eval_sets["test"] = {name: self._encode(r, build, f"test {name}".strip(), index=True)
+                                      for name, r in rows.items()}
             for name, r in rows.items():
                 self._check_spread(self.eval_sets["test"][name], r, name or "test")
         if stage == "predict":
@@ -362,16 +365,18 @@ class TaskDataModule(TextDataModule):
             [dataset_fingerprint(rows), build.fingerprint(), self.task.name, str(index), str(labels), str(PIPELINE_VERSION)]
         )
         try:
-            mapped = rows.map(
-                build,
-                batched=True,
-                batch_size=1000,
-                with_indices=True,
-                fn_kwargs={"label_names": _label_names(rows, self.task), "keep_index": index, "keep_labels": labels},
-                remove_columns=rows.column_names,
-                new_fingerprint=hashlib.sha256(key.encode()).hexdigest()[:32],
-                desc=f"Encoding {self.task.name} {name}".rstrip(),
-            )
+            with Stage(f"Encoding {self.task.name} {name}".rstrip()) as stage:  # the map's bar is off in a log
+                mapped = rows.map(
+                    build,
+                    batched=True,
+                    batch_size=1000,
+                    with_indices=True,
+                    fn_kwargs={"label_names": _label_names(rows, self.task), "keep_index": index, "keep_labels": labels},
+                    remove_columns=rows.column_names,
+                    new_fingerprint=hashlib.sha256(key.encode()).hexdigest()[:32],
+                    desc=stage.name,
+                )
+                stage.count = len(mapped)
         except ConfigError as error:  # a row's label: say which data it is in (row numbers count from 0)
             origin = self._origins.get(dataset_fingerprint(rows))
             if origin is None:
@@ -523,9 +528,13 @@ def load_from_hub(task: Task, config: str | None, split: str) -> datasets.Datase
         )
     require_hub()
     try:
-        if files is not None:
-            return datasets.load_dataset("parquet", data_files={split: files}, split=split)
-        return datasets.load_dataset(task.hub, config, split=split, revision=task.revision)
+        with Stage(f"Loading {task.name} {split} split") as stage:
+            if files is not None:
+                rows = datasets.load_dataset("parquet", data_files={split: files}, split=split)
+            else:
+                rows = datasets.load_dataset(task.hub, config, split=split, revision=task.revision)
+            stage.count = len(rows) if isinstance(rows, datasets.Dataset) else None
+        return rows
     except RuntimeError as error:
         if not is_script_refusal(error):
             raise

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import csv
+import json
 import lzma
 import os
+from collections.abc import Collection
 from fnmatch import fnmatch
 from pathlib import Path
 
 from lit_embed.errors import ConfigError, HubError, MissingFileError, did_you_mean
 from lit_embed.hub import require_hub
+from lit_embed.progress import Stage
 
 SAMPLE_DIR = Path(__file__).parent / "sample"
 #: Data that ships with the package, usable anywhere by name.
@@ -66,20 +69,48 @@ def check_files(names: list[str]) -> None:
             raise ConfigError(f"data file {name!r}: unsupported type {path.suffix!r}; use one of {sorted(BUILDERS)}")
 
 
-def header(name: str) -> list[str] | None:
-    """The column names of a csv or tsv data file, read from its first row as ``load_files`` reads it (a byte-order
-    mark dropped); ``None`` for other types, whose columns only their rows say."""
+def header(name: str, wanted: Collection[str] = ()) -> list[str] | None:
+    """The column names of a data file as ``load_files`` reads them, without reading its rows where it can: a csv or
+    tsv file's first row (a byte-order mark dropped), a parquet file's schema, a jsonl file's keys (the union over its
+    lines, read until every ``wanted`` column has been seen, so a file holding them all is read no further than the
+    line that completes them); ``None`` for other types and for a file its loader will refuse with its own message."""
     path = resolve_file(name)
-    if path.suffix not in (".csv", ".tsv"):
-        return None
-    tsv = path.suffix == ".tsv"
     try:
-        with path.open(newline="", encoding="utf-8", errors="replace") as handle:
-            rows = csv.reader(handle, delimiter="\t", quoting=csv.QUOTE_NONE) if tsv else csv.reader(handle)
-            first = next(rows, [])
+        if path.suffix in (".csv", ".tsv"):
+            with path.open(newline="", encoding="utf-8", errors="replace") as handle:
+                rows = csv.reader(handle, delimiter="\t", quoting=csv.QUOTE_NONE) if path.suffix == ".tsv" else csv.reader(handle)
+                first = next(rows, [])
+            return [column.lstrip("\ufeff") if i == 0 else column for i, column in enumerate(first)]
+        if path.suffix == ".jsonl":
+            return _jsonl_keys(path, set(wanted))
+        if path.suffix == ".parquet":
+            import pyarrow.parquet  # not torch: a fraction of a second, and only for a parquet file named
+
+            try:
+                return list(pyarrow.parquet.read_schema(path).names)
+            except pyarrow.ArrowException:
+                return None
     except PermissionError:
         raise ConfigError(f"data file {name!r} cannot be read (permission denied): make it readable (chmod u+r)") from None
-    return [column.lstrip("\ufeff") if i == 0 else column for i, column in enumerate(first)]
+    return None
+
+
+def _jsonl_keys(path: Path, wanted: set[str]) -> list[str] | None:
+    keys: dict[str, None] = {}
+    with path.open(encoding="utf-8", errors="replace") as handle:
+        for line in handle:
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except ValueError:
+                return None
+            if not isinstance(row, dict):
+                return None
+            keys.update(dict.fromkeys(row))
+            if wanted and wanted <= keys.keys():
+                break
+    return list(keys)
 
 
 def how_to_fetch(missing: list[str]) -> str:
@@ -164,9 +195,12 @@ def load_files(files: list[str], split: str = "train", streaming: bool = False, 
     from datasets.exceptions import DatasetGenerationError
 
     try:
-        return datasets.load_dataset(
-            kind, data_files={split: [str(p) for p in paths]}, split=split, streaming=streaming, **kwargs
-        )
+        with Stage(f"Loading {split} split ({', '.join(p.name for p in paths)})") as stage:
+            rows = datasets.load_dataset(
+                kind, data_files={split: [str(p) for p in paths]}, split=split, streaming=streaming, **kwargs
+            )
+            stage.count = len(rows) if isinstance(rows, datasets.Dataset) else None  # a stream: not known
+        return rows
     except (DatasetGenerationError, SchemaInferenceError, UnicodeDecodeError, pyarrow.ArrowException) as error:
         cause = _innermost(error)
         raise ConfigError(
@@ -223,7 +257,10 @@ def load_hub(name: str, split: str = "train", streaming: bool = False):
     import datasets
 
     try:
-        return datasets.load_dataset(path, config, split=split, streaming=streaming, revision=revision)
+        with Stage(f"Loading {split} split ({name})") as stage:
+            rows = datasets.load_dataset(path, config, split=split, streaming=streaming, revision=revision)
+            stage.count = len(rows) if isinstance(rows, datasets.Dataset) else None  # a stream: not known
+        return rows
     except RuntimeError as error:
         if not is_script_refusal(error):
             raise

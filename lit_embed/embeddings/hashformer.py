@@ -198,30 +198,26 @@ class BitHashStrategy(HashStrategy):
         """``(..., T)`` 0/1 bits to ``(..., hidden_size)`` vectors."""
 
     def forward(self, codes: Tensor) -> Tensor:
-        """Each distinct code's vector once, gathered back to its tokens, where that is exact and cheap
-        (:attr:`per_distinct_code`); else every token's."""
-        if not (self.per_distinct_code and codes.device.type == "cpu"):
+        """Each distinct code's vector once, gathered back to its tokens, on the CPU: real text repeats its words (a
+        batch of 4,096 tokens holds about 1,200 distinct ones), and the unpacking, projection, word mask and special
+        rows then run on those alone. Elsewhere every token's: on a GPU finding the distinct codes would make the host
+        wait for the device, and projecting every token costs it little."""
+        if codes.device.type != "cpu":
             return self._vectors(codes)
         distinct, inverse = distinct_rows(codes.reshape(-1, codes.shape[-1]))
-        return self._vectors(distinct).index_select(0, inverse).view(*codes.shape[:-1], self.hidden_size)
-
-    @property
-    def per_distinct_code(self) -> bool:
-        """Whether the vectors are computed once per distinct code of a batch: real text repeats its words (a batch of
-        4,096 tokens holds about 1,200 distinct ones), and the unpacking, projection, word mask and special rows then
-        run on those alone. On the CPU only: on a GPU finding the distinct codes would make the host wait for the
-        device, and projecting every token costs it little. Not where a value is dropped per token (Pool's dropout)."""
-        return True
+        return nn.functional.embedding(inverse, self._vectors(distinct)).view(*codes.shape[:-1], self.hidden_size)
 
     def _vectors(self, codes: Tensor) -> Tensor:
         row = codes[..., 0]
-        is_word = row == WORD_ROW
-        bits = unpack_bits(codes[..., 1:], self.num_bits)
-        vectors = self.word_vectors(bits) * is_word.unsqueeze(-1)
+        is_word = (row == WORD_ROW).unsqueeze(-1)
         special = self.special(row)
         if not self.shared_word_row:
-            special = special.masked_fill(is_word.unsqueeze(-1), 0.0)
-        return vectors + special
+            special = special.masked_fill(is_word, 0.0)
+        return self._plus_word_vectors(special, unpack_bits(codes[..., 1:], self.num_bits), is_word)
+
+    def _plus_word_vectors(self, special: Tensor, bits: Tensor, is_word: Tensor) -> Tensor:
+        """``special`` plus the words' vectors (zero where ``is_word`` is false)."""
+        return special + self.word_vectors(bits) * is_word
 
     def num_embedding_parameters(self) -> int:
         own = sum(p.numel() for name, p in self.named_parameters() if not name.startswith("special."))
@@ -238,6 +234,27 @@ class BitHashStrategy(HashStrategy):
 
     def extra_repr(self) -> str:
         return f"num_bits={self.num_bits}, hidden_size={self.hidden_size}"
+
+
+class ProjectedBits(BitHashStrategy):
+    """A strategy whose word vectors are one product, ``features(bits) @ matrix()``: the word mask goes into the
+    features (a row of zeros for a special token) and the special rows into the product's sum (``addmm``), so that
+    apart from the matrix product nothing runs over the ``codes x d`` vectors but the gather back to the tokens."""
+
+    @abstractmethod
+    def features(self, bits: Tensor) -> Tensor:
+        """``(..., T)`` 0/1 bits to the ``(..., F)`` rows the matrix maps."""
+
+    @abstractmethod
+    def matrix(self) -> Tensor:
+        """The ``(F, hidden_size)`` map (dropped out in training where the strategy drops weights)."""
+
+    def word_vectors(self, bits: Tensor) -> Tensor:
+        return self.features(bits) @ self.matrix()
+
+    def _plus_word_vectors(self, special: Tensor, bits: Tensor, is_word: Tensor) -> Tensor:
+        features = (self.features(bits) * is_word).flatten(0, -2)
+        return torch.addmm(special.flatten(0, -2), features, self.matrix()).view(special.shape)
 
 
 class HashPool(BitHashStrategy):
@@ -295,37 +312,74 @@ class HashPool(BitHashStrategy):
         return 1, min(num_bits, 24)
 
     @property
-    def per_distinct_code(self) -> bool:
-        """Not while dropout draws a mask per token (training)."""
-        return not (self.training and self.dropout > 0)
+    def dropping(self) -> bool:
+        return self.training and self.dropout > 0
+
+    def forward(self, codes: Tensor) -> Tensor:
+        """The pooled vectors, less what dropout takes away from this batch's tokens in training."""
+        vectors = super().forward(codes)
+        return vectors - self.dropped(codes) if self.dropping else vectors
 
     def chunks(self, bits: Tensor) -> Tensor:
         """``(..., T)`` bits to ``(..., ceil(T/k))`` chunk integers in ``[0, 2^k)``."""
         padded = nn.functional.pad(bits, (0, self.places.numel() - self.num_bits))
         return (padded.view(*bits.shape[:-1], self.num_chunks, self.chunk_bits) * self.places).sum(-1)
 
+    def pooling_weights(self) -> Tensor:
+        """``softmax(A)``, over ``1 - p`` in training: the scale dropout gives the terms it keeps."""
+        weights = self.chunk_weights.softmax(dim=0)
+        return weights / (1 - self.dropout) if self.dropping else weights
+
     def word_vectors(self, bits: Tensor) -> Tensor:
-        """``sum_j softmax(A)_j * B[c_j]``, by the cheaper of two equal computations for the batch.
+        """``sum_j softmax(A)_j * B[c_j]`` (scaled for dropout in training, see :meth:`dropped`), by the cheaper
+        of two equal computations for the batch.
 
         Gathering each word's ``ceil(T/k)`` codebook rows builds a ``words x ceil(T/k) x d`` tensor
         (and its gradient); from ``2^k`` words on it is cheaper to weight the codebook once per chunk
         (``ceil(T/k) * 2^k`` rows) and sum each word's rows in one ``embedding_bag`` pass: at 32 x 128
-        words 5x faster, below 512 words 3-10x slower (``tools/bench``: embedding_step). Dropout draws a
-        mask per word, chunk and dimension, which only the gathered tensor holds: training with dropout
-        gathers.
+        words 5x faster, below 512 words 3-10x slower (``tools/bench``: embedding_step).
         """
-        weights = self.chunk_weights.softmax(dim=0)
+        weights = self.pooling_weights()
         chunks = self.chunks(bits)
-        dropping = self.training and self.dropout > 0
-        if dropping or chunks[..., 0].numel() < 2**self.chunk_bits:
-            looked_up = nn.functional.embedding(chunks, self.codebook)
-            return (nn.functional.dropout(looked_up, self.dropout, dropping) * weights).sum(-2)
-        weighted = (weights[:, None, :] * self.codebook).flatten(0, 1)  # row j * 2^k + c: softmax(A)_j * B[c]
+        if chunks[..., 0].numel() < 2**self.chunk_bits:
+            return (nn.functional.embedding(chunks, self.codebook) * weights).sum(-2)
+        weighted = (weights[:, None, :] * self.codebook).flatten(0, 1)  # row j * 2^k + c: weights_j * B[c]
         rows = (chunks + self.chunk_offsets).reshape(-1, self.num_chunks)
         return nn.functional.embedding_bag(rows, weighted, mode="sum").view(*bits.shape[:-1], self.hidden_size)
 
+    def dropped(self, codes: Tensor) -> Tensor:
+        """The sum of the terms ``softmax(A)_jd B[c_j]_d / (1 - p)`` that dropout drops from each word's vector, each
+        (token, chunk j, dimension d) independently with probability p, as ``nn.functional.dropout`` on the
+        gathered ``tokens x ceil(T/k) x d`` tensor would (the authors' ``emb_dropout``).
 
-class HashAdd(BitHashStrategy):
+        On the CPU only the dropped terms are visited, about p of them (:func:`bernoulli_positions`), so the
+        kept ones are pooled once per distinct code: at 32 x 128 tokens and d = 512 the gathered tensor is
+        109 MB, and building it, its mask and its gradient took 0.6-1.9 s a step. Elsewhere one mask over
+        the gathered terms (finding the dropped positions would make the host wait for the device)."""
+        words = codes[..., 0] == WORD_ROW
+        chunks = self.chunks(unpack_bits(codes[..., 1:], self.num_bits))
+        weights = self.pooling_weights()
+        width = self.hidden_size
+        if codes.device.type != "cpu":
+            drop = torch.rand(*chunks.shape, width, device=codes.device) < self.dropout
+            terms = nn.functional.embedding(chunks, self.codebook) * weights * drop
+            return terms.sum(-2) * words.unsqueeze(-1)
+        word_tokens = words.view(-1).nonzero().squeeze(1)
+        word_chunks = chunks.view(-1, self.num_chunks)[word_tokens]  # (words, ceil(T/k)): a row per (word, chunk)
+        index = torch.int32 if word_chunks.numel() * width < 2**31 else torch.int64
+        position = bernoulli_positions(word_chunks.numel() * width, self.dropout, index)
+        row = position // width
+        dim = position - row * width
+        # Each row's offsets into the flat codebook, the flat weights and the flat output; a term adds its dimension.
+        code_at = (word_chunks.to(index) * width).view(-1).index_select(0, row).add_(dim)
+        weight_at = (torch.arange(self.num_chunks, dtype=index) * width).repeat(len(word_tokens)).index_select(0, row)
+        token_at = (word_tokens.to(index) * width).repeat_interleave(self.num_chunks).index_select(0, row).add_(dim)
+        terms = self.codebook.view(-1).index_select(0, code_at) * weights.reshape(-1).index_select(0, weight_at.add_(dim))
+        dropped = terms.new_zeros(words.numel() * width).index_add_(0, token_at, terms)
+        return dropped.view(*words.shape, width)
+
+
+class HashAdd(ProjectedBits):
     """HashFormer-Add: T codebooks of two vectors, one per bit value, summed and scaled by 1/sqrt(T):
     ``e = (B1^T b + B0^T (1 - b)) / sqrt(T)`` (the paper found sqrt(T) better than averaging).
 
@@ -367,14 +421,16 @@ class HashAdd(BitHashStrategy):
     def size_range(cls, vocab_size: None, hidden_size: int, hasher: HasherFactory | None = None, **_) -> tuple[int, int]:
         return 1, cls._max_bits(hasher)
 
-    def word_vectors(self, bits: Tensor) -> Tensor:
+    def features(self, bits: Tensor) -> Tensor:
+        """The bits and a 1: ``B1^T b + B0^T (1 - b) = (B1 - B0)^T b + B0^T 1``, one product instead of two."""
+        return nn.functional.pad(bits.to(self.ones.dtype), (0, 1), value=1.0)
+
+    def matrix(self) -> Tensor:
         ones, zeros = (nn.functional.dropout(w, self.drop_connect, self.training) for w in (self.ones, self.zeros))
-        # B1^T b + B0^T (1 - b) = (B1 - B0)^T b + B0^T 1: one product with the bits instead of two.
-        b = bits.to(ones.dtype)
-        return (b @ (ones - zeros) + zeros.sum(0)) / math.sqrt(self.num_bits)
+        return torch.cat([ones - zeros, zeros.sum(0, keepdim=True)]) / math.sqrt(self.num_bits)
 
 
-class HashProj(BitHashStrategy):
+class HashProj(ProjectedBits):
     """HashFormer-Proj: dimension j is the Pearson correlation between the bits and learnable axis w_j.
 
     ``e_j = <b - mean(b), w_j - mean(w_j)> / (|b - mean(b)| |w_j - mean(w_j)|)`` with W ``(T, d)``;
@@ -409,15 +465,17 @@ class HashProj(BitHashStrategy):
     def size_range(cls, vocab_size: None, hidden_size: int, hasher: HasherFactory | None = None, **_) -> tuple[int, int]:
         return 1, cls._max_bits(hasher)
 
-    def word_vectors(self, bits: Tensor) -> Tensor:
+    def features(self, bits: Tensor) -> Tensor:
         b = bits.to(self.axes.dtype)
         b = b - b.mean(-1, keepdim=True)
-        b = b / b.norm(dim=-1, keepdim=True).clamp(min=1e-8)
+        return b / b.norm(dim=-1, keepdim=True).clamp(min=1e-8)
+
+    def matrix(self) -> Tensor:
         w = self.axes - self.axes.mean(0, keepdim=True)
-        return b @ (w / w.norm(dim=0, keepdim=True).clamp(min=1e-8))
+        return w / w.norm(dim=0, keepdim=True).clamp(min=1e-8)
 
 
-class ProFormerEmbedding(BitHashStrategy):
+class ProFormerEmbedding(ProjectedBits):
     """ProFormer's LSH projection embedding: T = 420 LSH bits through a linear map (no bias).
 
     The baseline the HashFormers paper trains from scratch on each task, with 2 transformer layers
@@ -453,8 +511,11 @@ class ProFormerEmbedding(BitHashStrategy):
     def size_range(cls, vocab_size: None, hidden_size: int, hasher: HasherFactory | None = None, **_) -> tuple[int, int]:
         return 1, cls._max_bits(hasher, LSHHasher)
 
-    def word_vectors(self, bits: Tensor) -> Tensor:
-        return bits.to(self.projection.dtype) @ self.projection
+    def features(self, bits: Tensor) -> Tensor:
+        return bits.to(self.projection.dtype)
+
+    def matrix(self) -> Tensor:
+        return self.projection
 
 
 def distinct_rows(rows: Tensor) -> tuple[Tensor, Tensor]:
@@ -470,6 +531,23 @@ def distinct_rows(rows: Tensor) -> tuple[Tensor, Tensor]:
     inverse = torch.empty_like(order)
     inverse[order] = starts.cumsum(0) - 1
     return ordered[starts], inverse
+
+
+def bernoulli_positions(total: int, p: float, dtype: torch.dtype = torch.int64) -> Tensor:
+    """The positions in ``[0, total)`` that ``total`` independent draws of probability ``p`` pick, ascending.
+
+    The gaps between picks are geometric, ``floor(E / -log(1 - p))`` for an exponential ``E = -log(1 - U)``, so this
+    draws about ``p * total`` uniform numbers (float64, from torch's generator: seeded as dropout is), not ``total``.
+    The positions are summed in float64, exact below 2^53."""
+    rate = -math.log1p(-p)
+    batch = int(total * p + 8 * math.sqrt(total * p * (1 - p))) + 16  # enough, but for about 1 time in 10^15
+    parts, end = [], -1.0
+    while end < total:  # a position at or past the end closes the draw
+        gaps = torch.rand(batch, dtype=torch.float64).neg_().log1p_().div_(-rate).floor_().add_(1)
+        parts.append(gaps.cumsum_(0).add_(end))
+        end = float(parts[-1][-1])
+    positions = torch.cat(parts) if len(parts) > 1 else parts[0]
+    return positions[: int(torch.searchsorted(positions, total))].to(dtype)
 
 
 def _probability(name: str, p: float) -> float:

@@ -267,7 +267,7 @@ def time_shape(vocab_size: int, hidden: int, ids: str, ctx, bandwidth: dict) -> 
         ratio, own = speedup(timing, base, name), timing[name]
         return {"V x d": shape, "ids": IDS[ids], "unique rows": len(torch.unique(codes)) if codes.dim() == 2 else None,
                 "who": who, "strategy": name, "embedding params": parameters(module),
-                "ms per step": 1000 * own["seconds"], "spread": spread_cell(own),
+                "ms per step": 1000 * own["seconds"], "spread": spread_cell(own), "rounds": own["repeats"],
                 "best peer ms, same rounds": 1000 * timing[base]["seconds"],
                 "speed-up vs best peer": ratio["median"], "speed-up range": ratio_range(ratio),
                 **limit_columns(name, module, codes, hidden, own["seconds"], bandwidth)}

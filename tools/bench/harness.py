@@ -42,11 +42,13 @@ def checkout_env(extra: dict[str, str] | None = None) -> dict[str, str]:
 
 @dataclass
 class Context:
-    """Options every benchmark reads: the device, whether to run at the smallest size (CI's smoke test), and
-    where the rows measured so far go (``partial``; see :meth:`report`)."""
+    """Options every benchmark reads: the device, whether to run at the smallest size (CI's smoke test), the
+    interleaved rounds of every timing where given (``rounds``: else each benchmark's own), and where the rows
+    measured so far go (``partial``; see :meth:`report`)."""
 
     device: str = "cpu"
     smoke: bool = False
+    rounds: int | None = None
     partial: Callable[[list[dict]], None] | None = None
 
     def sync(self) -> None:
@@ -102,7 +104,8 @@ def time_call(fn: Callable[[], object], ctx: Context, warmup: int = 2, repeat: i
 
 def time_interleaved(calls: dict[str, Callable[[], object]], ctx: Context, warmup: int = 1, repeat: int = 5) -> dict[str, dict]:
     """:func:`time_call` of several calls taking turns: round r times every call once, so a load change
-    on a shared machine slows all of them alike, and their ratios stay fair."""
+    on a shared machine slows all of them alike, and their ratios stay fair. ``ctx.rounds`` replaces ``repeat``."""
+    repeat = ctx.rounds or repeat
     if ctx.smoke:
         warmup, repeat = min(warmup, 1), 1
     samples: dict[str, list[float]] = {name: [] for name in calls}

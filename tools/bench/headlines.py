@@ -133,7 +133,7 @@ def table(results: Path, render_row: Callable[[list[str]], str] = lambda cells: 
                 headline.what, ours.get("ids") or headline.input or "-", cell(ours.get(headline.value), headline.value),
                 f"{peer[headline.name]}: {cell(ours[headline.peer_value] if headline.peer_value else peer.get(headline.value), headline.value)}", ratio,
                 cell(ours.get(headline.limit), headline.limit) + ("%" if headline.limit and ours.get(headline.limit) is not None else ""),
-                f"{result['date']}, {where}, load {env.get('load average', '?')}",
+                f"{result['date']}, {where}, {rounds(result, ours)}load {env.get('load average', '?')}",
                 "not recorded" if changed is None else result["code"]["fingerprint"],
             ]))
     if not lines:
@@ -141,6 +141,12 @@ def table(results: Path, render_row: Callable[[list[str]], str] = lambda cells: 
     head = ["what", "input", "lit-embed", "peer, same run", "lit-embed vs peer (range over rounds)", "% of memory limit",
             "measured", "code"]
     return "\n".join([render_row(head), "|" + "---|" * len(head), *lines])
+
+
+def rounds(result: dict, row: dict) -> str:
+    """The interleaved rounds behind a row, as a cell's words: those ``run.py --rounds`` gave, else the row's repeats."""
+    count = result.get("rounds") or row.get("rounds")
+    return f"{count} rounds, " if count else ""
 
 
 def benchmarks() -> list[str]:

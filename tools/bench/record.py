@@ -26,10 +26,10 @@ Each claim names its peer and its input (real-text ids, the headline, or uniform
 fingerprint of the files its run imported: a result whose code has changed since is left out of the headlines and marked
 STALE in its own section); the peer's figure is
 that of lit-embed's group in the same run (for the embedding step, of the rounds they took turns in); the
-ratio is the median of the per-round ratios, with their range; "% of memory limit" is the time the
-bytes a step must move would take at the machine's measured bandwidth over the measured time (see each
-benchmark). To measure them again, on a quiet machine: `python tools/bench/run.py --headlines` (CPU),
-and the GPU rows with `python tools/bench/run.py --device cuda --quick` (the GPU kit).
+ratio is the median of the per-round ratios, with their range ("measured" gives the rounds where known); "% of memory
+limit" is the time the bytes a step must move would take at the machine's measured bandwidth over the measured time
+(see each benchmark). To measure them again, on a quiet machine: `python tools/bench/run.py --headlines` (CPU, 15
+interleaved rounds), and the GPU rows with `python tools/bench/run.py --device cuda --quick` (the GPU kit).
 """
 
 

