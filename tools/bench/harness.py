@@ -28,6 +28,8 @@ from pathlib import Path
 import real_text
 import torch
 
+from lit_embed.results import load_average
+
 RESULTS = Path(__file__).parent / "results"
 REPO = Path(__file__).resolve().parents[2]
 
@@ -210,14 +212,6 @@ def memory_bandwidth(ctx: Context, megabytes: int = 512, repeat: int = 7) -> dic
     moved = 2 * 4 * count
     return {"GB/s": moved / timing["min_seconds"] / 1e9, "median GB/s": moved / timing["seconds"] / 1e9,
             "threads": torch.get_num_threads(), "MB copied": moved / 2 / 2**20}
-
-
-def load_average() -> float | None:
-    """The machine's 1-minute load average (``uptime``'s first figure), where the system gives one."""
-    try:
-        return round(os.getloadavg()[0], 2)
-    except OSError:
-        return None
 
 
 def environment(ctx: Context) -> dict:
