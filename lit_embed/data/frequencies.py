@@ -70,8 +70,8 @@ def counted_frequencies(data, data_config: dict, tokenizer: str, vocab_size: int
     if path.is_file():
         try:
             read_counts(str(path), vocab_size)
-            what = json.loads(sidecar.read_text())["counted"] if sidecar.is_file() else "counts"
-            log.info("token frequencies: %s, %s (cached for this data, tokenizer and cap)", path, what)
+            what = json.loads(sidecar.read_text())["counted"] if sidecar.is_file() else "no record of what"
+            log.info("token frequencies: %s (cached for this data, tokenizer and cap: %s)", path, what)
             return path
         except (ConfigError, ValueError, KeyError) as error:  # damaged or edited: counted again
             log.warning("token frequencies: %s; counting them again", error)

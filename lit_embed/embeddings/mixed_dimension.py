@@ -45,18 +45,19 @@ class MixedDimensionEmbedding(EmbeddingStrategy):
         num_blocks: n.
         alpha: the power law's temperature.
         frequencies: ``"data"``, a count file (read once, when the model is built) or ``"id_order"``.
-        counted_tokens: how many of the training data's tokens ``frequencies: data`` counts, the first ones (``None``:
-            all of them; a stream is read no further).
         block_dims: each block's width, where known (a checkpoint's config records them; they override the rule).
         init_std: standard deviation of the normal initialisation.
         budget: size ``base_dim`` to this many bytes at inference, or this fraction of the dense table's bytes.
+        counted_tokens: how many of the training data's tokens ``frequencies: data`` counts, the first ones (``None``:
+            all of them; a stream is read no further).
     """
 
     size_parameter = "base_dim"
 
     def __init__(self, vocab_size: int, hidden_size: int, base_dim: int | None = None, num_blocks: int = 4,
-                 alpha: float = 0.3, frequencies: str | None = DATA, counted_tokens: int | None = SAMPLE_TOKENS,
-                 block_dims: list[int] | None = None, init_std: float = 0.02, budget: int | float | None = None) -> None:
+                 alpha: float = 0.3, frequencies: str | None = DATA, block_dims: list[int] | None = None,
+                 init_std: float = 0.02, budget: int | float | None = None,
+                 counted_tokens: int | None = SAMPLE_TOKENS) -> None:
         super().__init__(vocab_size, hidden_size)
         self.num_blocks, self.alpha, self.init_std = num_blocks, alpha, init_std
         self.base_dim = hidden_size if base_dim is None else base_dim
