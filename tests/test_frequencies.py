@@ -4,6 +4,7 @@ when given; the tokenizer's id order only when asked for by name."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 
@@ -157,3 +158,63 @@ def test_a_model_built_only_to_be_counted_reads_no_data(tmp_path, monkeypatch, c
                  str(CONFIGS / "embedding/mixed_dimension.yaml"), "--json"]) == 0
     estimate = MixedDimensionEmbedding.count_bytes(30522, 64, frequencies="id_order")
     assert json.loads(capsys.readouterr().out)["embedding_bytes"] == estimate and not list(tmp_path.rglob("token_counts-*"))
+
+
+def counted_files(folder) -> dict[int | None, tuple[np.ndarray, dict]]:
+    """Each cached count of ``folder`` by its cap: the counts and the sidecar that says what they are."""
+    found = {}
+    for path in folder.glob("token_counts-*.txt"):
+        record = json.loads(path.with_suffix(".json").read_text())
+        found[record["counted_tokens"]] = (np.array([int(line) for line in path.read_text().split()]), record)
+    return found
+
+
+def test_a_cap_counts_exactly_the_first_tokens_and_another_cap_is_counted_again(tmp_path, monkeypatch, caplog):
+    """counted_tokens: N counts the training data's first N tokens, the texts in order and the last one cut at N (each
+    corpus line is 9 zebra, 6 quartz, 3 violin: 100 tokens are 5 lines and 10 tokens of the sixth); the cap is in the
+    key and the sidecar, so another cap (null: all) is counted anew, and the same cap is read back."""
+    monkeypatch.chdir(tmp_path)
+    write_corpus(tmp_path / "corpus.txt")
+    cap = ["--model.init_args.embedding.init_args.counted_tokens"]
+    with caplog.at_level("INFO", logger="lit_embed.data.frequencies"):
+        build("corpus.txt", *cap, "100")
+    assert "the first 100 tokens of the training data (6 of 41 texts: 14.6%)" in caplog.text
+    assert "counted_tokens: null counts them all" in caplog.text
+    counts, record = counted_files(tmp_path / "runs/demo")[100]
+    assert counts.sum() == 100 and counts[ids_of(FREQUENT)].tolist() == [5 * 9 + 9, 5 * 6 + 1, 5 * 3]
+    assert (record["tokens"], record["texts"], record["whole_split"]) == (100, 6, False)
+
+    every = tmp_path / "every_token.yaml"  # null in the YAML (jsonargparse takes no nested null on the command line)
+    every.write_text((CONFIGS / "embedding/mixed_dimension.yaml").read_text() + "  counted_tokens: null\n")
+    whole = build("corpus.txt", "--model.init_args.embedding", str(every))
+    found = counted_files(tmp_path / "runs/demo")
+    assert set(found) == {100, None}
+    counts, record = found[None]
+    assert counts[ids_of(FREQUENT)].tolist() == [360, 240, 120] and record["whole_split"] and record["texts"] == 41
+    assert whole.config.model.init_args.embedding.init_args.counted_tokens is None
+    assert whole.model.embedding.config()["init_args"]["counted_tokens"] is None  # a checkpoint needs no cap
+
+    monkeypatch.setattr(frequencies, "count_tokens", lambda *a, **k: pytest.fail("counted"))
+    build("corpus.txt", *cap, "100")  # the same cap: read back
+    with pytest.raises(ConfigError, match=re.escape("counted_tokens=0 must be a number of tokens of at least 1, or null")):
+        build("corpus.txt", *cap, "0")
+
+
+def test_a_stream_is_counted_up_to_the_cap_and_read_no_further():
+    """An endless stream (a streaming hub corpus) is counted: its first ``most`` tokens, drawn a batch at a time and
+    no further than the batch that reaches the cap."""
+    encoder = VocabTextEncoder("all-MiniLM-L6-v2")
+    drawn = []
+
+    def endless():
+        for i in itertools.count():
+            drawn.append(i)
+            yield "zebra quartz violin"  # 3 tokens a text
+
+    counted = frequencies.count_tokens(endless(), encoder, 30522, batch_size=8, most=20)
+    assert counted.counts.sum() == 20 and counted.texts == 7 and not counted.whole
+    assert counted.described() == "the first 20 tokens of the training data (7 texts; it holds more)"  # no length
+    assert counted.counts[ids_of(FREQUENT)].tolist() == [7, 7, 6] and len(drawn) == 8  # one batch of 8 texts
+    exact = frequencies.count_tokens(["zebra quartz", "violin"], encoder, 30522, most=3)  # the cap is the whole split
+    assert exact.whole and exact.counts.sum() == 3
+    assert not frequencies.count_tokens(["zebra quartz", "violin", "zebra"], encoder, 30522, most=3).whole

@@ -144,7 +144,7 @@ def compress(
     vocab, hidden = source.weight.shape
     with trusting_remote_code(chosen.trust_remote_code, TRUST_FLAG):
         encoder = VocabTextEncoder(source.tokenizer, max_vocab_size=vocab)
-    token_counts = count_tokens(chosen.stream(), encoder, vocab) if frequencies is None else read_counts(frequencies, vocab)
+    token_counts = count_tokens(chosen.stream(), encoder, vocab).counts if frequencies is None else read_counts(frequencies, vocab)
     split = split_vocabulary(token_counts, retention, encoder.tokenizer.all_special_ids)
     task = chosen.module.task if chosen.module is not None else None
     if source.module is None and task is not None:

@@ -47,7 +47,7 @@ from lit_embed.commands.parsing import ConciseErrors
 from lit_embed.data import CorpusDataModule, TaskDataModule, XNLIDataModule  # noqa: F401
 from lit_embed.data.frequencies import counted_frequencies
 from lit_embed.data.tasks import get_task
-from lit_embed.embeddings.mixed_dimension import DATA
+from lit_embed.embeddings.mixed_dimension import DATA, SAMPLE_TOKENS
 from lit_embed.embeddings.text import VocabTextEncoder
 from lit_embed.errors import CheckpointError, ConfigError, MissingFileError
 from lit_embed.files import write_atomic
@@ -282,9 +282,9 @@ class LitEmbedCLI(LightningCLI):
 
     def count_frequencies(self) -> None:
         """A strategy that ranks tokens by the training data's counts (``frequencies: data``, mixed dimension's default)
-        is given them as a count file before it is built (its widths follow them): counted from the config's data and
-        cached in :meth:`frequencies_folder` (:mod:`lit_embed.data.frequencies`); the config then names that file, so the
-        run's ``config.yaml`` records which counts it used."""
+        is given them as a count file before it is built (its widths follow them): counted from the config's data (its
+        first ``counted_tokens`` tokens) and cached in :meth:`frequencies_folder` (:mod:`lit_embed.data.frequencies`);
+        the config then names that file, so the run's ``config.yaml`` records which counts it used."""
         subcommand = self.config.get("subcommand")
         config = self.config[subcommand] if subcommand else self.config
         model, data = config.get("model"), config.get("data")
@@ -301,7 +301,8 @@ class LitEmbedCLI(LightningCLI):
         vocab_size = model.init_args.get("vocab_size") or len(VocabTextEncoder(tokenizer))
         folder = self.frequencies_folder(config)
         folder.mkdir(parents=True, exist_ok=True)
-        init.frequencies = str(counted_frequencies(module, _plain(data), tokenizer, vocab_size, folder))
+        most = init.get("counted_tokens", SAMPLE_TOKENS)
+        init.frequencies = str(counted_frequencies(module, _plain(data), tokenizer, vocab_size, folder, most))
 
     def frequencies_folder(self, config) -> Path:
         """Where a run's token counts are cached: its experiment's folder, beside its ``version_N`` runs."""

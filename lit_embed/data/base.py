@@ -80,6 +80,10 @@ class TextDataModule(pl.LightningDataModule):
         """The texts a corpus-fitted text encoder (LSH n-grams) learns from: the training texts."""
         raise NotImplementedError(f"{type(self).__name__} must define fit_texts()")
 
+    def fit_size(self) -> int | None:
+        """How many texts :meth:`fit_texts` yields, where known without reading them (``None``: not known, a stream)."""
+        return None
+
     def text_encoder_for(self, shared: bool = False) -> TextEncoder:
         """The model's text encoder for this data, once: fitted here where its codes depend on the texts.
 

@@ -266,6 +266,9 @@ class CorpusDataModule(TextDataModule):
         for batch in self._texts().iter(batch_size=1000):
             yield from batch[self.text_column]
 
+    def fit_size(self) -> int | None:
+        return None if self.streaming else len(self._texts())
+
     def _texts(self):
         columns = [texts for _, texts in self._sources()]
         return datasets.concatenate_datasets(columns) if len(columns) > 1 else columns[0]

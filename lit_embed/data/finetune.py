@@ -216,6 +216,9 @@ class TaskDataModule(TextDataModule):
     def fit_texts(self) -> Iterator[str]:
         return self.train_texts()  # a model trained on the task (ProFormer): its LSH n-grams
 
+    def fit_size(self) -> int | None:
+        return len(self._train_rows()) * len(self.task.text_columns)  # each side of a pair is a text
+
     def _build(self, stage: str | None, encoder: TextEncoder) -> None:
         """Encode the sets ``stage`` uses (``fit``, ``validate``, ``test``; ``None``: all)."""
         model = self.model()
