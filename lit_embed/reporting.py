@@ -531,7 +531,7 @@ def coverage_tables(reports: list[dict]) -> list[Table]:
     return tables
 
 
-#: How Table 9 names the paper's methods (any other method: its own name).
+#: How the report names the paper's methods, as Table 9 does (any other method: its ``--method`` name).
 METHOD_NAMES = {"unk": "<unk>", "sparse_coding": "sparse coding", "pca": "PCA", "aq": "AQ"}
 #: The token sets of a method that rebuilds common rows too (AQ), in Table 9's order.
 TOKEN_SETS = (("all", "(V_C ∪ V_R)"), ("common", "(V_C)"), ("rare", "(V_R)"))
@@ -555,10 +555,12 @@ def compressed_method(run: dict) -> str | None:
     folders = [Path(run["run_dir"]).parent] if run.get("run_dir") else []
     folders += [Path(path).parent for path in started if isinstance(path, str) and path.endswith(".ckpt")]
     for file in (folder / "report.json" for folder in folders):
-        if file.is_file():
+        try:
             report = json.loads(file.read_text())
-            if isinstance(report, dict) and report.get("method"):
-                return method_name(report)
+        except (OSError, ValueError):  # none there, or another tool's: not a compress output
+            continue
+        if isinstance(report, dict) and isinstance(report.get("method"), str):
+            return method_name(report)
     return None
 
 

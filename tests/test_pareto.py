@@ -297,6 +297,8 @@ def test_a_model_fine_tuned_from_a_compress_output_is_a_point_of_that_method(tmp
     runs = [run("robe 10%", 780_000, "ROBEEmbedding"), run("int8 post-hoc", 11_000_000, "ScalarQuantizedEmbedding", "int8"),
             run("int4 post-hoc", 6_000_000, "ScalarQuantizedEmbedding", "int4"),
             run("robe 10% post-hoc", 4_600_000, "ROBEEmbedding", "fit", "ROBEEmbedding")]
+    (tmp_path / "finetune" / "robe 10%").mkdir(parents=True)
+    (tmp_path / "finetune" / "robe 10%" / "report.json").write_text("another tool's")  # not a compress output
     points = points_of(runs, {r["label"]: {0: 0.5, 1: 0.6} for r in runs})
     assert {p.label: p.method for p in points} == {"robe 10%": "ROBEEmbedding", "int8 post-hoc": "int8 post-hoc",
                                                    "int4 post-hoc": "int4 post-hoc", "robe 10% post-hoc": "fit ROBEEmbedding post-hoc"}
