@@ -3,8 +3,10 @@
 A point is a model (a report row: a label) that ran a task: the bytes its embedding needs at inference (results.json's
 ``embedding_bytes``: each tensor at its stored dtype, codes as stored) and its score over seeds, the mean over its
 tasks of the metric the score tables show (test split where logged, else validation), as those tables average a
-benchmark. A method is a strategy (results.json's ``strategy``), with the variant a sweep stage's label names
-(``post-hoc``: fitted to a pretrained table, not pre-trained): its points at different budgets make its line.
+benchmark. A method is what the user chose: the ``lit-embed compress`` method a run tested (``int8`` and ``int4`` are
+two, though one strategy class; ``fit`` by the strategy it fitted), else its strategy (results.json's ``strategy``); with
+the variant a sweep stage's label names (``post-hoc``: fitted to a pretrained table, not pre-trained): its points at
+different budgets make its line.
 
 Models of two paths are never compared: those pre-trained from scratch and those compressed post hoc from one
 pretrained model (a ``post-hoc`` variant) each get a panel, a frontier, and their uncompressed model (the dense
@@ -29,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from lit_embed.files import write_atomic, writing
+from lit_embed.reporting import compressed_method
 from lit_embed.tables import MISSING, Table, mean_std
 
 NOT_MEASURED = "not measured"
@@ -40,10 +43,12 @@ MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">", "h", "p", "8", "d")
 PRETRAINED, POST_HOC = "pre-trained", "post hoc"
 #: The word of a sweep stage's label that puts its runs on the post-hoc path.
 POST_HOC_WORD = "post-hoc"
+#: The compress method that fits a strategy to a table: its method is named ``fit STRATEGY``.
+FIT = "fit"
 #: A point beats another when a one-sided paired t-test over their common seeds gives p below this.
 ALPHA = 0.05
-#: The strategy of a path's uncompressed model.
-DENSE = "DenseEmbedding"
+#: The methods of a path's uncompressed model: the dense strategy, and compress's ``dense`` (the table kept as it is).
+DENSE = ("DenseEmbedding", "dense")
 
 
 @dataclass(frozen=True)
@@ -72,7 +77,7 @@ class Point:
     @property
     def reference(self) -> bool:
         """Whether this is its path's uncompressed model (the dense table)."""
-        return self.method.split(" ")[0] == DENSE
+        return self.method.split(" ")[0] in DENSE
 
 
 def beats(q: Point, p: Point) -> bool:
@@ -130,8 +135,10 @@ def points_of(runs: list[dict], scores: dict[str, dict[int | None, float]]) -> l
 
 
 def _method(runs: list[dict], label: str) -> str:
-    """A point's line: its strategy, and the variant a sweep stage's label names (``QREmbedding post-hoc``)."""
-    strategy = next((r["strategy"] for r in runs if r.get("strategy")), label)
+    """A point's line: the compress method its runs tested (:func:`~lit_embed.reporting.compressed_method`: ``int4``,
+    ``fit ROBEEmbedding``), else its strategy; and the variant a sweep stage's label names (``QREmbedding post-hoc``)."""
+    compressed = next((method for r in runs if (method := compressed_method(r))), None)
+    strategy = compressed or next((r["strategy"] for r in runs if r.get("strategy")), label)
     variant = next((r["variant"] for r in runs if r.get("variant")), "")
     return f"{strategy} {variant}" if variant else strategy
 
@@ -213,7 +220,9 @@ def styles(points: list[Point]) -> dict[str, tuple[tuple, str]]:
 
 
 def _kind(method: str) -> str:
-    return " ".join(word for word in method.split(" ") if word != POST_HOC_WORD)
+    """A method's colour and marker: a strategy fitted post hoc (``fit ROBEEmbedding post-hoc``) takes its own."""
+    words = [word for word in method.split(" ") if word != POST_HOC_WORD]
+    return " ".join(words[1:] if len(words) > 1 and words[0] == FIT else words)
 
 
 def draw(points: list[Point], what: str, guess: float | None = None):

@@ -531,19 +531,44 @@ def coverage_tables(reports: list[dict]) -> list[Table]:
     return tables
 
 
-#: How Table 9 names the paper's methods (any other method: its own name).
-COSINE_ROW_NAMES = {"unk": "<unk>", "sparse_coding": "", "pca": "PCA", "aq": "AQ"}
+#: How the report names the paper's methods, as Table 9 does (any other method: its ``--method`` name).
+METHOD_NAMES = {"unk": "<unk>", "sparse_coding": "sparse coding", "pca": "PCA", "aq": "AQ"}
 #: The token sets of a method that rebuilds common rows too (AQ), in Table 9's order.
 TOKEN_SETS = (("all", "(V_C ∪ V_R)"), ("common", "(V_C)"), ("rare", "(V_R)"))
 
 
+def method_name(report: dict) -> str:
+    """A compress output's method as the user chose it: its ``--method`` (Table 9's name for the paper's methods), and
+    for ``fit`` the strategy it fitted. The strategy class alone would merge methods: int8 and int4 are one class, svd
+    and a fitted ALBERT factorisation another."""
+    fitted = (report.get("details") or {}).get("strategy") if report["method"] == "fit" else None
+    return " ".join(part for part in (METHOD_NAMES.get(report["method"], report["method"]), fitted) if part)
+
+
+def compressed_method(run: dict) -> str | None:
+    """The method (:func:`method_name`) of the ``lit-embed compress`` output a run started from: the output that holds
+    the run's folder (its config.yaml logs its test runs there), or the one whose ``model.ckpt`` the run tested
+    (``--ckpt_path``) or fine-tuned (``model.init_args.checkpoint``; a path as given, read from where the report runs);
+    ``None`` for any other run."""
+    config = run.get("config") or {}
+    started = [config.get("ckpt_path"), (((config.get("model") or {}).get("init_args")) or {}).get("checkpoint")]
+    folders = [Path(run["run_dir"]).parent] if run.get("run_dir") else []
+    folders += [Path(path).parent for path in started if isinstance(path, str) and path.endswith(".ckpt")]
+    for file in (folder / "report.json" for folder in folders):
+        try:
+            report = json.loads(file.read_text())
+        except (OSError, ValueError):  # none there, or another tool's: not a compress output
+            continue
+        if isinstance(report, dict) and isinstance(report.get("method"), str):
+            return method_name(report)
+    return None
+
+
 def _method_row(report: dict) -> str:
-    """A compress output's method as a row: its name, the strategy ``fit`` fitted, and the budget it was given (two
-    fitted strategies, or one method at two budgets, are rows of their own)."""
-    strategy = (report.get("details") or {}).get("strategy") if report["method"] == "fit" else None
+    """A compress output's method as a row: its name (:func:`method_name`) and the budget it was given (one method at
+    two budgets is two rows)."""
     budget = (report.get("options") or {}).get("budget")
-    return " ".join(str(part) for part in (COSINE_ROW_NAMES.get(report["method"], report["method"]), strategy,
-                                           None if budget is None else f"budget={budget}") if part)
+    return " ".join(part for part in (method_name(report), None if budget is None else f"budget={budget}") if part)
 
 
 def cosine_tables(reports: list[dict]) -> list[Table]:
@@ -578,9 +603,9 @@ def cosine_tables(reports: list[dict]) -> list[Table]:
 
 
 def _cosine_row_order(key: tuple[float, str, str]) -> tuple:
-    """Table 9's order: <unk>, k=1..., PCA, AQ and other methods, each by its k."""
+    """Table 9's order: <unk>, sparse coding, PCA, AQ and other methods, each by its k."""
     row = key[1]
-    first = ["<unk>", "k=", "PCA", "AQ"]
+    first = ["<unk>", "sparse coding", "PCA", "AQ"]
     rank = next((i for i, start in enumerate(first) if row.startswith(start)), len(first))
     k = row.split("k=", 1)[1].split()[0] if "k=" in row else ""
     return rank, row.split("k=")[0], int(k) if k.isdigit() else -1, row

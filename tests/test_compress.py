@@ -290,7 +290,7 @@ def test_report_gives_table_9_from_the_compress_outputs_of_each_method(compresse
 
     assert rows == [
         f"| <unk> | {cell('unk', 'rare')} |",
-        f"| k=2 | {cell('sparse_coding', 'rare')} |",
+        f"| sparse coding k=2 | {cell('sparse_coding', 'rare')} |",
         f"| PCA k=2 | {cell('pca', 'rare')} |",
         f"| AQ (V_C ∪ V_R) | {cell('aq', 'all')} |",
         f"| AQ (V_C) | {cell('aq', 'common')} |",
@@ -423,7 +423,7 @@ def test_offline_example_chooses_k_on_validation_and_tests(finetuned, tmp_path, 
         assert by_k[str(k)]["rare"] == pytest.approx(float(cosine), abs=1e-6)
     (table,) = cosine_tables(compress_reports([str(out)]))
     assert table.header == ["", "TOPICS"]
-    assert table.rows == [[f"k={k}", f"{100 * by_k[str(k)]['rare']:.2f}"] for k in range(1, 6)]
+    assert table.rows == [[f"sparse coding k={k}", f"{100 * by_k[str(k)]['rare']:.2f}"] for k in range(1, 6)]
     monkeypatch.chdir(tmp_path)
     assert main(["test", "--config", str(out / "config.yaml"), "--ckpt_path", str(out / "model.ckpt"),
                  "--trainer.limit_test_batches", "2", *QUIET]) == 0

@@ -36,8 +36,9 @@ def test_the_template_compresses_every_method_at_every_budget_beside_the_dense_r
 
 def test_the_template_on_a_tiny_fine_tuned_model_reports_bytes_and_the_score_kept(tmp_path, monkeypatch, tmp_path_factory):
     """A tiny classifier fine-tuned for 3 steps, the template pointed at its run folder (sparse coding and PQ at 20% and
-    4% of its 30522 x 64 table, int4, the dense reference): the cells a method cannot meet are left out, saying why;
-    the others are compressed and tested; the report's Pareto table gives each its bytes, share and PRR."""
+    4% of its 30522 x 64 table, int8 and int4, the dense reference): the cells a method cannot meet are left out,
+    saying why; the others are compressed and tested; the report's Pareto table gives each its method (int8 and int4
+    two, though one strategy class), bytes, share and PRR."""
     go_offline(monkeypatch, tmp_path_factory)
     monkeypatch.chdir(tmp_path)
     (tmp_path / "finetune.yaml").write_text(yaml.safe_dump({
@@ -54,7 +55,7 @@ def test_the_template_on_a_tiny_fine_tuned_model_reports_bytes_and_the_score_kep
     chosen = stages["compressed"]["axes"]["method"]
     stages["compressed"]["axes"] = {"method": {name: chosen[name] for name in ("sparse_coding", "pq")},
                                     "budget": {"20pct": {"budget": 0.2}, "4pct": {"budget": 0.04}}}
-    stages["fixed_size"]["axes"]["method"] = {"int4": {"method": "int4"}}
+    stages["fixed_size"]["axes"]["method"] = {"int8": {"method": "int8"}, "int4": {"method": "int4"}}
     (tmp_path / "mine.yaml").write_text(yaml.safe_dump({**sweep, "folder": "runs/mine"}, sort_keys=False))
 
     assert main(["sweep", "--config", "mine.yaml", "--launcher", "inline"]) == 0
@@ -64,10 +65,13 @@ def test_the_template_on_a_tiny_fine_tuned_model_reports_bytes_and_the_score_kep
     assert "pq,budget=20pct: unmet (ProductQuantizedEmbedding cannot meet budget=0.2" in report
     rows = {cells[2]: cells for cells in (line.strip("|").split(" | ") for line in report.splitlines())
             if len(cells) == 12 and cells[0].strip() == "post hoc"}
-    assert set(rows) == {"dense post-hoc", "sparse_coding 20pct post-hoc", "pq 4pct post-hoc", "int4 post-hoc"}
+    assert {label: cells[1] for label, cells in rows.items()} == {
+        "dense post-hoc": "dense", "sparse_coding 20pct post-hoc": "sparse coding post-hoc", "pq 4pct post-hoc": "pq post-hoc",
+        "int8 post-hoc": "int8 post-hoc", "int4 post-hoc": "int4 post-hoc"}
     scores = {}
     for label, run in (("dense post-hoc", "reference/run"), ("sparse_coding 20pct post-hoc", "compressed/method=sparse_coding,budget=20pct"),
-                       ("pq 4pct post-hoc", "compressed/method=pq,budget=4pct"), ("int4 post-hoc", "fixed_size/method=int4")):
+                       ("pq 4pct post-hoc", "compressed/method=pq,budget=4pct"), ("int8 post-hoc", "fixed_size/method=int8"),
+                       ("int4 post-hoc", "fixed_size/method=int4")):
         folder = tmp_path / "runs/mine" / run
         compressed = json.loads((folder / "report.json").read_text())
         (tested,) = folder.rglob("results.json")  # the test's run, in the output's version_0

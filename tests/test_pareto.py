@@ -230,3 +230,78 @@ def test_each_path_is_a_panel_with_its_reference_and_each_method_one_colour_and_
     assert colour[PRETRAINED] == colour[POST_HOC] != {}
     many = [Point(f"method {i}", f"m{i}", 10 + i, {0: 0.5}) for i in range(20)]
     assert len(set(styles(many).values())) == 20
+
+
+def compress_output(root: Path, method: str, strategy: str, label: str, embedding: int, scores: dict[int, float],
+                    options: dict | None = None) -> None:
+    """A ``lit-embed compress`` output (its report.json) whose model was tested on every seed, each test logging in a
+    folder of the output's (as the output's config.yaml has it); ``strategy``: the class its model holds."""
+    folder = root / label.replace(" ", "_")
+    details = {"strategy": strategy} if method == "fit" else {}
+    write_json_atomic(folder / "report.json", {"method": method, "options": options or {}, "details": details})
+    for seed, accuracy in scores.items():
+        write_run(folder, strategy, label, embedding, seed, accuracy)
+
+
+def test_each_compress_method_is_one_series_one_row_one_colour_and_marker_though_methods_share_a_class(tmp_path, capsys):
+    """int8 and int4 hold one strategy class, as do svd and a fitted ALBERT factorisation: each is a method of its own
+    (the method the user chose), a series, a row, a colour and a marker of its own; a method at three budgets stays one
+    series; the post-hoc dense table is the panel's reference."""
+    root = tmp_path / "runs"
+    compress_output(root, "dense", "DenseEmbedding", "dense post-hoc", DENSE, {0: 0.80, 1: 0.82})
+    compress_output(root, "int8", "ScalarQuantizedEmbedding", "int8 post-hoc", DENSE // 4, {0: 0.80, 1: 0.81})
+    compress_output(root, "int4", "ScalarQuantizedEmbedding", "int4 post-hoc", DENSE // 8, {0: 0.78, 1: 0.80})
+    for share in (10, 3, 1):
+        compress_output(root, "sparse_coding", "SparseCodedEmbedding", f"sparse_coding {share}pct post-hoc",
+                        DENSE * share // 100, {0: 0.5 + share / 100, 1: 0.52 + share / 100}, {"k": 3, "budget": share / 100})
+    compress_output(root, "svd", "FactorizedEmbedding", "svd 10pct post-hoc", DENSE // 10, {0: 0.7, 1: 0.72})
+    compress_output(root, "fit", "FactorizedEmbedding", "albert 10pct post-hoc", DENSE // 10, {0: 0.6, 1: 0.65},
+                    {"strategy": "../embedding/albert_factorized.yaml", "budget": 0.1})
+    assert main(["report", str(root), "--figure", str(tmp_path / "pareto.png")]) == 0
+    table = rows(capsys.readouterr().out)
+    assert {label: row[1] for label, row in table.items()} == {
+        "dense post-hoc": "dense", "int8 post-hoc": "int8", "int4 post-hoc": "int4",
+        **{f"sparse_coding {share}pct post-hoc": "sparse coding" for share in (10, 3, 1)},
+        "svd 10pct post-hoc": "svd", "albert 10pct post-hoc": "fit FactorizedEmbedding"}
+    assert {row[0] for row in table.values()} == {POST_HOC}
+    assert table["int4 post-hoc"][4] == "12.5%"  # of the dense reference's bytes: the compress method "dense"
+
+    from lit_embed.results import load_results
+
+    runs = [{**load_results(file.parent), "_task": "topics"} for file in sorted(root.rglob(RESULTS_FILE))]
+    scores: dict = {}
+    for run in runs:
+        scores.setdefault(run["label"], {})[run["seed"]] = run["metrics"]["test/accuracy"]
+    (panel,) = [a for a in draw(points_of(runs, scores), "topics accuracy").axes if a.get_title()]
+    series = {c.get_label(): c for c in panel.containers}
+    assert set(series) == {"dense", "int8", "int4", "sparse coding", "svd", "FactorizedEmbedding"}
+    assert len(series["sparse coding"].lines[0].get_xdata()) == 3  # one line through its three budgets
+    looks = {name: (c.lines[0].get_color(), c.lines[0].get_marker()) for name, c in series.items()}
+    assert looks["int8"][0] != looks["int4"][0] and looks["int8"][1] != looks["int4"][1]
+    assert len({colour for colour, _ in looks.values()}) == len({marker for _, marker in looks.values()}) == len(looks)
+
+
+def test_a_model_fine_tuned_from_a_compress_output_is_a_point_of_that_method(tmp_path):
+    """The zoo's post-hoc cells fine-tune MiniLM from a compress output (``model.init_args.checkpoint``): int8 and int4
+    are two lines though one class; a fitted strategy keeps the colour and marker of its pre-trained line."""
+    def run(label: str, size: int, strategy: str, method: str | None = None, fitted: str | None = None) -> dict:
+        config = {}
+        if method is not None:
+            output = tmp_path / label.replace(" ", "_")
+            write_json_atomic(output / "report.json", {"method": method, "details": {"strategy": fitted} if fitted else {}})
+            config = {"model": {"init_args": {"checkpoint": str(output / "model.ckpt")}}}
+        return {"label": label, "_task": "topics", "strategy": strategy, "variant": "post-hoc" if method else "",
+                "run_dir": str(tmp_path / "finetune" / label / "version_0"), "config": config,
+                "parameters": {"embedding_bytes": size}}
+
+    runs = [run("robe 10%", 780_000, "ROBEEmbedding"), run("int8 post-hoc", 11_000_000, "ScalarQuantizedEmbedding", "int8"),
+            run("int4 post-hoc", 6_000_000, "ScalarQuantizedEmbedding", "int4"),
+            run("robe 10% post-hoc", 4_600_000, "ROBEEmbedding", "fit", "ROBEEmbedding")]
+    (tmp_path / "finetune" / "robe 10%").mkdir(parents=True)
+    (tmp_path / "finetune" / "robe 10%" / "report.json").write_text("another tool's")  # not a compress output
+    points = points_of(runs, {r["label"]: {0: 0.5, 1: 0.6} for r in runs})
+    assert {p.label: p.method for p in points} == {"robe 10%": "ROBEEmbedding", "int8 post-hoc": "int8 post-hoc",
+                                                   "int4 post-hoc": "int4 post-hoc", "robe 10% post-hoc": "fit ROBEEmbedding post-hoc"}
+    look = styles(points)
+    assert look["int8 post-hoc"][0] != look["int4 post-hoc"][0] and look["int8 post-hoc"][1] != look["int4 post-hoc"][1]
+    assert look["fit ROBEEmbedding post-hoc"] == look["ROBEEmbedding"]

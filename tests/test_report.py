@@ -545,8 +545,8 @@ def test_table_9_rows_by_method_and_k_columns_by_task_one_table_a_retention_mean
     assert lines == [
         "|  | CoLA | JCoLA |",
         "| <unk> | 35.55 | – |",
-        "| k=1 | 71.00 | – |",   # the mean of two seeds' 70 and 72
-        "| k=2 | 76.00 | 34.00 |",
+        "| sparse coding k=1 | 71.00 | – |",   # the mean of two seeds' 70 and 72
+        "| sparse coding k=2 | 76.00 | 34.00 |",
         "| AQ (V_C ∪ V_R) | 77.89 | – |",
         "| AQ (V_C) | 70.16 | – |",
         "| AQ (V_R) | 79.55 | – |",
@@ -554,20 +554,22 @@ def test_table_9_rows_by_method_and_k_columns_by_task_one_table_a_retention_mean
         "| mine k=3 (V_C) | 90.00 | – |",
         "| mine k=3 (V_R) | 50.00 | – |",
     ]
-    assert "| k=1 | 60.00 |" in half and "JCoLA" not in half.split("\n\n")[1]
+    assert "| sparse coding k=1 | 60.00 |" in half and "JCoLA" not in half.split("\n\n")[1]
 
 
-def test_each_compress_method_strategy_and_budget_is_a_cosine_row_of_its_own():
-    """Two strategies fitted by ``fit``, and svd at two budgets, are four rows, never averaged into one."""
+def test_each_compress_method_strategy_and_budget_is_a_cosine_row_of_its_own_that_names_its_method():
+    """Two strategies fitted by ``fit``, svd at two budgets, int8 and int4 (one strategy class), and sparse coding at a
+    budget are rows of their own, never averaged into one, each naming its method."""
     from lit_embed.reporting import cosine_tables
 
-    def report(method: str, cosine: float, strategy: str | None = None, budget: float | None = None) -> dict:
+    def report(method: str, cosine: float, strategy: str | None = None, budget: float | None = None, k: str = "") -> dict:
+        rows = {"all": cosine, "common": cosine, "rare": cosine, "common_rows_identical": False}
         return {"method": method, "retention": 0.5, "task": "topics", "details": {"strategy": strategy} if strategy else {},
-                "options": {"budget": budget}, "cosine": {"all": cosine, "common": cosine, "rare": cosine,
-                                                          "common_rows_identical": False}}
+                "options": {"budget": budget}, "cosine": rows, "cosine_by_k": {k: rows} if k else {}}
 
     (table,) = cosine_tables([report("fit", 0.2, "HashingTrickEmbedding", 0.1), report("fit", 0.4, "ROBEEmbedding", 0.1),
-                              report("svd", 0.6, budget=0.1), report("svd", 0.5, budget=0.01)])
+                              report("svd", 0.6, budget=0.1), report("svd", 0.5, budget=0.01), report("int8", 0.9),
+                              report("int4", 0.8), report("sparse_coding", 0.7, budget=0.2, k="3")])
     names = {row[0].rsplit(" (", 1)[0] for row in table.rows}  # each row once per token set: (V_C ∪ V_R), (V_C), (V_R)
     assert names == {"fit HashingTrickEmbedding budget=0.1", "fit ROBEEmbedding budget=0.1", "svd budget=0.1",
-                     "svd budget=0.01"}
+                     "svd budget=0.01", "int8", "int4", "sparse coding budget=0.2 k=3"}
