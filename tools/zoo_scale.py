@@ -284,7 +284,9 @@ def reachable(cells: dict[str, dict]) -> tuple[dict[str, dict], list[str]]:
     for name, options in cells.items():
         method = method_named(options["method"], {k: v for k, v in options.items() if k != "method"})
         try:
-            method.check(Job(torch.empty(MINILM_TABLE, device="meta"), torch.arange(0)))
+            # counts of one each: a method that ranks tokens by the data's counts is sized as it will be, on the data
+            method.check(Job(torch.empty(MINILM_TABLE, device="meta"), torch.arange(0),
+                             counts=torch.ones(MINILM_TABLE[0], dtype=torch.long)))
         except Exception as error:  # the refusal, wrapped by the parser that built the strategy
             cause: BaseException | None = error
             while cause is not None and not isinstance(cause, (BudgetError, NoVocabularyError)):

@@ -331,7 +331,10 @@ class CompressParser(ConciseErrors, ArgumentParser):
         if unknown and self.method and self.exit_on_error:
             option = "--" + unknown.group(1).split("=")[0].lstrip("-")
             taken = {name: set(cls.option_names()) for name, cls in CompressionMethod.registry.items()}
-            common = set.intersection(*taken.values())  # every method's (--budget): as good as the command's own
+            # Every one of lit-embed's own methods takes these (--budget): as good as the command's own. A plugin's
+            # method that lacks one does not make it a method's own (the early check reads lit-embed's copies alike).
+            common = set.intersection(*(taken[name] for name, cls in CompressionMethod.registry.items()
+                                        if cls.__module__.startswith("lit_embed.")))
             own = [o for o in method_class(self.method).option_names() if o not in common]
             owners = [name for name, options in sorted(taken.items()) if option[2:] in options - common]
             where = f"; {option} is an option of --method {', '.join(owners)}" if owners else ""
