@@ -55,7 +55,7 @@ def corpus_split(vocab: int, retention: float):
     paragraphs, _ = real_text.prose()
     seen, unseen = paragraphs[: len(paragraphs) * 4 // 5], paragraphs[len(paragraphs) * 4 // 5 :]
     encoder = real_text.tokenizer()
-    split = split_vocabulary(count_tokens(list(seen), encoder, vocab), retention, encoder.tokenizer.all_special_ids)
+    split = split_vocabulary(count_tokens(list(seen), encoder, vocab).counts, retention, encoder.tokenizer.all_special_ids)
     return split.common_ids, encoder, list(unseen)
 
 
