@@ -27,7 +27,8 @@ from lit_embed.commands.parsing import named_method
 from lit_embed.compress import AQOptions, load_compact, methods
 from lit_embed.compress.methods import additive_quantize, pca_code, sparse_code, unk_backoff
 from lit_embed.compress.model_io import load_source
-from lit_embed.compress.vocabulary import count_tokens, coverage, split_vocabulary
+from lit_embed.compress.vocabulary import coverage, split_vocabulary
+from lit_embed.data.frequencies import count_tokens
 from lit_embed.embeddings import AdditiveQuantizedEmbedding, PCAEmbedding, SparseCodedEmbedding, UnkEmbedding
 from lit_embed.embeddings.base import state_bytes
 from lit_embed.errors import ConfigError

@@ -40,7 +40,8 @@ from lit_embed.compress.model_io import (
     write_model,
 )
 from lit_embed.compress.summary import counts, format_summary, rebuilt_cosines, rebuilt_errors
-from lit_embed.compress.vocabulary import check_retention, count_tokens, coverage, split_vocabulary
+from lit_embed.compress.vocabulary import check_retention, coverage, split_vocabulary
+from lit_embed.data.frequencies import count_tokens
 from lit_embed.data.sources import load_files, resolve_file
 from lit_embed.embeddings.base import EmbeddingStrategy
 from lit_embed.embeddings.mixed_dimension import read_counts

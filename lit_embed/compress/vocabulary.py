@@ -9,7 +9,6 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from lit_embed.data.frequencies import count_tokens
 from lit_embed.embeddings.text import VocabTextEncoder
 from lit_embed.errors import ConfigError
 
@@ -94,4 +93,4 @@ def _batches(texts: Iterable[str], size: int) -> Iterator[list[str]]:
         yield batch
 
 
-__all__ = ["VocabularySplit", "check_retention", "count_tokens", "coverage", "split_vocabulary"]
+__all__ = ["VocabularySplit", "check_retention", "coverage", "split_vocabulary"]

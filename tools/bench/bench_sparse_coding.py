@@ -50,7 +50,8 @@ def corpus_split(vocab: int, retention: float):
     """The common ids of real prose's first 80% of paragraphs at ``retention``, the tokenizer, and the last 20%."""
     import real_text
 
-    from lit_embed.compress.vocabulary import count_tokens, split_vocabulary
+    from lit_embed.compress.vocabulary import split_vocabulary
+    from lit_embed.data.frequencies import count_tokens
 
     paragraphs, _ = real_text.prose()
     seen, unseen = paragraphs[: len(paragraphs) * 4 // 5], paragraphs[len(paragraphs) * 4 // 5 :]
