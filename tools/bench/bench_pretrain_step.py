@@ -21,7 +21,9 @@ no pooler), fed the same batch and trained with the same AdamW, dtype and thread
 default), the obvious alternative to its factored decoder. Inputs: windows of real English text
 (`real_text.py`), the headline, and uniformly random ids as labelled second rows. On the CPU fp32; on a
 GPU (the kit, `--device cuda`) RoBERTa_S at 32 x 512 in bf16 and in fp16 autocast (fp16 with a gradient
-scaler), as `configs/trainer/gpu.yaml`. The models of one group take turns step by step (a warm-up, then
+scaler), as `configs/trainer/gpu.yaml`, and in bf16 both lit-embed's subspace model and the expert peer with
+their encoder under `torch.compile` (lit-embed's `torch_compile: true`; compiled in the warm-up), each row with
+its tokens/s and model FLOPs utilisation (PaLM's formula over the device's dense 16-bit peak). The models of one group take turns step by step (a warm-up, then
 3 rounds on the CPU, 10 on a GPU): medians, spreads, and speed-ups as the median of per-round ratios
 with their range; on the CPU a batch size's models are timed in groups of two or three, subspace in each
 (so subspace has a row per group, each with the ratios of its group). "peak memory MB": on the CPU each row's model trains two steps in a process of its
@@ -45,7 +47,9 @@ MODELS = {"RoBERTa_S": ("roberta_s", 50265), "XLM-R_S": ("xlmr_s", 250002)}
 EXPERT = "HuggingFace *ForMaskedLM, LM head on masked positions (expert peer)"
 FULL = "HuggingFace *ForMaskedLM(labels=), logits at every position"
 DENSE, SUBSPACE, GATHERED = "dense (lit-embed)", "subspace f=3", "subspace f=3, gathered decoder"
-EMBEDDINGS = {DENSE: "dense", SUBSPACE: "subspace_3", GATHERED: "subspace_3"}
+#: Both sides with their encoder under torch.compile (lit-embed's ``torch_compile: true``): a GPU's own group.
+SUBSPACE_COMPILED, EXPERT_COMPILED = f"{SUBSPACE}, torch.compile", f"{EXPERT}, torch.compile"
+EMBEDDINGS = {DENSE: "dense", SUBSPACE: "subspace_3", GATHERED: "subspace_3", SUBSPACE_COMPILED: "subspace_3"}
 GROUPS = [  # model, batch (sequences x tokens), dtype, rows, rows also timed on uniform ids, memory measured
     # On the CPU the models of a batch size take turns in groups of two or three, the subspace model in each,
     # so that a group holds a few GB (the machine's memory is shared).
@@ -59,14 +63,15 @@ GROUPS = [  # model, batch (sequences x tokens), dtype, rows, rows also timed on
 GPU_GROUPS = [  # the GPU kit's: RoBERTa_S 3-SE at 512 tokens in bf16 and fp16
     ("RoBERTa_S", (32, 512), dtype, (DENSE, SUBSPACE, EXPERT, FULL), (SUBSPACE, EXPERT), True)
     for dtype in (torch.bfloat16, torch.float16)
-]
+] + [("RoBERTa_S", (32, 512), torch.bfloat16, (SUBSPACE_COMPILED, EXPERT_COMPILED), (), True)]
 
 
 def build(model_name: str, label: str, smoke: bool):
     backbone, vocab_size = MODELS[model_name]
-    if label in (EXPERT, FULL):
-        return HuggingFaceMLM(backbone_config(backbone, vocab_size, smoke), masked_only=label == EXPERT)
-    model = compose("MaskedLM", backbone, EMBEDDINGS[label], vocab_size, smoke)
+    if label in (EXPERT, FULL, EXPERT_COMPILED):
+        return HuggingFaceMLM(backbone_config(backbone, vocab_size, smoke), masked_only=label != FULL,
+                              compiled=label == EXPERT_COMPILED)
+    model = compose("MaskedLM", backbone, EMBEDDINGS[label], vocab_size, smoke, compiled=label == SUBSPACE_COMPILED)
     if label == GATHERED:
         from lit_embed.embeddings import EmbeddingStrategy
 
@@ -99,12 +104,30 @@ def measure_memory(job: dict, ctx) -> dict:
                                         None if ctx.smoke else lambda: two_steps(job["model"], job["label"], (4, 32), dtype, True, ctx))}
 
 
+def add_mfu(rows: list[dict], model_name: str, size: tuple[int, int], ctx) -> None:
+    """Each row's model FLOPs utilisation: the backbone's training FLOPs per token by PaLM's formula (the same
+    transformer in every row, lit-embed's or HuggingFace's) times its tokens/s, over the device's dense 16-bit
+    peak (``lit_embed.callbacks.efficiency``); the basis named where the peak is unknown."""
+    from lit_embed.callbacks.efficiency import peak_tflops
+
+    name = torch.cuda.get_device_name(ctx.device)
+    peak = peak_tflops(name)
+    flops = compose("MaskedLM", MODELS[model_name][0], "dense", MODELS[model_name][1], ctx.smoke).encoder.training_flops_per_token(size[1])
+    for row in rows:
+        if peak is None:
+            row["MFU"] = f"no peak known for {name}"
+        else:
+            row["MFU"] = flops * row["tokens/s"] / (peak * 1e12)
+
+
 def run(ctx) -> list[dict]:
     rows, measured = [], []
-    peers = {"vs expert peer": EXPERT, "vs HF full logits": FULL, "vs dense": DENSE}
+    peers = {"vs expert peer": EXPERT, "vs HF full logits": FULL, "vs dense": DENSE, "vs compiled expert peer": EXPERT_COMPILED}
     for model_name, size, dtype, labels, uniform, with_memory in groups(ctx):
         models = {label: functools.partial(build, model_name, label, ctx.smoke) for label in labels}
         group = [{"model": model_name, **row} for row in time_group(ctx, models, size, dtype, uniform, peers)]
+        if ctx.device.startswith("cuda"):
+            add_mfu(group, model_name, size, ctx)
         if with_memory and not ctx.device.startswith("cuda"):  # on a GPU time_group measured it
             jobs = []
             for label, row in zip(labels, [row for row in group if row["ids"] == IDS["text"]]):

@@ -25,11 +25,12 @@ def from_config(config: Path, smoke: bool = False):
     return ModelOnlyCLI(args=args, run=False).model
 
 
-def compose(objective: str, backbone: str, embedding: str, vocab_size: int, smoke: bool = False):
+def compose(objective: str, backbone: str, embedding: str, vocab_size: int, smoke: bool = False,
+            compiled: bool = False):
     """``lit_embed.models.<objective>`` on ``configs/backbone/<backbone>.yaml`` with ``configs/embedding/<embedding>.yaml``.
 
     ``vocab_size`` is the model's vocabulary; an unlimited-vocabulary (hash) strategy gets it as the
-    dense baseline's instead.
+    dense baseline's instead. ``compiled``: the model's ``torch_compile`` option (its backbone compiled).
     """
     from lit_embed.commands.lightning import ModelOnlyCLI
 
@@ -38,7 +39,7 @@ def compose(objective: str, backbone: str, embedding: str, vocab_size: int, smok
     vocab = "baseline_vocab_size" if unlimited(strategy) else "vocab_size"
     args = ["--data", str(CONFIGS / "data" / "sample.yaml"), "--model", f"lit_embed.models.{objective}",
             "--model.init_args.encoder", str(encoder), "--model.init_args.embedding", str(strategy),
-            f"--model.init_args.{vocab}", str(vocab_size)]
+            f"--model.init_args.{vocab}", str(vocab_size)] + (["--model.init_args.torch_compile", "true"] if compiled else [])
     return ModelOnlyCLI(args=args, run=False).model
 
 
@@ -87,13 +88,15 @@ class HuggingFaceMLM(nn.Module):
     :func:`batch` take it.
     """
 
-    def __init__(self, config, masked_only: bool = True) -> None:
+    def __init__(self, config, masked_only: bool = True, compiled: bool = False) -> None:
         super().__init__()
         import transformers
 
         from lit_embed.models.optim import OptimConfig
 
         self.model = transformers.AutoModelForMaskedLM.from_config(config)
+        if compiled:  # as lit-embed's torch_compile does: the encoder, in place
+            self.model.base_model.compile()
         self.vocab_size = config.vocab_size
         self.masked_only = masked_only
         self.optim = OptimConfig()
