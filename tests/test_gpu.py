@@ -49,6 +49,43 @@ def test_mixed_precision_pretraining_on_one_gpu(tmp_path, monkeypatch):
 
 
 @requires_gpus(1)
+def test_a_backbone_replayed_as_cuda_graphs_computes_what_eager_does_and_trains_through_the_cli(tmp_path, monkeypatch):
+    """``torch_compile: reduce-overhead``: the third call (a replayed CUDA graph) gives eager's loss and gradients,
+    with the graph's own output buffers reused between calls; and a fit through the CLI validates and saves."""
+    import functools
+
+    from lit_embed.embeddings import SubspaceEmbedding
+    from lit_embed.models import MaskedLM
+    from tests.helpers import tiny_encoder
+
+    torch.manual_seed(0)
+    codes = torch.randint(5, 1000, (4, 24), device="cuda")
+    batch = {"codes": codes, "attention_mask": torch.ones_like(codes),
+             "labels": torch.where(torch.rand(4, 24, device="cuda") < 0.3, codes, torch.full_like(codes, -100))}
+    factory = functools.partial(SubspaceEmbedding, num_tables=3)
+    eager = MaskedLM(tiny_encoder(), vocab_size=1000, embedding=factory).cuda().eval()
+    graphed = MaskedLM(tiny_encoder(), vocab_size=1000, embedding=factory, torch_compile="reduce-overhead").cuda().eval()
+    graphed.load_state_dict(eager.state_dict())
+    expected = eager(batch)[0]
+    expected.backward()
+    for _ in range(3):  # recorded on an early call, replayed on the later ones
+        graphed.zero_grad(set_to_none=True)
+        loss = graphed(batch)[0]
+        loss.backward()
+        torch.testing.assert_close(loss, expected, rtol=1e-5, atol=1e-5)
+    for (name, a), b in zip(eager.named_parameters(), graphed.parameters()):
+        if a.grad is not None:
+            torch.testing.assert_close(b.grad, a.grad, rtol=1e-4, atol=1e-6, msg=name)
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["fit", "--config", str(CONFIGS / "demo.yaml"), "--trainer.accelerator", "gpu", "--trainer.devices", "1",
+                 "--model.init_args.torch_compile", "reduce-overhead", *SHORT]) == 0
+    results = json.loads((tmp_path / "runs/demo/version_0/results.json").read_text())
+    assert results["status"] == "complete" and results["global_step"] == 6
+    assert all(torch.isfinite(torch.tensor(v)) for k, v in results["metrics"].items() if k.startswith("val/"))
+
+
+@requires_gpus(1)
 def test_fp16_with_gradient_clipping_takes_the_unfused_optimiser(tmp_path, monkeypatch):
     """Lightning cannot clip a fused optimiser's gradients under fp16's scaler: the unfused AdamW runs instead."""
     monkeypatch.chdir(tmp_path)

@@ -140,6 +140,19 @@ def test_mlm_accuracy_is_the_share_of_targets_scored_highest():
     assert _accuracy(logits[:0], targets[:0]) == 0.0
 
 
+@pytest.mark.parametrize("setting", [True, "reduce-overhead"])
+def test_torch_compile_takes_a_mode_and_refuses_what_is_none_by_name(setting):
+    """``true`` is torch.compile's default mode; a mode by name (``reduce-overhead``: CUDA graphs on a GPU) is passed
+    on; anything else is refused naming the value and the modes. Compiling is lazy: building costs nothing."""
+    from lit_embed.errors import ConfigError
+
+    model = MaskedLM(tiny_encoder(), vocab_size=1000, torch_compile=setting)
+    assert model.encoder._compiled_call_impl is not None
+    assert MaskedLM(tiny_encoder(), vocab_size=1000).encoder._compiled_call_impl is None
+    with pytest.raises(ConfigError, match=r"torch_compile='fast' is not a torch.compile mode.*reduce-overhead"):
+        MaskedLM(tiny_encoder(), vocab_size=1000, torch_compile="fast")
+
+
 @pytest.mark.slow
 def test_a_compiled_backbone_gives_the_eager_loss_and_gradients():
     """``torch_compile: true`` compiles the backbone in place (inductor; about 20-40 s on 2 cores): the same loss and

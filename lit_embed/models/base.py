@@ -35,6 +35,10 @@ log = logging.getLogger(__name__)
 StrategyFactory = Callable[[int | None, int], EmbeddingStrategy]
 #: How the weights a model builds (rather than loads) start; see :class:`EmbeddingModule`.
 Init = Literal["default", "truncated_normal"]
+#: ``torch.compile``'s modes; ``True`` is its ``default``. ``reduce-overhead`` adds CUDA graphs: a step's kernel
+#: launches replayed at once, which a small model on a fast GPU is bound by.
+CompileMode = Literal["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"]
+COMPILE_MODES: tuple[str, ...] = CompileMode.__args__  # type: ignore[attr-defined]
 
 
 class EmbeddingModule(pl.LightningModule):
@@ -57,6 +61,9 @@ class EmbeddingModule(pl.LightningModule):
             checkpoint loaded later replaces what was drawn.
         torch_compile: compile the backbone with ``torch.compile`` (in place, on its first step; its state dict keeps
             its keys): fused kernels on a GPU, for runs long enough to repay the compilation (tens of seconds or more).
+            ``true`` is its default mode; ``reduce-overhead`` also replays each step's kernels as a CUDA graph (on
+            one H200, RoBERTa_S 32 x 512 bf16 subspace: 22.5 ms a step eager, 19.3 compiled, 14.5 with CUDA graphs),
+            for batches of fixed shape (pre-training's windows): each new shape records a graph of its own.
             The strategy, heads and loss stay eager, so it works with every strategy.
     """
 
@@ -77,12 +84,15 @@ class EmbeddingModule(pl.LightningModule):
         baseline_vocab_size: int | None = None,
         baseline_encoder: Encoder | None = None,
         init: Init = "default",
-        torch_compile: bool = False,
+        torch_compile: bool | CompileMode = False,
     ) -> None:
         super().__init__()
         self._save_config()
         if init not in ("default", "truncated_normal"):
             raise ConfigError(f"init={init!r} is not a scheme: use 'default' or 'truncated_normal'")
+        if torch_compile not in (False, True, *COMPILE_MODES):
+            raise ConfigError(f"torch_compile={torch_compile!r} is not a torch.compile mode: use true, false or one of "
+                              f"{', '.join(COMPILE_MODES)}")
         self.init = init
         # prepare_data (the strategy's expensive state) runs once, on global rank 0; see setup.
         self.prepare_data_per_node = False
@@ -90,7 +100,7 @@ class EmbeddingModule(pl.LightningModule):
             encoder.freeze_pooler()
         self.encoder = encoder
         if torch_compile:
-            encoder.compile()
+            encoder.compile(mode="default" if torch_compile is True else torch_compile)
         factory = embedding or DenseEmbedding
         self.embedding = factory(vocab_size, encoder.hidden_size)
         if self.embedding.hidden_size != encoder.hidden_size:

@@ -38,7 +38,7 @@ from lit_embed.embeddings.text import TextEncoder
 from lit_embed.errors import CheckpointError, ConfigError
 from lit_embed.folders import start_checkpoint
 from lit_embed.interfaces import TaskData, provides
-from lit_embed.models.base import EmbeddingModule, Init, StrategyFactory
+from lit_embed.models.base import CompileMode, EmbeddingModule, Init, StrategyFactory
 from lit_embed.models.encoder import Encoder
 from lit_embed.models.metrics import POOLED, TaskEvaluation, selection_score
 from lit_embed.models.optim import OptimConfig
@@ -101,7 +101,7 @@ class SequenceClassifier(EmbeddingModule):
         seed: int | None = None,
         trained_tokenizer: str | None = None,
         init: Init = "default",
-        torch_compile: bool = False,
+        torch_compile: bool | CompileMode = False,
     ) -> None:
         if task is None:
             raise ConfigError("SequenceClassifier needs a task: set data.init_args.task (the model takes the data's), "

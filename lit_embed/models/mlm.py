@@ -13,6 +13,7 @@ from lit_embed.embeddings.text import TextEncoder
 from lit_embed.errors import ConfigError
 from lit_embed.interfaces import FillMaskData, require
 from lit_embed.models.base import (
+    CompileMode,
     EmbeddingModule,
     Init,
     StrategyFactory,
@@ -54,7 +55,7 @@ class MaskedLM(EmbeddingModule):
         factorised_softmax: bool = True,
         optim: OptimConfig | None = None,
         init: Init = "default",
-        torch_compile: bool = False,
+        torch_compile: bool | CompileMode = False,
     ) -> None:
         super().__init__(encoder=encoder, embedding=embedding, vocab_size=vocab_size, optim=optim, init=init,
                          torch_compile=torch_compile)

@@ -9,6 +9,7 @@ from lit_embed.data.collate import ORIGINAL, ShuffleRandomCollator
 from lit_embed.embeddings.text import TextEncoder
 from lit_embed.errors import ConfigError
 from lit_embed.models.base import (
+    CompileMode,
     EmbeddingModule,
     Init,
     StrategyFactory,
@@ -46,7 +47,7 @@ class ShuffleRandom(EmbeddingModule):
         prob: float = 0.10,
         optim: OptimConfig | None = None,
         init: Init = "default",
-        torch_compile: bool = False,
+        torch_compile: bool | CompileMode = False,
     ) -> None:
         super().__init__(
             encoder=encoder, embedding=embedding, vocab_size=vocab_size, optim=optim, baseline_vocab_size=baseline_vocab_size,
