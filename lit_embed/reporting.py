@@ -539,10 +539,15 @@ TOKEN_SETS = (("all", "(V_C ∪ V_R)"), ("common", "(V_C)"), ("rare", "(V_R)"))
 
 def method_name(report: dict) -> str:
     """A compress output's method as the user chose it: its ``--method`` (Table 9's name for the paper's methods), and
-    for ``fit`` the strategy it fitted. The strategy class alone would merge methods: int8 and int4 are one class, svd
-    and a fitted ALBERT factorisation another."""
+    for ``fit`` the strategy it fitted, with its config's name where that says more than the class (``dpq_vq`` beside
+    ``DPQEmbedding``; ``robe`` says nothing ``ROBEEmbedding`` does not). The strategy class alone would merge methods:
+    int8 and int4 are one class, svd and a fitted ALBERT factorisation another, DPQ-SX and DPQ-VQ a third."""
     fitted = (report.get("details") or {}).get("strategy") if report["method"] == "fit" else None
-    return " ".join(part for part in (METHOD_NAMES.get(report["method"], report["method"]), fitted) if part)
+    given = (report.get("options") or {}).get("strategy") if fitted else None
+    config = Path(given).stem if isinstance(given, str) else None
+    if config and config.replace("_", "").lower() in fitted.lower():
+        config = None
+    return " ".join(part for part in (METHOD_NAMES.get(report["method"], report["method"]), fitted, config) if part)
 
 
 def compressed_method(run: dict) -> str | None:

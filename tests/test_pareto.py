@@ -262,7 +262,7 @@ def test_each_compress_method_is_one_series_one_row_one_colour_and_marker_though
     assert {label: row[1] for label, row in table.items()} == {
         "dense post-hoc": "dense", "int8 post-hoc": "int8", "int4 post-hoc": "int4",
         **{f"sparse_coding {share}pct post-hoc": "sparse coding" for share in (10, 3, 1)},
-        "svd 10pct post-hoc": "svd", "albert 10pct post-hoc": "fit FactorizedEmbedding"}
+        "svd 10pct post-hoc": "svd", "albert 10pct post-hoc": "fit FactorizedEmbedding albert_factorized"}
     assert {row[0] for row in table.values()} == {POST_HOC}
     assert table["int4 post-hoc"][4] == "12.5%"  # of the dense reference's bytes: the compress method "dense"
 
@@ -274,7 +274,7 @@ def test_each_compress_method_is_one_series_one_row_one_colour_and_marker_though
         scores.setdefault(run["label"], {})[run["seed"]] = run["metrics"]["test/accuracy"]
     (panel,) = [a for a in draw(points_of(runs, scores), "topics accuracy").axes if a.get_title()]
     series = {c.get_label(): c for c in panel.containers}
-    assert set(series) == {"dense", "int8", "int4", "sparse coding", "svd", "FactorizedEmbedding"}
+    assert set(series) == {"dense", "int8", "int4", "sparse coding", "svd", "FactorizedEmbedding albert_factorized"}
     assert len(series["sparse coding"].lines[0].get_xdata()) == 3  # one line through its three budgets
     looks = {name: (c.lines[0].get_color(), c.lines[0].get_marker()) for name, c in series.items()}
     assert looks["int8"][0] != looks["int4"][0] and looks["int8"][1] != looks["int4"][1]

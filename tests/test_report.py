@@ -558,18 +558,24 @@ def test_table_9_rows_by_method_and_k_columns_by_task_one_table_a_retention_mean
 
 
 def test_each_compress_method_strategy_and_budget_is_a_cosine_row_of_its_own_that_names_its_method():
-    """Two strategies fitted by ``fit``, svd at two budgets, int8 and int4 (one strategy class), and sparse coding at a
-    budget are rows of their own, never averaged into one, each naming its method."""
+    """Two strategies fitted by ``fit``, two configs of one strategy class (DPQ-SX, DPQ-VQ), svd at two budgets, int8 and
+    int4 (one strategy class), and sparse coding at a budget are rows of their own, never averaged into one, each naming
+    its method; a config's name is said where it says more than its class."""
     from lit_embed.reporting import cosine_tables
 
-    def report(method: str, cosine: float, strategy: str | None = None, budget: float | None = None, k: str = "") -> dict:
+    def report(method: str, cosine: float, strategy: str | None = None, budget: float | None = None, k: str = "",
+               config: str | None = None) -> dict:
         rows = {"all": cosine, "common": cosine, "rare": cosine, "common_rows_identical": False}
         return {"method": method, "retention": 0.5, "task": "topics", "details": {"strategy": strategy} if strategy else {},
-                "options": {"budget": budget}, "cosine": rows, "cosine_by_k": {k: rows} if k else {}}
+                "options": {"budget": budget, "strategy": config}, "cosine": rows, "cosine_by_k": {k: rows} if k else {}}
 
-    (table,) = cosine_tables([report("fit", 0.2, "HashingTrickEmbedding", 0.1), report("fit", 0.4, "ROBEEmbedding", 0.1),
+    (table,) = cosine_tables([report("fit", 0.2, "HashingTrickEmbedding", 0.1, config="configs/embedding/hashing_trick.yaml"),
+                              report("fit", 0.4, "ROBEEmbedding", 0.1),
+                              report("fit", 0.3, "DPQEmbedding", 0.1, config="configs/embedding/dpq.yaml"),
+                              report("fit", 0.35, "DPQEmbedding", 0.1, config="configs/embedding/dpq_vq.yaml"),
                               report("svd", 0.6, budget=0.1), report("svd", 0.5, budget=0.01), report("int8", 0.9),
                               report("int4", 0.8), report("sparse_coding", 0.7, budget=0.2, k="3")])
     names = {row[0].rsplit(" (", 1)[0] for row in table.rows}  # each row once per token set: (V_C ∪ V_R), (V_C), (V_R)
-    assert names == {"fit HashingTrickEmbedding budget=0.1", "fit ROBEEmbedding budget=0.1", "svd budget=0.1",
-                     "svd budget=0.01", "int8", "int4", "sparse coding budget=0.2 k=3"}
+    assert names == {"fit HashingTrickEmbedding budget=0.1", "fit ROBEEmbedding budget=0.1", "fit DPQEmbedding budget=0.1",
+                     "fit DPQEmbedding dpq_vq budget=0.1", "svd budget=0.1", "svd budget=0.01", "int8", "int4",
+                     "sparse coding budget=0.2 k=3"}
