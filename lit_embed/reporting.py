@@ -545,7 +545,7 @@ def method_name(report: dict) -> str:
     fitted = (report.get("details") or {}).get("strategy") if report["method"] == "fit" else None
     given = (report.get("options") or {}).get("strategy") if fitted else None
     config = Path(given).stem if isinstance(given, str) else None
-    if config and config.replace("_", "").lower() in fitted.lower():
+    if config and fitted and config.replace("_", "").lower() in fitted.lower():
         config = None
     return " ".join(part for part in (METHOD_NAMES.get(report["method"], report["method"]), fitted, config) if part)
 
