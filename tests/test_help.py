@@ -56,3 +56,19 @@ def test_help_of_other_versions_is_not_taken_from_the_copy(monkeypatch, capsys):
     with pytest.raises(SystemExit):
         main(["export", "--help"])  # the command's own, live
     assert "usage: lit-embed export" in capsys.readouterr().out
+
+
+def test_every_other_command_module_imports_no_torch():
+    """Each command but those that build their parser from the model's classes (``HEAVY``: their help is cached)
+    imports torch, Lightning and transformers only once its arguments parse, so its ``--help`` and its typos are fast."""
+    from lit_embed.commands import COMMANDS, HEAVY
+
+    light = sorted({command.target.partition(":")[0] for name, command in COMMANDS.items() if name not in HEAVY})
+    assert {"lit_embed.commands.params", "lit_embed.commands.analyze", "lit_embed.commands.report"} <= set(light)
+    code = ("import importlib, sys\n"
+            f"for module in {light!r}:\n"
+            "    importlib.import_module(module)\n"
+            "    print(module, sorted(m for m in ('torch', 'pytorch_lightning', 'transformers') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "LIT_EMBED_PLUGINS": "0"})
+    assert done.stdout.splitlines() == [f"{module} []" for module in light], done.stderr[-2000:]

@@ -55,6 +55,9 @@ else:
     _NOT_INSTALLED = None
 #: Lightning's subcommands (:class:`~lit_embed.commands.lightning.LitEmbedCLI`).
 LIGHTNING_COMMANDS = tuple(name for name, command in COMMANDS.items() if command.target.startswith(f"{LIGHTNING}:"))
+#: The commands whose parser is built from the classes a config may name (so their module imports torch and
+#: Lightning): their help is cached. Every other command's module imports neither until its arguments parse.
+HEAVY = (*LIGHTNING_COMMANDS, "compress")
 
 
 def table() -> dict[str, Command]:
