@@ -1,9 +1,9 @@
 """``lit-embed``: the commands of the entry-point group ``lit_embed.commands``, lit-embed's own (:data:`COMMANDS`: Lightning's
 fit/validate/test/predict and the others) and the installed plugins' (:func:`table`).
 
-This module imports nothing heavy: ``lit-embed --help``, ``--version`` and the commands that need no model
-(``report``) answer without loading torch or Lightning; the Lightning commands import
-:mod:`lit_embed.commands.lightning` when they run. Errors that are the user's to fix exit 2 with one line, a run that
+This module imports nothing heavy: ``lit-embed --help``, ``--version`` and every command's ``--help`` answer without
+loading torch or Lightning (the :data:`HEAVY` commands' from :mod:`~lit_embed.commands.helptext`'s cache); the
+Lightning commands import :mod:`lit_embed.commands.lightning` when they run. Errors that are the user's to fix exit 2 with one line, a run that
 diverged exits 3 (:class:`~lit_embed.errors.DivergedError`); a signal that stopped the command exits 128 + its number
 (SIGTERM 143, SIGINT 130), and one that arrived as the command finished its last step changes nothing (0); anything
 else is a bug and keeps its traceback.
@@ -21,7 +21,7 @@ from pathlib import Path
 
 from lit_embed import __version__
 from lit_embed.commands.early_data import check_data_files
-from lit_embed.commands.helptext import shipped, summary
+from lit_embed.commands.helptext import cached, summary
 from lit_embed.commands.parsing import check_names
 from lit_embed.errors import ConfigError, PluginError, UserError
 from lit_embed.notices import quiet
@@ -137,9 +137,9 @@ def _run(argv: list[str]) -> int:
     folders = sys.modules.get("lit_embed.folders")  # where not imported yet, nothing was taken before
     if folders is not None:
         folders.new_command()
-    shipped_help = shipped(argv)
-    if shipped_help is not None:  # before anything heavy is imported (helptext)
-        print(shipped_help, end="")
+    cached_help = cached(argv)
+    if cached_help is not None:  # before anything heavy is imported (helptext)
+        print(cached_help, end="")
         return 0
     quiet(argv[0])
     try:
