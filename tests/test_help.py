@@ -163,3 +163,23 @@ def test_every_other_command_module_imports_no_torch():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                           env={**os.environ, "LIT_EMBED_PLUGINS": "0"})
     assert done.stdout.splitlines() == [f"{module} []" for module in light], done.stderr[-2000:]
+
+
+@pytest.mark.parametrize("library, installed, supported", [
+    ("pytorch_lightning", "2.7.0", "pytorch-lightning>=2.6,<2.7"), ("pytorch_lightning", "2.5.5", "pytorch-lightning>=2.6,<2.7"),
+    ("jsonargparse", "4.20.0", "jsonargparse>=4.35"),
+])
+def test_a_version_lit_embed_does_not_support_fails_at_import_naming_it_and_the_fix(library, installed, supported,
+                                                                                    tmp_path):
+    """The library's metadata says another version (a dist-info found first on the path, as pip leaves one): importing
+    the commands fails with one line naming the installed version, the range and the fix; nothing is skipped."""
+    info = tmp_path / f"{library}-{installed}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {library.replace('_', '-')}\nVersion: {installed}\n")
+    done = subprocess.run([sys.executable, "-c", "import lit_embed.commands"], capture_output=True, text=True,
+                          timeout=60, env={**os.environ, "PYTHONPATH": str(tmp_path)})
+    name = library.replace("_", "-")
+    assert done.returncode == 1
+    assert done.stderr.splitlines()[-1] == (f"ImportError: {name} {installed} is installed, but lit-embed supports "
+                                            f'{supported} only: pip install "{supported}"')
+

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from lit_embed import __version__
 from lit_embed.commands.early_data import check_data_files
-from lit_embed.commands.helptext import cached, summary
+from lit_embed.commands.helptext import LIBRARIES, cached, summary
 from lit_embed.commands.parsing import check_names
 from lit_embed.errors import ConfigError, PluginError, UserError
 from lit_embed.notices import quiet
@@ -44,6 +44,35 @@ class Command:
         """Its line of help: the first paragraph of the function's docstring, read without importing it."""
         return summary(self.target)
 
+
+def check_versions() -> None:
+    """Refuse a pytorch-lightning or jsonargparse outside the versions lit-embed declares (its pyproject.toml, read
+    from its installed metadata), loudly and at once: the commands' parsers, their errors and the help cache are built
+    on what those versions do, and another may change it (HF's ``check_min_version`` does the same)."""
+    from importlib.metadata import PackageNotFoundError, requires
+    from importlib.metadata import version as installed
+
+    from packaging.requirements import Requirement
+
+    try:
+        declared = [Requirement(line) for line in requires(OWN) or []]
+    except PackageNotFoundError:
+        return  # not installed at all: main() says how to install it (builtin_commands)
+    for wanted in declared:
+        if wanted.name not in LIBRARIES or wanted.marker is not None:
+            continue
+        try:
+            found: str | None = installed(wanted.name)
+        except PackageNotFoundError:
+            found = None
+        if found is None or not wanted.specifier.contains(found, prereleases=True):
+            supported = ",".join(sorted(map(str, wanted.specifier), key=lambda part: part.startswith("<")))
+            have = f"{wanted.name} {found} is installed" if found else f"{wanted.name} is not installed"
+            raise ImportError(f"{have}, but lit-embed supports {wanted.name}{supported} only: "
+                              f'pip install "{wanted.name}{supported}"')
+
+
+check_versions()
 
 #: lit-embed's own commands, name -> what runs it, as its pyproject.toml declares them in the entry-point group
 #: ``lit_embed.commands`` (a plugin's are added by :func:`table`).
