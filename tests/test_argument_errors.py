@@ -122,8 +122,8 @@ def cached(monkeypatch) -> helptext.Help:
 def test_every_option_a_command_lists_passes_the_early_check(command, cached):
     for flag in helptext.options(cached.texts[command]):
         if flag not in ("--help", "--config", "--method"):  # a method's name is checked (below): "1" is none
-            check_names([command, flag, "1"])
-            check_names([command, f"{flag}=1"])
+            check_names([command, flag, "1"], cached)
+            check_names([command, f"{flag}=1"], cached)
 
 
 def test_every_option_a_compression_method_lists_passes_the_early_check(cached):
@@ -131,7 +131,7 @@ def test_every_option_a_compression_method_lists_passes_the_early_check(cached):
     for method in cached.methods:
         for flag in helptext.options(cached.method(method)):
             if flag not in ("--help", "--config", "--method"):
-                check_names(["compress", "--method", method, flag, "1"])
+                check_names(["compress", "--method", method, flag, "1"], cached)
 
 
 @pytest.mark.parametrize("argv", [
@@ -141,7 +141,7 @@ def test_every_option_a_compression_method_lists_passes_the_early_check(cached):
 ])
 def test_the_early_line_for_a_method_option_is_the_parsers(argv, cached, capsys):
     with pytest.raises(SystemExit):
-        check_names(argv)
+        check_names(argv, cached)
     early = capsys.readouterr().err
     with pytest.raises(SystemExit):
         compress.main([*argv[1:], "--ckpt", "x", "--out", "y"])  # the command's own parser, after the import
@@ -164,12 +164,22 @@ def test_the_early_line_for_a_method_option_is_the_parsers(argv, cached, capsys)
 def test_what_a_parser_takes_passes_the_early_check(argv, cached):
     """Keys below an option that takes a class or a mapping, configs inline, and anything after ``--`` are the
     parser's to judge, after the import."""
-    check_names(argv)
+    check_names(argv, cached)
 
 
-def test_where_the_help_cannot_be_cached_the_parser_judges(monkeypatch):
-    monkeypatch.setattr(helptext, "cached_help", lambda: None)  # a plugin that fails to import, say
-    check_names(["fit", "--trainer.max_step", "3"])
+def test_the_early_check_reads_the_cache_only_where_lightning_is_not_imported_yet(cached, monkeypatch, capsys):
+    """Where this process has imported Lightning (a Python session, these tests) its parser answers as soon; where
+    the help cannot be cached (a plugin that fails to import, say), the parser judges after the import."""
+    typo = ["fit", "--trainer.max_step", "3"]
+    monkeypatch.setattr(helptext, "cached_help", lambda: pytest.fail("read where Lightning is imported"))
+    check_names(typo)
+    monkeypatch.delitem(sys.modules, "pytorch_lightning")  # as in a fresh `lit-embed` process
+    monkeypatch.setattr(helptext, "cached_help", lambda: cached)
+    with pytest.raises(SystemExit):
+        check_names(typo)
+    assert "unrecognized arguments: --trainer.max_step 3" in capsys.readouterr().err
+    monkeypatch.setattr(helptext, "cached_help", lambda: None)
+    check_names(typo)
     check_names(["compress", "--method", "svdd"])
 
 

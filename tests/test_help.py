@@ -13,58 +13,49 @@ import pytest
 
 from lit_embed.commands import helptext, main
 
-#: Prints what ``lit-embed fit --help`` and then every cached help print, and the heavy modules imported meanwhile.
-FROM_THE_CACHE = """
+#: Prints what ``lit-embed fit --help`` and then every cached help print, the heavy modules imported meanwhile, and
+#: then, with the cache out of the way, what each command's own parser prints (in the same fresh process: what the
+#: cache was built in, lit-embed and the installed plugins, and nothing else).
+CACHED_THEN_LIVE = """
 import contextlib, io, json, sys
+import lit_embed.commands
 from lit_embed.commands import main, helptext
 def said(argv):
     out = io.StringIO()
-    with contextlib.redirect_stdout(out):
+    with contextlib.redirect_stdout(out), contextlib.suppress(SystemExit):
         assert main(argv) == 0
     return out.getvalue()
-first = said(["fit", "--help"])  # builds the cache
+first = said(["fit", "--help"])  # builds the cache where there is none
 names = list(helptext.cached_help().texts)
-texts = {name: said([*name.split(), "--help"]) for name in names}
+cached = {name: said([*name.split(), "--help"]) for name in names}
 heavy = sorted(m for m in ("torch", "pytorch_lightning", "transformers") if m in sys.modules)
-print(json.dumps({"first": first, "texts": texts, "heavy": heavy}))
-"""
-#: Prints what each heavy command's --help says with the cache out of the way: the command's own parser.
-LIVE = """
-import contextlib, io, json
-import lit_embed.commands
-from lit_embed.commands import helptext, main
-from lit_embed.plugins import load_plugins
 lit_embed.commands.cached = lambda argv: None
+from lit_embed.plugins import load_plugins
 load_plugins()
-texts = {}
-for argv in helptext.helped():
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.suppress(SystemExit):
-        main(argv)
-    texts[" ".join(argv[:-1])] = out.getvalue()
-print(json.dumps(texts))
+live = {" ".join(argv[:-1]): said(argv) for argv in helptext.helped()}
+print(json.dumps({"first": first, "cached": cached, "heavy": heavy, "live": live}))
 """
 
 
-def run(code: str, cache) -> str:
+def run(code: str, **env: str) -> str:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "LIT_EMBED_CACHE": str(cache), "COLUMNS": str(helptext.COLUMNS)})
+                          env={**os.environ, "COLUMNS": str(helptext.COLUMNS), **env})
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout.splitlines()[-1]
 
 
-def test_the_cached_help_is_the_live_help_and_answers_without_torch(tmp_path):
-    """On the versions installed here: a fresh cache is built by the first --help, then every heavy command's help
-    answers from it without importing torch, Lightning or transformers, and says what the command's own parser says."""
-    cached = json.loads(run(FROM_THE_CACHE, tmp_path / "cache"))
-    live = json.loads(run(LIVE, tmp_path / "unused"))
-    assert cached["heavy"] == []
-    assert cached["texts"].keys() == live.keys()
+def test_the_cached_help_is_the_live_help_and_answers_without_torch():
+    """On the versions installed here: the first --help builds the cache where this session has not yet (the test
+    session's private cache, shared with the early checks' tests: one build), then every heavy command's help answers
+    from it without importing torch, Lightning or transformers, and says what the command's own parser says."""
+    found = json.loads(run(CACHED_THEN_LIVE))
+    cached, live = found["cached"], found["live"]
+    assert found["heavy"] == []
+    assert cached.keys() == live.keys()
     assert {"fit", "validate", "test", "predict", "compress", "compress --method svd"} <= set(live)
     for name, text in live.items():
-        assert cached["texts"][name] == text, name
-    assert cached["first"] == live["fit"] and "usage: lit-embed" in live["fit"]
-    assert len(list((tmp_path / "cache" / "help").iterdir())) == 1
+        assert cached[name] == text, name
+    assert found["first"] == live["fit"] and "usage: lit-embed" in live["fit"]
 
 
 def stand_in(**texts: str) -> helptext.Help:

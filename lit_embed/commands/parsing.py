@@ -78,13 +78,14 @@ class ArgumentParser(argparse.ArgumentParser):
         return super().parse_args(words, namespace)
 
 
-def check_names(argv: list[str]) -> None:
+def check_names(argv: list[str], found: helptext.Help | None = None) -> None:
     """Refuse ``lit-embed ARGV`` where its command does not take one of the options it names, or its ``--config``
     file does not exist, with the line its parser would print, before a command that builds its parser from the
     model's classes (:data:`~lit_embed.commands.HEAVY`) imports torch and Lightning (seconds, a minute on a busy
-    machine, to say a typo). Names only, read from the command's cached help (:mod:`~lit_embed.commands.helptext`,
-    built here if missing; ``data check`` parses a config as ``fit`` does): the values and the configs' contents are
-    the parser's, after the import."""
+    machine, to say a typo). Names only, read from the commands' help ``found``, by default the cached help
+    (:mod:`~lit_embed.commands.helptext`, built here if missing; ``data check`` parses a config as ``fit`` does): the
+    values and the configs' contents are the parser's, after the import. A process that has imported Lightning
+    already (a Python session, the tests) has nothing to gain: its parser answers as soon, and says it all."""
     from lit_embed.commands import HEAVY
 
     name, words = argv[0], argv[1:]
@@ -92,7 +93,8 @@ def check_names(argv: list[str]) -> None:
         name, words = "fit", argv[2:]  # its parser is fit's
     if name not in HEAVY or "-h" in words or "--help" in words or not any(w.startswith("-") for w in words):
         return  # the command's parser says it; the help says it
-    found = helptext.cached_help()
+    if found is None and "pytorch_lightning" not in sys.modules:
+        found = helptext.cached_help()
     if found is None:
         return
     method = named_method(words) if name == "compress" else None
