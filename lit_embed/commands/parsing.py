@@ -37,9 +37,11 @@ def close_match(message: str, options: Iterable[str]) -> str | None:
 
 
 def report_error(prog: str, message: str, options: Iterable[str]) -> NoReturn:
-    """Print the error (and a close match) with one line saying where help is; exit 2 as argparse does."""
+    """Print the error (and a close match) with one line saying where help is; exit 2 as argparse does. An unknown
+    option is said in argparse's words whichever parser found it (jsonargparse 4.45, for one, capitalises them)."""
     prog = prog.replace(" [options]", "")
-    lines = [f"{prog}: error: {message.strip()}"]
+    message = UNKNOWN_OPTION.sub(lambda found: f"unrecognized arguments: {found.group(1)}", message.strip(), count=1)
+    lines = [f"{prog}: error: {message}"]
     hint = close_match(message, options)
     if hint:
         lines.append(f"  {hint}")
