@@ -85,14 +85,14 @@ def test_a_damaged_or_partial_cache_is_never_trusted_and_is_built_again(damage, 
         path.rmdir()
     built = []
 
-    def build(*args, **kwargs):  # what ``python -m lit_embed.commands.helptext`` does, without its imports
+    def build(*args, **kwargs):  # what helptext.write does in a fresh process, without its imports
         built.append(args[0])
         helptext.store(helptext.key(), stand_in(validate="usage: lit-embed validate\n"))
         return subprocess.CompletedProcess(args[0], 0)
 
     monkeypatch.setattr(helptext.subprocess, "run", build)
     assert helptext.cached_help() == stand_in(validate="usage: lit-embed validate\n")
-    assert built == [[sys.executable, "-m", "lit_embed.commands.helptext"]]
+    assert built == [[sys.executable, "-c", helptext.BUILD]]
     assert helptext.cached(["validate", "--help"]) == "usage: lit-embed validate\n" and len(built) == 1
 
 

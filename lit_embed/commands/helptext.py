@@ -3,11 +3,11 @@ each compression method: :data:`~lit_embed.commands.HEAVY`), kept in lit-embed's
 asks for it, so that ``--help`` and a mistyped option answer before torch and Lightning are imported (6-7 s on an idle
 machine, a minute on a busy one, for text that changes only with what is installed).
 
-What is cached is what the commands themselves print, written by a fresh process (``python -m
-lit_embed.commands.helptext``: it loads the installed plugins and nothing else, since the live help lists every
-imported subclass of what an option takes) at a fixed width (:data:`COLUMNS`). Its key is everything that can change
-it: lit-embed's version and source files, Python's, pytorch-lightning's and jsonargparse's versions, and the installed
-plugins' entry points; another key is another file. The file is written atomically and read back only when it is
+What is cached is what the commands themselves print, written by a fresh process (:func:`write`: it loads the
+installed plugins and nothing else, since the live help lists every imported subclass of what an option takes) at a
+fixed width (:data:`COLUMNS`). Its key is everything that can change it: lit-embed's version and source files,
+Python's, pytorch-lightning's and jsonargparse's versions, and the installed plugins' entry points; another key is
+another file. The file is written atomically and read back only when it is
 exactly what was written for this key: a damaged, partial or edited one is built again, never trusted.
 """
 
@@ -37,6 +37,8 @@ FORMAT = "lit-embed help 1"
 #: What a command's help is made of, besides lit-embed itself.
 LIBRARIES = ("pytorch-lightning", "jsonargparse")
 METHOD = "compress --method "
+#: What the fresh process that builds the cache runs.
+BUILD = "from lit_embed.commands.helptext import write; write()"
 SOURCE = Path(__file__).parents[1]
 
 
@@ -108,7 +110,7 @@ def cached_help() -> Help | None:
     cached = read(path, found)
     if cached is None:
         path_here = os.pathsep.join(folder or os.curdir for folder in sys.path)  # the plugins this process finds
-        built = subprocess.run([sys.executable, "-m", __name__], capture_output=True, check=False,
+        built = subprocess.run([sys.executable, "-c", BUILD], capture_output=True, check=False,
                                env={**os.environ, "COLUMNS": str(COLUMNS), "PYTHONPATH": path_here})
         cached = read(path, found) if built.returncode == 0 else None
     return cached
@@ -230,7 +232,3 @@ def options(text: str) -> list[str]:
     those its descriptions mention."""
     words = (part.split()[0] for line in OPTION.findall(text) for part in line.split(", ") if part.strip())
     return [word for word in words if word.startswith("--")]
-
-
-if __name__ == "__main__":
-    print(f"wrote {write()}", file=sys.stderr)
