@@ -1,5 +1,5 @@
-"""lit-embed's cache of what it computes once: a cluster assignment's codes, under ``$LIT_EMBED_CACHE``
-(default ``~/.cache/lit_embed``).
+"""lit-embed's cache of what it computes once: a cluster assignment's codes (and the commands' help:
+:mod:`lit_embed.commands.helptext`), under ``$LIT_EMBED_CACHE`` (default ``~/.cache/lit_embed``).
 
 A cached file is safetensors (tensors and a header of strings: nothing in it runs when it is read), written
 atomically with the key it was computed for and a digest of its content, and read back only when it is exactly
@@ -14,10 +14,12 @@ import hashlib
 import logging
 import os
 from pathlib import Path
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from lit_embed.files import atomic_writer
+
+if TYPE_CHECKING:  # numpy is imported where arrays are read or written: the help cache reads the folder alone
+    import numpy as np
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +38,7 @@ def read_codes(path: Path, key: str, shape: tuple[int, ...]) -> np.ndarray | Non
     again) for anything else."""
     if not path.is_file():
         return None
+    import numpy as np
     from safetensors import safe_open
 
     try:
@@ -54,6 +57,7 @@ def read_codes(path: Path, key: str, shape: tuple[int, ...]) -> np.ndarray | Non
 
 def write_codes(path: Path, key: str, codes: np.ndarray) -> None:
     """Cache ``codes`` (as int64) at ``path`` for ``key``, atomically: readers see the whole file or none."""
+    import numpy as np
     from safetensors.numpy import save
 
     codes = np.ascontiguousarray(codes, dtype=np.int64)
@@ -63,4 +67,6 @@ def write_codes(path: Path, key: str, codes: np.ndarray) -> None:
 
 
 def _digest(codes: np.ndarray) -> str:
+    import numpy as np
+
     return hashlib.sha256(np.ascontiguousarray(codes).tobytes()).hexdigest()

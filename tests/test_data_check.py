@@ -8,7 +8,10 @@ import json
 import pytest
 
 from lit_embed.commands import main
+from lit_embed.commands.data_check import parse_config
 from lit_embed.data import hub_names as check
+from lit_embed.data.finetune import TaskDataModule
+from lit_embed.data.hub_names import names_in
 from tests.helpers import CONFIGS
 
 GLUE = "nyu-mll/glue@0de23925db68e9cf6287d3776a0f67f5267a42eb"
@@ -181,3 +184,34 @@ def test_a_data_piece_and_a_task_of_your_own_in_local_files_are_checked_as_files
     assert "gone.csv" in err and "missing" in err and "hub could not be reached" not in err
     status, _, err = data_check(capsys, "backbone/tiny.yaml")
     assert status == 2 and "is a piece of a config (lit_embed.models.Encoder)" in err
+
+
+class OwnTaskData(TaskDataModule):
+    """A data module of the user's: it reads what its own methods say."""
+
+    def test_sources(self):
+        return {"": (self.task.config, "test")}
+
+
+def test_a_data_module_of_your_own_is_checked_by_the_sources_it_reads(tmp_path, monkeypatch, capsys):
+    """fit's own parser composes the config, so a class lit-embed does not know is built and asked."""
+    monkeypatch.chdir(tmp_path)
+    argv = ["--config", str(CONFIGS / "experiments/finetune/glue/rte.yaml"),
+            "--data.class_path", "tests.test_data_check.OwnTaskData"]
+    names, _ = names_in(*parse_config(argv))
+    (glue,) = [name for name in names if name.kind == "dataset"]
+    assert glue.needs == ["rte/train-*", "rte/validation-*", "rte/test-*"]
+    assert main(["data", "check", *argv]) == 2  # offline: the hub's names are not checked
+    assert "| nyu-mll/glue@" in capsys.readouterr().out
+
+
+def test_a_task_defined_on_the_command_line_of_a_papers_config_is_parsed_as_one_in_its_file(tmp_path, monkeypatch):
+    """The paper's evaluation schedule asks the task table for a definition jsonargparse parsed from the command line
+    (a Namespace, not the mapping a file gives): it is read as the file's would be."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "mine.csv").write_text("text,label\nthe sea,sea\na city,city\n")
+    own = '{"name": "cmdline", "text_columns": [text], "files": mine.csv, "labels": [city, sea]}'
+    argv = ["--config", str(CONFIGS / "experiments/finetune/glue/rte.yaml"), "--data.init_args.task", own,
+            "--model.init_args.task", own]
+    names, _ = names_in(*parse_config(argv))
+    assert ("mine.csv", "file", ["task cmdline (train)"]) in [(n.shown, n.kind, n.uses) for n in names]

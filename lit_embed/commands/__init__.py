@@ -1,9 +1,9 @@
 """``lit-embed``: the commands of the entry-point group ``lit_embed.commands``, lit-embed's own (:data:`COMMANDS`: Lightning's
 fit/validate/test/predict and the others) and the installed plugins' (:func:`table`).
 
-This module imports nothing heavy: ``lit-embed --help``, ``--version`` and the commands that need no model
-(``report``) answer without loading torch or Lightning; the Lightning commands import
-:mod:`lit_embed.commands.lightning` when they run. Errors that are the user's to fix exit 2 with one line, a run that
+This module imports nothing heavy: ``lit-embed --help``, ``--version`` and every command's ``--help`` answer without
+loading torch or Lightning (the :data:`HEAVY` commands' from :mod:`~lit_embed.commands.helptext`'s cache); the
+Lightning commands import :mod:`lit_embed.commands.lightning` when they run. Errors that are the user's to fix exit 2 with one line, a run that
 diverged exits 3 (:class:`~lit_embed.errors.DivergedError`); a signal that stopped the command exits 128 + its number
 (SIGTERM 143, SIGINT 130), and one that arrived as the command finished its last step changes nothing (0); anything
 else is a bug and keeps its traceback.
@@ -21,7 +21,7 @@ from pathlib import Path
 
 from lit_embed import __version__
 from lit_embed.commands.early_data import check_data_files
-from lit_embed.commands.helptext import shipped, summary
+from lit_embed.commands.helptext import LIBRARIES, cached, summary
 from lit_embed.commands.parsing import check_names
 from lit_embed.errors import ConfigError, PluginError, UserError
 from lit_embed.notices import quiet
@@ -45,6 +45,35 @@ class Command:
         return summary(self.target)
 
 
+def check_versions() -> None:
+    """Refuse a pytorch-lightning or jsonargparse outside the versions lit-embed declares (its pyproject.toml, read
+    from its installed metadata), loudly and at once: the commands' parsers, their errors and the help cache are built
+    on what those versions do, and another may change it (HF's ``check_min_version`` does the same)."""
+    from importlib.metadata import PackageNotFoundError, requires
+    from importlib.metadata import version as installed
+
+    from packaging.requirements import Requirement
+
+    try:
+        declared = [Requirement(line) for line in requires(OWN) or []]
+    except PackageNotFoundError:
+        return  # not installed at all: main() says how to install it (builtin_commands)
+    for wanted in declared:
+        if wanted.name not in LIBRARIES or wanted.marker is not None:
+            continue
+        try:
+            found: str | None = installed(wanted.name)
+        except PackageNotFoundError:
+            found = None
+        if found is None or not wanted.specifier.contains(found, prereleases=True):
+            supported = ",".join(sorted(map(str, wanted.specifier), key=lambda part: part.startswith("<")))
+            have = f"{wanted.name} {found} is installed" if found else f"{wanted.name} is not installed"
+            raise ImportError(f"{have}, but lit-embed supports {wanted.name}{supported} only: "
+                              f'pip install "{wanted.name}{supported}"')
+
+
+check_versions()
+
 #: lit-embed's own commands, name -> what runs it, as its pyproject.toml declares them in the entry-point group
 #: ``lit_embed.commands`` (a plugin's are added by :func:`table`).
 try:
@@ -55,6 +84,9 @@ else:
     _NOT_INSTALLED = None
 #: Lightning's subcommands (:class:`~lit_embed.commands.lightning.LitEmbedCLI`).
 LIGHTNING_COMMANDS = tuple(name for name, command in COMMANDS.items() if command.target.startswith(f"{LIGHTNING}:"))
+#: The commands whose parser is built from the classes a config may name (so their module imports torch and
+#: Lightning): their help is cached. Every other command's module imports neither until its arguments parse.
+HEAVY = (*LIGHTNING_COMMANDS, "compress")
 
 
 def table() -> dict[str, Command]:
@@ -134,9 +166,9 @@ def _run(argv: list[str]) -> int:
     folders = sys.modules.get("lit_embed.folders")  # where not imported yet, nothing was taken before
     if folders is not None:
         folders.new_command()
-    shipped_help = shipped(argv)
-    if shipped_help is not None:  # before anything heavy is imported (helptext)
-        print(shipped_help, end="")
+    cached_help = cached(argv)
+    if cached_help is not None:  # before anything heavy is imported (helptext)
+        print(cached_help, end="")
         return 0
     quiet(argv[0])
     try:

@@ -6,24 +6,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-from torch.utils.tensorboard import SummaryWriter
-
-from lit_embed.analysis import (
-    ANALYSIS_DIR,
-    ANALYSIS_FILES,
-    analyse,
-    draw,
-    earlier_analysis,
-    read_texts,
-    save_analysis,
-)
-from lit_embed.checkpoints import load_model, recorded_tokenizer
 from lit_embed.commands.parsing import ArgumentParser
 from lit_embed.errors import ConfigError
 from lit_embed.files import atomic_folder, check_output, writing
 from lit_embed.folders import checkpoints_taken, start_checkpoint
 from lit_embed.hub import trusting_remote_code
-from lit_embed.models.base import EmbeddingModule
 
 
 def main(argv: list[str]) -> int:
@@ -44,6 +31,21 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--trust_remote_code", action="store_true", help="let the tokenizer run the code it ships "
                         "(LINE's Japanese tokenizer); what the checkpoint records never grants it")
     args = parser.parse_args(argv)
+    # torch comes with these: imported once the arguments parse, so that --help and a typo answer without it
+    from torch.utils.tensorboard import SummaryWriter
+
+    from lit_embed.analysis import (
+        ANALYSIS_DIR,
+        ANALYSIS_FILES,
+        analyse,
+        draw,
+        earlier_analysis,
+        read_texts,
+        save_analysis,
+    )
+    from lit_embed.checkpoints import load_model, recorded_tokenizer
+    from lit_embed.models.base import EmbeddingModule
+
     if args.max_texts < 1 or args.points < 1:
         raise ConfigError(f"--max-texts={args.max_texts} and --points={args.points} must be positive")
     ckpt = start_checkpoint(args.ckpt)

@@ -3,7 +3,6 @@ other command reads it (:func:`~lit_embed.checkpoints.read_checkpoint` unpickles
 
 from __future__ import annotations
 
-from lit_embed.checkpoints import convert
 from lit_embed.commands.parsing import ArgumentParser
 
 
@@ -18,6 +17,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("target", metavar="OUT", help="the file to write: never IN, nor a file that exists unless --overwrite")
     parser.add_argument("--overwrite", action="store_true", help="replace OUT where it exists (never IN)")
     args = parser.parse_args(argv)
+    from lit_embed.checkpoints import convert  # torch: once the arguments parse
+
     convert(args.source, args.target, overwrite=args.overwrite)
     print(f"wrote {args.target}")
     return 0

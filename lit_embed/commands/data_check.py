@@ -7,7 +7,6 @@ from pathlib import Path
 
 import yaml
 
-from lit_embed.commands import light_config
 from lit_embed.data import hub_names
 from lit_embed.data.hub_names import USAGE, Name, TaskReads, check_all, names_in
 from lit_embed.data.sources import how_to_fetch
@@ -66,20 +65,16 @@ def _problems(names: list[Name]) -> list[str]:
     ]
 
 
-def parse_config(argv: list[str], light: bool = True) -> tuple[dict, TaskReads | None]:
-    """The composed config of ``--config`` files and overrides, as ``fit`` would see it, and what its task's data
-    module reads (``None`` for other data); nothing else is built. Composed without Lightning where
-    :mod:`~lit_embed.commands.light_config` is sure to compose the same (``light``), else by ``fit``'s own parser.
+def parse_config(argv: list[str]) -> tuple[dict, TaskReads | None]:
+    """The composed config of ``--config`` files and overrides, as ``fit``'s own parser composes it (nothing is built:
+    no model, no Trainer), and what its task's data module reads (``None`` for other data).
 
     A data piece (``configs/data/*.yaml``: a data module's ``class_path`` and ``init_args`` alone) is checked as
     the data of a config.
     """
-    piece = _data_piece(argv, light)
+    piece = _data_piece(argv)
     if piece is not None:
         return piece
-    composed = light_config.compose(argv) if light else None
-    if composed is not None:
-        return composed
     from lit_embed.commands.lightning import ModelOnlyCLI  # imports Lightning
 
     class ParseOnly(ModelOnlyCLI):
@@ -90,7 +85,7 @@ def parse_config(argv: list[str], light: bool = True) -> tuple[dict, TaskReads |
     return config, _task_reads(config.get("data") or {})
 
 
-def _data_piece(argv: list[str], light: bool) -> tuple[dict, TaskReads | None] | None:
+def _data_piece(argv: list[str]) -> tuple[dict, TaskReads | None] | None:
     """The data module config of ``--config PIECE`` where that is all ``argv`` gives and PIECE is a data piece."""
     if len(argv) != 2 or argv[0] != "--config" or not Path(argv[1]).is_file():
         return None
@@ -98,8 +93,7 @@ def _data_piece(argv: list[str], light: bool) -> tuple[dict, TaskReads | None] |
     if not isinstance(document, dict) or "class_path" not in document or {"model", "data", "trainer"} & set(document):
         return None
     data = {"class_path": document["class_path"], "init_args": document.get("init_args") or {}}
-    known = light_config.piece(data) if light else None
-    is_data, reads = known if known is not None else _full_piece(data)
+    is_data, reads = _full_piece(data)
     if not is_data:
         raise ConfigError(f"{argv[1]} is a piece of a config ({document['class_path']}), not a config or its data: give an "
                           f"experiment config that uses it")

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 from lit_embed.commands.parsing import ArgumentParser
-from lit_embed.export.folder import check_push, export, push
 
 
 def main(argv: list[str]) -> int:
@@ -27,6 +26,8 @@ def main(argv: list[str]) -> int:
                         "hub's model repository REPO (USER/NAME; created if missing), with your token "
                         "(hf auth login, or HF_TOKEN); lit_embed_export.json, which holds local paths, stays here")
     args = parser.parse_args(argv)
+    from lit_embed.export.folder import check_push, export, push  # torch: once the arguments parse
+
     if args.push_to_hub:
         check_push(args.push_to_hub)
     out = export(args.ckpt, args.out, overwrite=args.overwrite, tokenizer=args.tokenizer,

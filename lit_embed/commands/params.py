@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 from lit_embed.accounting import format_parameters, parameter_report
-from lit_embed.commands.lightning import ModelOnlyCLI
 from lit_embed.hub import shapes_only
 
 HELP = """usage: lit-embed params --config FILE [--json] [--model.init_args.KEY VALUE ...]
@@ -28,6 +27,8 @@ def main(argv: list[str]) -> int:
         return 0
     as_json = "--json" in argv
     rest = [a for a in argv if a != "--json"]
+    from lit_embed.commands.lightning import ModelOnlyCLI  # Lightning: only to build a model
+
     with shapes_only():
         cli = ModelOnlyCLI(args=rest, run=False, prog="lit-embed params")
     if cli.model.embedding.shaped_by_prepare:

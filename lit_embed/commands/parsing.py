@@ -3,7 +3,8 @@ help is, without argparse's usage block above it (fifty lines of options buried 
 
 Both kinds of parser the commands use get it: :class:`ArgumentParser` for the argparse commands, and
 :class:`ConciseErrors` mixed into jsonargparse's (LightningCLI's, compress's). :func:`check_names` says the same
-before a command imports torch and Lightning, for an option it does not take or a ``--config`` file that is not there.
+before a command imports torch and Lightning, for an option it does not take or a ``--config`` file that is not there,
+from the command's cached help.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from lit_embed.commands import helptext
-from lit_embed.errors import ConfigError, nearest_path, not_known
+from lit_embed.errors import nearest_path, not_known
 
 UNKNOWN_OPTION = re.compile(r"unrecognized arguments?:\s*(--?[\w.\-]+)", re.IGNORECASE)
 MISSING_FILE = re.compile(r"(?:File does not exist|does not exist|can't open)[^']*'([^']+)'", re.IGNORECASE)
@@ -36,9 +37,11 @@ def close_match(message: str, options: Iterable[str]) -> str | None:
 
 
 def report_error(prog: str, message: str, options: Iterable[str]) -> NoReturn:
-    """Print the error (and a close match) with one line saying where help is; exit 2 as argparse does."""
+    """Print the error (and a close match) with one line saying where help is; exit 2 as argparse does. An unknown
+    option is said in argparse's words whichever parser found it (jsonargparse 4.45, for one, capitalises them)."""
     prog = prog.replace(" [options]", "")
-    lines = [f"{prog}: error: {message.strip()}"]
+    message = UNKNOWN_OPTION.sub(lambda found: f"unrecognized arguments: {found.group(1)}", message.strip(), count=1)
+    lines = [f"{prog}: error: {message}"]
     hint = close_match(message, options)
     if hint:
         lines.append(f"  {hint}")
@@ -63,64 +66,63 @@ class ConciseErrors:
 
 
 class ArgumentParser(argparse.ArgumentParser):
-    """argparse's parser with :func:`report_error`'s errors."""
+    """argparse's parser with :func:`report_error`'s errors; an option it does not take is said before a missing one
+    (``--ckp x.ckpt``: a close match to the option, not "--ckpt is required")."""
 
     def error(self, message: str) -> NoReturn:
         report_error(self.prog, message, option_strings(self))
 
+    def parse_args(self, args=None, namespace=None):  # type: ignore[override]
+        words = sys.argv[1:] if args is None else list(args)
+        problem = _unknown_option(words, option_strings(self))
+        if problem is not None:
+            self.error(problem)
+        return super().parse_args(words, namespace)
 
-#: The commands :func:`check_names` checks: those that import torch or Lightning before parsing and whose shipped help
-#: is their parser's own (``params``' is written by hand: its ``--model.*`` stands for every option ``fit`` takes).
-CHECKED = ("fit", "validate", "test", "predict", "analyze", "compress", "export", "data")
 
-
-def check_names(argv: list[str]) -> None:
+def check_names(argv: list[str], found: helptext.Help | None = None) -> None:
     """Refuse ``lit-embed ARGV`` where its command does not take one of the options it names, or its ``--config``
-    file does not exist, with the line its parser would print, before the command imports torch and Lightning
-    (seconds, a minute on a busy machine, to say a typo). Names only, read from the command's shipped help
-    (:mod:`~lit_embed.commands.helptext`; ``data check`` parses a config as ``fit`` does): the values and the configs'
-    contents are the parser's, after the import. Where no copy holds (other versions, a plugin installed) the parser
-    says it all."""
+    file does not exist, with the line its parser would print, before a command that builds its parser from the
+    model's classes (:data:`~lit_embed.commands.HEAVY`) imports torch and Lightning (seconds, a minute on a busy
+    machine, to say a typo). Names only, read from the commands' help ``found``, by default the cached help
+    (:mod:`~lit_embed.commands.helptext`, built here if missing; ``data check`` parses a config as ``fit`` does): the
+    values and the configs' contents are the parser's, after the import. A process that has imported Lightning
+    already (a Python session, the tests) has nothing to gain: its parser answers as soon, and says it all."""
+    from lit_embed.commands import HEAVY
+
     name, words = argv[0], argv[1:]
-    if name not in CHECKED or "-h" in words or "--help" in words:
+    if name == "data" and argv[1:2] == ["check"]:
+        name, words = "fit", argv[2:]  # its parser is fit's
+    if name not in HEAVY or "-h" in words or "--help" in words or not any(w.startswith("-") for w in words):
         return  # the command's parser says it; the help says it
-    prog = f"lit-embed {name}"
-    if name == "data":
-        prog, words = "lit-embed data check", argv[2:]
-        if argv[1:2] != ["check"] or not any(w == "--config" or w.startswith("--config=") for w in words):
-            usage = helptext.copy("data_check", plugins_checked=False)
-            if usage is not None:
-                raise ConfigError(usage.partition("\n")[0])
-            return
-    copy_name = "fit" if name == "data" else name
-    method = named_method(words) if name == "compress" else None
-    if method is not None:  # compress takes the options of the method it runs: that method's copy lists them
-        copy_name = f"compress_method_{method}"
-        registered_here = "lit_embed.compress.methods" in sys.modules  # code of this process may have added methods
-        if helptext.copy(copy_name, plugins_checked=False) is None and helptext.copy("compress", plugins_checked=False) \
-                is not None and not registered_here and not helptext.plugins_installed():
-            raise not_known("method", method, helptext.copied_methods())  # no copy of these versions: none built in
-    text = helptext.copy(copy_name, plugins_checked=False)
-    if text is None or not any(w.startswith("-") for w in words):
+    if found is None and "pytorch_lightning" not in sys.modules:
+        found = helptext.cached_help()
+    if found is None:
         return
+    method = named_method(words) if name == "compress" else None
+    text = found.texts.get(name) if method is None else found.method(method)
+    if text is None and method is not None:  # compress takes the options of the method it runs: its help lists them
+        methods_here = sys.modules.get("lit_embed.compress.methods")  # code of this process may have added methods
+        if methods_here is None or method not in methods_here.CompressionMethod.registry:
+            raise not_known("method", method, found.methods)
+    if text is None:
+        return  # the parser knows it
     flags = helptext.options(text)
     problem = _unknown_option(words, flags)
     if problem is not None and method is not None:
-        problem += _method_options(problem, method)
+        problem += _method_options(problem, method, found)
     problem = problem or (_missing_config(words) if "--config" in flags else None)
-    if problem is not None and not helptext.plugins_installed():  # a plugin's classes may take more: its parser says
-        report_error(prog, problem, flags)
+    if problem is not None:
+        report_error(f"lit-embed {' '.join(argv[:2]) if argv[0] == 'data' else argv[0]}", problem, flags)
 
 
-def _method_options(problem: str, method: str) -> str:
+def _method_options(problem: str, method: str, found: helptext.Help) -> str:
     """What compress's parser adds to an unknown option: the options ``method`` takes, and the methods whose option
-    it is (read from the methods' copies: the options all of them list are the command's own)."""
-    flags = {name: set(helptext.options(helptext.copy(f"compress_method_{name}", plugins_checked=False) or ""))
-             for name in helptext.copied_methods()}
-    common = set.intersection(*flags.values())
+    it is (the options all of lit-embed's own methods take are the command's own)."""
+    flags = {name: set(helptext.options(found.method(name) or "")) for name in found.methods}
+    common = set.intersection(*(flags[name] for name in found.own_methods))
     option = problem.removeprefix("unrecognized arguments: ").split()[0].partition("=")[0]
-    own = [flag for flag in helptext.options(helptext.copy(f"compress_method_{method}", plugins_checked=False) or "")
-           if flag not in common]
+    own = [flag for flag in helptext.options(found.method(method) or "") if flag not in common]
     owners = [name for name, taken in sorted(flags.items()) if option in taken - common]
     where = f"; {option} is an option of --method {', '.join(owners)}" if owners else ""
     return f" (method {method!r} takes {', '.join(own) if own else 'no options'}{where})"
