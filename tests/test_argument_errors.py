@@ -169,18 +169,21 @@ def test_what_a_parser_takes_passes_the_early_check(argv, cached):
 
 def test_the_early_check_reads_the_cache_only_where_lightning_is_not_imported_yet(cached, monkeypatch, capsys):
     """Where this process has imported Lightning (a Python session, these tests) its parser answers as soon; where
-    the help cannot be cached (a plugin that fails to import, say), the parser judges after the import."""
+    no help is cached yet (a first run: a --help builds it) or it cannot be (a plugin that fails to import, say), the
+    parser judges after the import."""
     typo = ["fit", "--trainer.max_step", "3"]
-    monkeypatch.setattr(helptext, "cached_help", lambda: pytest.fail("read where Lightning is imported"))
+    monkeypatch.setattr(helptext, "cached_help", lambda **_: pytest.fail("read where Lightning is imported"))
     check_names(typo)
     monkeypatch.delitem(sys.modules, "pytorch_lightning")  # as in a fresh `lit-embed` process
-    monkeypatch.setattr(helptext, "cached_help", lambda: cached)
+    monkeypatch.setattr(helptext, "cached_help", lambda **_: cached)
     with pytest.raises(SystemExit):
         check_names(typo)
     assert "unrecognized arguments: --trainer.max_step 3" in capsys.readouterr().err
-    monkeypatch.setattr(helptext, "cached_help", lambda: None)
+    asked: list[dict] = []
+    monkeypatch.setattr(helptext, "cached_help", lambda **how: asked.append(how))  # nothing cached yet
     check_names(typo)
     check_names(["compress", "--method", "svdd"])
+    assert asked == [{"build": False}] * 2  # a run never waits to build the cache: its parser says it as soon
 
 
 def test_a_mistyped_checkpoint_path_suggests_the_nearest_run_folder(tmp_path, monkeypatch, capsys):

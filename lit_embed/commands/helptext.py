@@ -99,16 +99,16 @@ def read(path: Path, found: dict[str, object]) -> Help | None:
     return cached if exact and plain else None
 
 
-def cached_help() -> Help | None:
-    """The cached help, built on first use (by a fresh process: seconds); ``None`` where it cannot be built (a plugin
-    that fails to import: the command itself then says why)."""
+def cached_help(build: bool = True) -> Help | None:
+    """The cached help, built on first use (by a fresh process: seconds) unless ``build`` is false; ``None`` where it is
+    not there to read or cannot be built (a plugin that fails to import: the command itself then says why)."""
     try:
         found = key()
     except ConfigError:  # LIT_EMBED_PLUGINS set to what it does not know: the command says so
         return None
     path = cache_file(found)
     cached = read(path, found)
-    if cached is None:
+    if cached is None and build:
         path_here = os.pathsep.join(folder or os.curdir for folder in sys.path)  # the plugins this process finds
         built = subprocess.run([sys.executable, "-c", BUILD], capture_output=True, check=False,
                                env={**os.environ, "COLUMNS": str(COLUMNS), "PYTHONPATH": path_here})

@@ -85,9 +85,10 @@ def check_names(argv: list[str], found: helptext.Help | None = None) -> None:
     file does not exist, with the line its parser would print, before a command that builds its parser from the
     model's classes (:data:`~lit_embed.commands.HEAVY`) imports torch and Lightning (seconds, a minute on a busy
     machine, to say a typo). Names only, read from the commands' help ``found``, by default the cached help
-    (:mod:`~lit_embed.commands.helptext`, built here if missing; ``data check`` parses a config as ``fit`` does): the
-    values and the configs' contents are the parser's, after the import. A process that has imported Lightning
-    already (a Python session, the tests) has nothing to gain: its parser answers as soon, and says it all."""
+    (:mod:`~lit_embed.commands.helptext`; ``data check`` parses a config as ``fit`` does): the values and the configs'
+    contents are the parser's, after the import. Where no help is cached yet the parser says it: building the cache
+    here would make the first run pay seconds more than its own parser takes (a ``--help`` builds it). A process that
+    has imported Lightning already (a Python session, the tests) has nothing to gain: its parser answers as soon."""
     from lit_embed.commands import HEAVY
 
     name, words = argv[0], argv[1:]
@@ -96,7 +97,7 @@ def check_names(argv: list[str], found: helptext.Help | None = None) -> None:
     if name not in HEAVY or "-h" in words or "--help" in words or not any(w.startswith("-") for w in words):
         return  # the command's parser says it; the help says it
     if found is None and "pytorch_lightning" not in sys.modules:
-        found = helptext.cached_help()
+        found = helptext.cached_help(build=False)
     if found is None:
         return
     method = named_method(words) if name == "compress" else None
