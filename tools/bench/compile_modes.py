@@ -39,23 +39,18 @@ def time_setting(setting, args, ctx: Context) -> dict:
     started = time.perf_counter()
     for _ in range(4):
         step()
-    sync(ctx)
+    ctx.sync()
     warmup = time.perf_counter() - started
     runs = []
     for _ in range(5):
         started = time.perf_counter()
         for _ in range(10):
             step()
-        sync(ctx)
+        ctx.sync()
         runs.append((time.perf_counter() - started) / 10)
     seconds = statistics.median(runs)
     return {"ms per step": round(seconds * 1e3, 2), "range ms": f"{min(runs) * 1e3:.1f}-{max(runs) * 1e3:.1f}",
             "tokens/s": round(size[0] * size[1] / seconds), "warm-up s": round(warmup, 1)}
-
-
-def sync(ctx: Context) -> None:
-    if ctx.device.startswith("cuda"):
-        torch.cuda.synchronize()
 
 
 def main() -> None:
