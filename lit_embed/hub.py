@@ -78,7 +78,7 @@ def known_architecture(name: str) -> dict | None:
 def trusting_remote_code(enabled: bool = True, flag: str | None = None) -> Iterator[None]:
     """Let tokenizers loaded inside run the Python code their hub repository ships (e.g. LINE's
     Japanese DistilBERT tokenizer, which calls MeCab), where ``enabled``: only ever the user's own choice (their
-    command line or config, never a recorded one: :mod:`lit_embed.recorded`). ``flag`` is how the command lets
+    command line or config, never a recorded one: :mod:`lit_embed.checkpoints.recorded`). ``flag`` is how the command lets
     it, named when a tokenizer needs it and may not."""
     tokens = _REMOTE_CODE.set(enabled), (_REMOTE_CODE_FLAG.set(flag) if flag else None)
     try:

@@ -35,7 +35,7 @@ The strategy's properties, in the order checked:
 7. **picklable code sampler**: the sampler survives pickling (DataLoader workers get a copy), holds no
    module or parameter, and the copy draws the same kind of codes on the CPU.
 8. **checkpoint round trip**: ``config(with_sizes=True)`` is plain data that
-   :func:`lit_embed.checkpoints.build_from_config` builds into a fresh strategy, into which the
+   :func:`lit_embed.checkpoints.format.build_from_config` builds into a fresh strategy, into which the
    original's state dict loads strictly; then its persistent buffers, its outputs and its text
    encoder's codes equal the original's exactly.
 9. **survives export**: a tiny masked LM with it, exported as ``lit-embed export`` writes it
@@ -75,7 +75,8 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from lit_embed.checkpoints import FACTS, build_from_config, describe
+from lit_embed.checkpoints.format import FACTS, build_from_config, describe
+from lit_embed.checkpoints.recorded import check_auto_map, name_user_classes
 from lit_embed.commands import main, table
 from lit_embed.compress.methods import CompressionMethod, Job, method_class, method_named
 from lit_embed.data.finetune import TaskDataModule
@@ -87,10 +88,9 @@ from lit_embed.errors import UserError
 from lit_embed.export.folder import MODEL_CODE, UNSUPPORTED, export
 from lit_embed.hub import load_tokenizer
 from lit_embed.interfaces import wire
-from lit_embed.metric_names import check_metrics, needs_two_values
+from lit_embed.measures.metric_names import check_metrics, needs_two_values
 from lit_embed.models import Encoder, MaskedLM, SequenceClassifier, ShuffleRandom
 from lit_embed.models.metrics import TaskEvaluation
-from lit_embed.recorded import check_auto_map, name_user_classes
 
 #: A few texts with words, punctuation, digits and accents, for the text encoder (and LSH's fitting).
 TEXTS = (

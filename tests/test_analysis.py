@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from lit_embed.analysis import embedding_pca, inter_intra_similarity
+from lit_embed.analysis.embedding_space import embedding_pca, inter_intra_similarity
 from lit_embed.commands import main
 from lit_embed.embeddings import DenseEmbedding, SubspaceEmbedding
 
@@ -129,7 +129,7 @@ def test_analyze_refuses_a_checkpoint_not_written_by_fit(tmp_path, capsys):
 
 def test_hidden_states_of_a_strategy_without_vocabulary_ids(monkeypatch):
     """Strategies with an unlimited vocabulary are analysed on the codes the sample text gives."""
-    from lit_embed.analysis import analyse
+    from lit_embed.analysis.embedding_space import analyse
     from lit_embed.models import Encoder, MaskedLM
 
     model = MaskedLM(Encoder(hidden_size=16, num_layers=1, num_heads=2, intermediate_size=32), vocab_size=30522,
@@ -141,7 +141,7 @@ def test_hidden_states_of_a_strategy_without_vocabulary_ids(monkeypatch):
 
 
 def test_layer_pca_projects_each_layer_on_its_top_components_and_marks_the_highlighted_tokens():
-    from lit_embed.analysis import analyse, layer_pca
+    from lit_embed.analysis.embedding_space import analyse, layer_pca
     from lit_embed.models import Encoder, MaskedLM
 
     states = torch.randn(60, 8, generator=torch.Generator().manual_seed(0)) * torch.arange(1.0, 9.0)

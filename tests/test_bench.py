@@ -322,7 +322,7 @@ def test_a_result_records_its_code_and_a_stale_one_makes_no_headline(monkeypatch
     result's section says STALE, naming the file, and its headline is left out."""
     record, fingerprint = bench_module(monkeypatch, "record"), bench_module(monkeypatch, "fingerprint")
     code = fingerprint.imported_code()
-    assert "tools/bench/record.py" in code["files"] and "lit_embed/files.py" in code["files"]
+    assert "tools/bench/record.py" in code["files"] and "lit_embed/storage/files.py" in code["files"]
     assert not any(name.startswith("tests/") for name in code["files"])
     monkeypatch.setattr(fingerprint, "REPO", tmp_path / "repo")
     timed = tmp_path / "repo" / "lit_embed" / "models" / "mlm.py"

@@ -11,7 +11,7 @@ import re
 import pytest
 import torch
 
-from lit_embed.checkpoints import build_from_config
+from lit_embed.checkpoints.format import build_from_config
 from lit_embed.commands import main
 from lit_embed.embeddings import (
     AdditiveQuantizedEmbedding,

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from lit_embed.checkpoints import model_differences, plain, read_checkpoint, recorded_model
+from lit_embed.checkpoints.format import model_differences, plain, read_checkpoint, recorded_model
 from lit_embed.commands import main
 from lit_embed.errors import CheckpointError, MissingFileError
 from tests.helpers import CONFIGS, REPO
@@ -185,7 +185,7 @@ def test_a_fine_tuned_model_rebuilt_from_its_checkpoint_keeps_its_own_weights(tm
     """analyze, export and compress rebuild a fine-tuned model outside a trainer: the pre-training checkpoint it
     started from (recorded as runs/demo/checkpoints/last.ckpt, here another model's weights) is not loaded over its
     fine-tuned backbone and strategy when its text encoder is made."""
-    from lit_embed.checkpoints import load_model
+    from lit_embed.checkpoints.format import load_model
 
     monkeypatch.chdir(tmp_path)
     start = tmp_path / "runs/demo/checkpoints/last.ckpt"

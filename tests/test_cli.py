@@ -8,9 +8,9 @@ import pytest
 from safetensors.numpy import load_file
 
 from lit_embed._compat import no_weight_initialisation
-from lit_embed.accounting import parameter_report
 from lit_embed.commands import main
 from lit_embed.commands.lightning import LitEmbedCLI
+from lit_embed.measures.accounting import parameter_report
 from tests.helpers import CONFIGS, TINY_CANINE, TINY_CANINE_TABLES
 from tests.helpers.cli import params_json, run_params
 
@@ -179,8 +179,8 @@ def test_help_lists_every_command_and_help_version_and_report_import_no_torch(tm
     import sys
 
     from lit_embed.commands import COMMANDS, LIGHTNING_COMMANDS
-    from lit_embed.files import write_json_atomic
-    from lit_embed.results import RESULTS_FILE
+    from lit_embed.runs.results import RESULTS_FILE
+    from lit_embed.storage.files import write_json_atomic
 
     write_json_atomic(tmp_path / "run" / RESULTS_FILE, {"format": 1, "label": "demo", "task": None, "seed": 0,
                                                        "metrics": {"val/loss": 6.8}})

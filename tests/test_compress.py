@@ -19,8 +19,7 @@ import yaml
 from torch.nn import functional as F
 
 from lit_embed import progress
-from lit_embed.accounting import human
-from lit_embed.checkpoints import build_from_config
+from lit_embed.checkpoints.format import build_from_config
 from lit_embed.commands import main
 from lit_embed.commands.compress import parser
 from lit_embed.commands.parsing import named_method
@@ -32,8 +31,9 @@ from lit_embed.data.frequencies import count_tokens
 from lit_embed.embeddings import AdditiveQuantizedEmbedding, PCAEmbedding, SparseCodedEmbedding, UnkEmbedding
 from lit_embed.embeddings.base import state_bytes
 from lit_embed.errors import ConfigError
-from lit_embed.files import device_of
-from lit_embed.reporting import compress_reports, cosine_tables, coverage_tables
+from lit_embed.measures.accounting import human
+from lit_embed.reports.papers import compress_reports, cosine_tables, coverage_tables
+from lit_embed.storage.files import device_of
 from tests.helpers import CONFIGS, REPO
 from tests.helpers.cli import params_json
 
@@ -721,7 +721,7 @@ def test_fit_sizes_a_zoo_strategy_to_a_budget_on_the_packaged_minilm(minilm_matr
 def test_a_strategy_fitted_to_a_tiny_model_fine_tunes_tests_and_exports(tmp_path, monkeypatch):
     """A tiny fine-tuned classifier's dense table, fitted into the QR strategy: the output fine-tunes from it (the
     run starts from the fitted table), tests, and exports like any compress output."""
-    from lit_embed.checkpoints import FACTS, describe
+    from lit_embed.checkpoints.format import FACTS, describe
     from lit_embed.embeddings import DenseEmbedding
     from lit_embed.models import SequenceClassifier
     from tests.helpers import tiny_encoder

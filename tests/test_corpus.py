@@ -157,7 +157,7 @@ def test_predict_fills_in_masks_with_a_masked_lm(demo_runs, tmp_path):
     import torch
     from transformers import AutoTokenizer
 
-    from lit_embed.checkpoints import load_model
+    from lit_embed.checkpoints.format import load_model
 
     texts = tmp_path / "masks.txt"
     texts.write_text("The cat sat on the [MASK].\nParis is the capital of <mask>, a <mask> city.\n")

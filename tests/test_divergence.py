@@ -15,7 +15,7 @@ import torch
 from lit_embed.callbacks.guard import SKIPPED_STEPS
 from lit_embed.commands import main
 from lit_embed.errors import CheckpointError, MissingFileError
-from lit_embed.folders import newest_checkpoint, start_checkpoint
+from lit_embed.runs.folders import newest_checkpoint, start_checkpoint
 from tests.helpers import CONFIGS
 
 QUIET = ["--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false"]

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from lit_embed import embeddings
-from lit_embed.checkpoints import FACTS, describe, load_model
+from lit_embed.checkpoints.format import FACTS, describe, load_model
 from lit_embed.commands import main
 from lit_embed.embeddings import (
     DenseEmbedding,
@@ -116,7 +116,7 @@ NATIVE = {"dense": "RobertaModel", "bert-classifier": "BertForSequenceClassifica
 def _tampered(marker: str) -> dict:
     """name -> an edit of a hash export's strategy config in ``config.json`` that would write ``marker`` if the
     export's code called what it names (its file-writing helpers, torch.save) or built it from more than plain data."""
-    write = {"class_path": "lit_embed.files.write_atomic", "init_args": {"path": marker, "content": "ran"}}
+    write = {"class_path": "lit_embed.storage.files.write_atomic", "init_args": {"path": marker, "content": "ran"}}
     save = {"class_path": "torch.save", "init_args": {"obj": 1, "f": marker}}
     return {
         "a file writer as the strategy": lambda strategy: write,
@@ -278,9 +278,9 @@ def test_export_refuses_what_it_must_not_replace(exported, tmp_path, capsys):
 def test_export_refuses_a_taken_out_before_loading_anything(taken, tmp_path, monkeypatch, capsys):
     """Before the seconds of loading a checkpoint: an existing --out (with --overwrite, one that is no earlier export,
     or that holds the checkpoint itself)."""
-    import lit_embed.folders
+    import lit_embed.runs.folders
 
-    monkeypatch.setattr(lit_embed.folders, "start_checkpoint", lambda ckpt: pytest.fail("export loaded the checkpoint"))
+    monkeypatch.setattr(lit_embed.runs.folders, "start_checkpoint", lambda ckpt: pytest.fail("export loaded the checkpoint"))
     ckpt = tmp_path / "run" / "model.ckpt"
     ckpt.parent.mkdir()
     ckpt.write_bytes(b"not read")

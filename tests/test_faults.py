@@ -27,7 +27,7 @@ import torch
 import transformers
 
 from lit_embed.errors import DiskFullError, OutputExistsError
-from lit_embed.files import atomic_writer, check_output
+from lit_embed.storage.files import atomic_writer, check_output
 from tests.helpers import CONFIGS, REPO, go_offline
 from tests.helpers.cli import drive
 from tests.helpers.disk import BALLAST, fill, small_disk
@@ -190,7 +190,7 @@ def craft_recorded(root: Path) -> None:
         ("strategy", lambda raw, model: raw["lit_embed"].update(strategy="evil_code.Evil")),
         ("encoder", lambda raw, model: model["encoder"].update(class_path="evil_code.Evil")),
         ("function", lambda raw, model: model.update(embedding="evil_code.make")),
-        ("writer", lambda raw, model: model["embedding"].update(class_path="lit_embed.files.write_atomic")),
+        ("writer", lambda raw, model: model["embedding"].update(class_path="lit_embed.storage.files.write_atomic")),
     ):
         recording(base, root / f"class_{name}.ckpt", edit)
 
@@ -345,7 +345,7 @@ CASES = [
         ("encoder class", "encoder", "model.init_args.encoder.class_path", "evil_code.Evil"),
         ("function given for a strategy", "function", "model.init_args.embedding", "evil_code.make"))],
     ("a lit-embed function recorded as a class", ["analyze", "--ckpt", "class_writer.ckpt", "--out", "out_c"], 2,
-     r"records model\.init_args\.embedding\.class_path='lit_embed\.files\.write_atomic', which is not a class"),
+     r"records model\.init_args\.embedding\.class_path='lit_embed\.storage\.files\.write_atomic', which is not a class"),
     ("trust recorded in a run's config.yaml", ["test", "--config", "runs/given/version_0/config.yaml", "--ckpt_path",
                                               "runs/trusting"], 2, TRUST_REFUSED + "--data\\.init_args\\.trust_remote_code true"),
     ("a foreign class recorded in a run's config.yaml", ["test", "--config", "runs/given_foreign/version_0/config.yaml",
@@ -627,7 +627,7 @@ def test_a_sweep_run_by_hand_while_a_launch_of_its_sweep_runs_is_refused(tmp_pat
     a live process holds the sweep's launch lock, and writes nothing; a run the launch started itself is let through."""
     import fcntl
 
-    from lit_embed.folders import LAUNCH_LOCK
+    from lit_embed.runs.folders import LAUNCH_LOCK
 
     sweep = {"folder": str(tmp_path / "sweep"), "stages": {"fit": {"config": str(CONFIGS / "demo.yaml"), "set": {
         "trainer.max_steps": 2, "trainer.limit_val_batches": 1, "data.init_args.batch_size": 4}}}}
@@ -675,7 +675,7 @@ def test_a_file_written_in_place_is_never_written_through_what_stands_there(kind
     """A lock or a log opened for writing: a link to a user's file, a FIFO (which would block the open) or a folder in
     its place is refused by name; the user's file keeps its bytes."""
     from lit_embed.errors import RedirectedWriteError
-    from lit_embed.files import open_in_place
+    from lit_embed.storage.files import open_in_place
 
     user = tmp_path / "notes.txt"
     user.write_text("a user's file")
@@ -708,8 +708,8 @@ def test_every_line_of_a_text_input_is_a_row_or_named(tmp_path):
 def test_an_exports_auto_map_names_only_code_it_holds(reference, refused, workspace, tmp_path):
     """What trust_remote_code=True would run: lit-embed's loaders of an export refuse an auto_map entry naming a hub
     repository's code, a path out of the folder, a module that is a link (here, to the user's own module) or absent."""
+    from lit_embed.checkpoints.recorded import check_auto_map
     from lit_embed.errors import ConfigError
-    from lit_embed.recorded import check_auto_map
 
     folder = tmp_path / "export"
     shutil.copytree(workspace / "exported", folder)
@@ -747,7 +747,7 @@ def test_a_full_disk_names_the_device_and_keeps_the_old_file(tmp_path):
 def test_every_file_written_gets_the_users_umask_whoever_created_it(umask, tmp_path):
     """What atomic_writer writes (through mkstemp, which makes files 0600) and what a library writes inside an
     atomic_folder (safetensors makes its files 0600 too; a subfolder) get the modes ``open`` and ``mkdir`` give."""
-    from lit_embed.files import atomic_folder, write_atomic
+    from lit_embed.storage.files import atomic_folder, write_atomic
 
     def fill(folder: Path) -> None:
         safetensors.torch.save_file({"w": torch.zeros(2)}, str(folder / "model.safetensors"))

@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 import torch
 
-from lit_embed.accounting import human
 from lit_embed.commands import main
 from lit_embed.data.collate import ShuffleRandomCollator
 from lit_embed.embeddings import (
@@ -29,6 +28,7 @@ from lit_embed.embeddings import (
 )
 from lit_embed.embeddings.hash_text import unpack_bits
 from lit_embed.errors import ConfigError
+from lit_embed.measures.accounting import human
 from lit_embed.models import ShuffleRandom
 from tests.helpers import CONFIGS, REPO, TINY_CANINE, TINY_CANINE_TABLES, tiny_encoder
 from tests.helpers.cli import fit_demo, page, run_params

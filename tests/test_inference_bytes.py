@@ -13,7 +13,7 @@ import pytest
 import torch
 import yaml
 
-from lit_embed.checkpoints import build_from_config
+from lit_embed.checkpoints.format import build_from_config
 from lit_embed.compress import load_compact
 from lit_embed.compress.methods import Job, method_named
 from lit_embed.compress.model_io import save_compact

@@ -10,10 +10,9 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from lit_embed.accounting import compression
 from lit_embed.commands import main
-from lit_embed.files import write_json_atomic
-from lit_embed.pareto import (
+from lit_embed.measures.accounting import compression
+from lit_embed.reports.pareto import (
     POST_HOC,
     PRETRAINED,
     TAG,
@@ -26,7 +25,8 @@ from lit_embed.pareto import (
     styles,
     ties,
 )
-from lit_embed.results import RESULTS_FILE
+from lit_embed.runs.results import RESULTS_FILE
+from lit_embed.storage.files import write_json_atomic
 
 DENSE = 1_953_408  # 30522 x 64
 #: Made-up models: method (strategy), label, embedding parameters, test accuracy per seed; efficiency or None.
@@ -266,7 +266,7 @@ def test_each_compress_method_is_one_series_one_row_one_colour_and_marker_though
     assert {row[0] for row in table.values()} == {POST_HOC}
     assert table["int4 post-hoc"][4] == "12.5%"  # of the dense reference's bytes: the compress method "dense"
 
-    from lit_embed.results import load_results
+    from lit_embed.runs.results import load_results
 
     runs = [{**load_results(file.parent), "_task": "topics"} for file in sorted(root.rglob(RESULTS_FILE))]
     scores: dict = {}

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from lit_embed.accounting import human
+from lit_embed.measures.accounting import human
 from tests.helpers import CONFIGS, REPO
 from tests.helpers.cli import DOCS, README, code_blocks, page, run_params, section
 

@@ -1,4 +1,4 @@
-"""What a recorded option may do (lit_embed.recorded): a file grants no trust and imports nothing foreign; only the
+"""What a recorded option may do (lit_embed.checkpoints.recorded): a file grants no trust and imports nothing foreign; only the
 user's own command line or config does. The commands' refusals of crafted files are rows of the fault matrix
 (tests/test_faults.py); here the reader's rules, and what the user's own flag and config still allow."""
 
@@ -11,10 +11,10 @@ import pytest
 import torch
 import yaml
 
-from lit_embed import recorded
+from lit_embed.checkpoints import recorded
+from lit_embed.checkpoints.recorded import TRUST_KEYS, checked_class, recorded_config, written_by_lit_embed
 from lit_embed.commands import main
 from lit_embed.errors import ConfigError
-from lit_embed.recorded import TRUST_KEYS, checked_class, recorded_config, written_by_lit_embed
 from tests.helpers.crafted import classifier_checkpoint, code_module, code_tokenizer, recording, trusting
 
 WHERE = "checkpoint 'x.ckpt'"
@@ -53,11 +53,11 @@ def test_a_foreign_class_is_refused_before_it_is_imported(tmp_path, monkeypatch,
 
 
 @pytest.mark.parametrize(("path", "message"), [
-    ("lit_embed.files.write_atomic", "not a class of lit-embed"),  # a function of an allowed package
+    ("lit_embed.storage.files.write_atomic", "not a class of lit-embed"),  # a function of an allowed package
     ("lit_embed.embeddings.base.torch", "not a class of lit-embed"),  # a module
     ("lit_embed.embeddings.files.Path", "does not import"),
     ("TaskDataModule", "not a full class path"),  # short names resolve among classes already imported: give them in full
-    ("lit_embed.checkpoints.Path", "not a class of lit-embed"),  # a foreign class lit-embed happens to import
+    ("lit_embed.checkpoints.format.Path", "not a class of lit-embed"),  # a foreign class lit-embed happens to import
 ])
 def test_only_classes_defined_where_allowed_are_taken(path, message, user_classes):
     with pytest.raises(ConfigError, match=message):

@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from lit_embed.accounting import compression
 from lit_embed.commands import main
 from lit_embed.data.tasks import XNLI_LANGUAGES
-from lit_embed.files import write_json_atomic
-from lit_embed.reporting import Report
-from lit_embed.results import RESULTS_FILE, STATUSES, load_results
+from lit_embed.measures.accounting import compression
+from lit_embed.reports.papers import Report
+from lit_embed.runs.results import RESULTS_FILE, STATUSES, load_results
+from lit_embed.storage.files import write_json_atomic
 from tests.helpers import REPO
 
 ROBERTA_S = {"arch": "roberta", "layers": 8, "hidden": 512, "heads": 8, "ffn": 2048}
@@ -561,7 +561,7 @@ def test_each_compress_method_strategy_and_budget_is_a_cosine_row_of_its_own_tha
     """Two strategies fitted by ``fit``, two configs of one strategy class (DPQ-SX, DPQ-VQ), svd at two budgets, int8 and
     int4 (one strategy class), and sparse coding at a budget are rows of their own, never averaged into one, each naming
     its method; a config's name is said where it says more than its class."""
-    from lit_embed.reporting import cosine_tables
+    from lit_embed.reports.papers import cosine_tables
 
     def report(method: str, cosine: float, strategy: str | None = None, budget: float | None = None, k: str = "",
                config: str | None = None) -> dict:

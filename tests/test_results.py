@@ -13,12 +13,12 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from lit_embed.accounting import compression, performance_retention, speed_up
 from lit_embed.callbacks import EfficiencyMonitor, ResultsWriter
 from lit_embed.callbacks.efficiency import peak_rss_bytes, peak_tflops, reset_peak_rss
-from lit_embed.files import write_atomic, write_json_atomic
+from lit_embed.measures.accounting import compression, performance_retention, speed_up
 from lit_embed.models import MaskedLM
-from lit_embed.results import RESULTS_FILE, is_score, load_per_core, load_results
+from lit_embed.runs.results import RESULTS_FILE, is_score, load_per_core, load_results
+from lit_embed.storage.files import write_atomic, write_json_atomic
 from tests.helpers import CONFIGS, tiny_encoder
 from tests.helpers.cli import run_params
 
@@ -101,7 +101,7 @@ def test_tokens_per_second_and_flops_of_a_lit_embed_model_and_its_device_s_peak(
 def test_every_timing_records_the_machine_load_it_ran_at(monkeypatch):
     """The 1-minute load average at the run's setup (not again at a later stage's) and when the figures are read,
     beside the machine's cores: what ``report`` compares before it sets two timings side by side."""
-    from lit_embed import results as results_module
+    from lit_embed.runs import results as results_module
 
     readings = iter([3.5, 9.0, 7.25])
     monkeypatch.setattr(results_module.os, "getloadavg", lambda: (next(readings), 0.0, 0.0))
@@ -245,7 +245,7 @@ def test_csv_logger_and_several_loggers_get_results_and_analysis_images_through_
     the first logger's run folder, every logger gets the figures, and TensorBoard the images."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    from lit_embed.analysis import ANALYSIS_DIR
+    from lit_embed.analysis.embedding_space import ANALYSIS_DIR
     from lit_embed.commands import main
 
     monkeypatch.chdir(tmp_path)

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 
-from lit_embed.checkpoint_io import AtomicCheckpointIO
+from lit_embed.checkpoints.atomic_io import AtomicCheckpointIO
 from lit_embed.commands.lightning import LitEmbedCLI
 from lit_embed.data.collate import MaskedLMCollator
 from lit_embed.data.corpus import CorpusDataModule
@@ -311,7 +311,7 @@ def test_a_kill_during_a_save_leaves_the_last_checkpoint_whole(tmp_path):
     AtomicCheckpointIO().save_checkpoint({"step": 1, "weights": torch.ones(1000)}, path)
     killed_mid_write = f"""
 import os, signal, torch
-from lit_embed.checkpoint_io import AtomicCheckpointIO
+from lit_embed.checkpoints.atomic_io import AtomicCheckpointIO
 def dying(obj, handle, *args, **kwargs):  # half a checkpoint on disk, then SIGKILL
     handle.write(b"PK" * 50_000); handle.flush(); os.kill(os.getpid(), signal.SIGKILL)
 torch.save = dying

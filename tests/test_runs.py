@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from lit_embed.errors import CheckpointError, MissingFileError, RunBusyError
-from lit_embed.folders import (
+from lit_embed.runs.folders import (
     checkpoints_taken,
     claim_version,
     discard_unstarted,
@@ -28,9 +28,9 @@ from tests.helpers import CONFIGS, REPO
 
 
 def test_processes_claiming_at_once_each_get_their_own_version(tmp_path):
-    """Six processes claim at once. They are forked from a fresh process that has only imported lit_embed.folders:
+    """Six processes claim at once. They are forked from a fresh process that has only imported lit_embed.runs.folders:
     forking pytest's own process, whose other threads may hold locks, could deadlock."""
-    script = f"import sys, multiprocessing; sys.path.insert(0, {str(REPO)!r}); from lit_embed.folders import claim_version\n" \
+    script = f"import sys, multiprocessing; sys.path.insert(0, {str(REPO)!r}); from lit_embed.runs.folders import claim_version\n" \
              f"with multiprocessing.get_context('fork').Pool(6) as pool: print(pool.map(claim_version, [{str(tmp_path)!r}] * 6))"
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
@@ -41,7 +41,7 @@ def test_processes_claiming_at_once_each_get_their_own_version(tmp_path):
 
 def test_a_folder_held_by_a_live_process_is_refused_and_freed_when_it_ends(tmp_path):
     folder = tmp_path / "run"
-    script = f"import sys, time; sys.path.insert(0, {str(REPO)!r}); from lit_embed.folders import hold; " \
+    script = f"import sys, time; sys.path.insert(0, {str(REPO)!r}); from lit_embed.runs.folders import hold; " \
              f"hold({str(folder)!r}); print('held', flush=True); time.sleep(60)"
     holder = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
     try:
@@ -255,7 +255,7 @@ def test_a_write_removes_only_the_temporary_files_of_dead_writers(tmp_path):
     """Two runs writing into one folder must not delete each other's half-written files (the live one's)."""
     import socket
 
-    from lit_embed.files import write_atomic
+    from lit_embed.storage.files import write_atomic
 
     host = socket.gethostname()
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
@@ -342,3 +342,21 @@ def test_a_finished_run_has_one_last_checkpoint_at_its_end_and_gives_the_model_i
         results = json.loads((run / "results.json").read_text())
         assert results["status"] == "complete" and results["global_step"] == 6  # nothing retrained
         assert "val/loss" in results["metrics"]  # the scores of the run it finished, not lost by the resume
+
+
+def test_the_logger_every_run_records_is_still_named_lit_embed_runs_RunLogger(tmp_path):
+    """Every run's ``config.yaml`` names its logger ``lit_embed.runs.RunLogger`` (the CLI's default, written so before
+    the logger's module moved into the ``runs`` package): a config naming it still builds that logger, and the run
+    folders' module, which ``report`` and the sweeps import, still imports no Lightning."""
+    from jsonargparse import ArgumentParser
+    from pytorch_lightning.loggers import Logger
+
+    from lit_embed.runs.logger import RunLogger
+
+    parser = ArgumentParser()
+    parser.add_argument("--logger", type=Logger)
+    given = json.dumps({"class_path": "lit_embed.runs.RunLogger", "init_args": {"save_dir": str(tmp_path)}})
+    assert type(parser.instantiate_classes(parser.parse_args(["--logger", given])).logger) is RunLogger
+    code = "import sys, lit_embed.runs.folders; print(sorted(m for m in sys.modules if m.startswith('pytorch_lightning')))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.stdout.strip() == "[]", done.stderr[-2000:]

@@ -12,11 +12,11 @@ import pytest
 import torch
 from safetensors.numpy import save as safetensors_bytes
 
-from lit_embed.cache import FORMAT, NAME, read_codes
-from lit_embed.checkpoints import state_differences
+from lit_embed.checkpoints.format import state_differences
 from lit_embed.embeddings import ClusterAssignment, DenseEmbedding, RadixAssignment, SubspaceEmbedding
 from lit_embed.embeddings.assignment import cluster_codes, radix_codes, smallest_table_size
 from lit_embed.embeddings.state import fixed_shapes
+from lit_embed.storage.cache import FORMAT, NAME, read_codes
 from tests.helpers.run_if import requires_gpus
 
 
@@ -283,7 +283,7 @@ class Marker:
 
 
 def _cached(codes: np.ndarray, key: str, extra: dict | None = None, digest_of: np.ndarray | None = None) -> bytes:
-    """What lit_embed.cache writes for ``codes`` under ``key``, with ``extra`` tensors, or the digest of other codes."""
+    """What lit_embed.storage.cache writes for ``codes`` under ``key``, with ``extra`` tensors, or the digest of other codes."""
     digest = hashlib.sha256((codes if digest_of is None else digest_of).tobytes()).hexdigest()
     return safetensors_bytes({NAME: codes, **(extra or {})}, metadata={"format": FORMAT, "key": key, "sha256": digest})
 

@@ -22,9 +22,9 @@ from lit_embed import progress
 from lit_embed.commands import main
 from lit_embed.data.tasks import BENCHMARK_TABLES
 from lit_embed.errors import ConfigError
-from lit_embed.files import write_json_atomic
-from lit_embed.folders import LOCK_FILE
-from lit_embed.results import RESULTS_FILE
+from lit_embed.runs.folders import LOCK_FILE
+from lit_embed.runs.results import RESULTS_FILE
+from lit_embed.storage.files import write_json_atomic
 from lit_embed.sweeps.launch import Launch, commands, launch_here, plan_text, summary
 from lit_embed.sweeps.outcomes import (
     OUTPUT_FILE,

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 
-from lit_embed.checkpoints import FACTS, build_from_config, describe, load_model
+from lit_embed.checkpoints.format import FACTS, build_from_config, describe, load_model
 from lit_embed.embeddings import (
     DeepHashEmbedding,
     DPQEmbedding,

@@ -53,7 +53,7 @@ def read_baseline(path: Path) -> Counter:
 
 
 def write_baseline(path: Path, keys: Counter) -> None:
-    from lit_embed.files import write_atomic
+    from lit_embed.storage.files import write_atomic
 
     write_atomic(path, HEADER + "".join(f"{key}\n" for key in sorted(keys.elements())))
 

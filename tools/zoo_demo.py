@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from lit_embed.commands import main as lit_embed
-from lit_embed.files import write_atomic
+from lit_embed.storage.files import write_atomic
 
 ROOT = Path(__file__).resolve().parent.parent
 

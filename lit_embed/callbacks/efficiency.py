@@ -13,7 +13,7 @@ from pytorch_lightning.utilities.data import extract_batch_size
 
 from lit_embed.errors import ConfigError
 from lit_embed.models.base import EmbeddingModule
-from lit_embed.results import load_average, load_over
+from lit_embed.runs.results import load_average, load_over
 
 #: ``ru_maxrss`` is in kibibytes on Linux and in bytes on macOS.
 _RSS_UNIT = 1 if sys.platform == "darwin" else 1024

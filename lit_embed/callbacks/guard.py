@@ -37,11 +37,11 @@ from pytorch_lightning.plugins.precision import MixedPrecision
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 
 from lit_embed._compat import validate_again_on_resume
-from lit_embed.checkpoint_io import AtomicCheckpointIO
+from lit_embed.checkpoints.atomic_io import AtomicCheckpointIO
 from lit_embed.errors import ConfigError, DivergedError
-from lit_embed.folders import CHECKPOINTS, LAST, hold
-from lit_embed.runs import run_folder
-from lit_embed.signals import activate
+from lit_embed.runs.folders import CHECKPOINTS, LAST, hold
+from lit_embed.runs.logger import run_folder
+from lit_embed.runs.signals import activate
 
 log = logging.getLogger(__name__)
 

@@ -22,12 +22,12 @@ from typing import Literal
 import pytorch_lightning as pl
 import torch.distributed
 
+from lit_embed.checkpoints.recorded import written_by_lit_embed
 from lit_embed.errors import ConfigError
-from lit_embed.files import write_atomic
-from lit_embed.folders import CHECKPOINTS
 from lit_embed.interfaces import PredictData, require
-from lit_embed.recorded import written_by_lit_embed
-from lit_embed.runs import run_folder
+from lit_embed.runs.folders import CHECKPOINTS
+from lit_embed.runs.logger import run_folder
+from lit_embed.storage.files import write_atomic
 
 
 class PredictionWriter(pl.Callback):

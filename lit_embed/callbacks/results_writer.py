@@ -14,15 +14,15 @@ from pytorch_lightning.loggers import TensorBoardLogger
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 
 from lit_embed._compat import keep_hparams_tab_for_final_figures, tensorboard_file_writer
-from lit_embed.accounting import parameter_report, performance_retention, speed_up
 from lit_embed.callbacks.efficiency import EfficiencyMonitor
 from lit_embed.errors import ConfigError, DivergedError, UserError
-from lit_embed.files import write_json_atomic, writing
-from lit_embed.folders import checkpoints_taken
 from lit_embed.interfaces import TaskModel, provides
-from lit_embed.metric_names import higher_is_better
+from lit_embed.measures.accounting import parameter_report, performance_retention, speed_up
+from lit_embed.measures.metric_names import higher_is_better
 from lit_embed.models.base import EmbeddingModule
-from lit_embed.results import (
+from lit_embed.runs.folders import checkpoints_taken
+from lit_embed.runs.logger import run_folder
+from lit_embed.runs.results import (
     COMPLETE,
     DIVERGED,
     RESULTS_FILE,
@@ -34,8 +34,8 @@ from lit_embed.results import (
     loads_differ,
     versions,
 )
-from lit_embed.runs import run_folder
-from lit_embed.signals import Interrupted
+from lit_embed.runs.signals import Interrupted
+from lit_embed.storage.files import write_json_atomic, writing
 
 #: Lightning's name for an unnamed TensorBoard experiment: not a useful row label.
 _DEFAULT_LOGGER_NAME = "lightning_logs"
@@ -48,12 +48,12 @@ class ResultsWriter(pl.Callback):
     ``compression/*``); at the end of fit, validate, test or predict it logs the timings of an
     :class:`EfficiencyMonitor` in the same trainer (``efficiency/*``), and against a ``baseline`` run
     the speed-ups (``speedup/*``; beside them in ``results.json`` both runs' loads per core and ``loads_differ``, whether
-    they lie more than :data:`~lit_embed.results.LOAD_MARGIN` apart) and the PRR of every evaluation score
+    they lie more than :data:`~lit_embed.runs.results.LOAD_MARGIN` apart) and the PRR of every evaluation score
     (``prr/{stage}/...``). It then
     records everything in TensorBoard's HPARAMS tab (other loggers get the figures as hyper-parameters)
     and writes ``results.json`` to the run folder (``trainer.log_dir``) atomically, on rank 0 only.
 
-    Its ``status`` (:data:`lit_embed.results.STATUSES`) is ``complete`` only when every step the command asked for has
+    Its ``status`` (:data:`lit_embed.runs.results.STATUSES`) is ``complete`` only when every step the command asked for has
     finished: a ``fit`` that tests afterwards (:meth:`expect_test`) writes ``untested`` when its training ends, a
     signal ``interrupted``, divergence ``diverged``. The metrics so far travel in the run's checkpoints, so a resumed run
     reports those logged before it stopped (a fit resumed at its end, to run its test, keeps its validation scores).
@@ -153,7 +153,7 @@ class ResultsWriter(pl.Callback):
 
     # -- figures ---------------------------------------------------------------------------------
     def parameters(self, pl_module: pl.LightningModule) -> dict | None:
-        """:func:`~lit_embed.accounting.parameter_report` against the baseline run or the dense baseline."""
+        """:func:`~lit_embed.measures.accounting.parameter_report` against the baseline run or the dense baseline."""
         if not isinstance(pl_module, EmbeddingModule):
             return None
         baseline = None

@@ -26,7 +26,12 @@ from lit_embed.commands.parsing import check_names
 from lit_embed.errors import ConfigError, PluginError, UserError
 from lit_embed.notices import quiet
 from lit_embed.plugins import OWN, SWITCH, builtin_commands, load_plugins, plugin_commands
-from lit_embed.signals import Interrupted, install_signal_handlers, received_signal, restore_signal_handlers
+from lit_embed.runs.signals import (
+    Interrupted,
+    install_signal_handlers,
+    received_signal,
+    restore_signal_handlers,
+)
 
 LIGHTNING = "lit_embed.commands.lightning"
 
@@ -143,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if argv else 2
     previous, hook = install_signal_handlers(), threading.excepthook
     threading.excepthook = _quiet_full_disk(hook)
-    try:  # in a context of its own: what a command allows (lit_embed.hub, lit_embed.recorded) ends with it
+    try:  # in a context of its own: what a command allows (lit_embed.hub, lit_embed.checkpoints.recorded) ends with it
         return contextvars.copy_context().run(_run, argv)
     finally:
         restore_signal_handlers(previous)
@@ -154,7 +159,7 @@ def _quiet_full_disk(hook):
     """A thread's exception hook that prints no traceback for a full disk: a writer's thread (TensorBoard's) meets it
     and its next write raises it again in the command, which says it in one line. Anything else goes to ``hook``."""
     def handle(args) -> None:
-        from lit_embed.files import disk_full
+        from lit_embed.storage.files import disk_full
 
         if not disk_full(args.exc_value):
             hook(args)
@@ -163,7 +168,7 @@ def _quiet_full_disk(hook):
 
 
 def _run(argv: list[str]) -> int:
-    folders = sys.modules.get("lit_embed.folders")  # where not imported yet, nothing was taken before
+    folders = sys.modules.get("lit_embed.runs.folders")  # where not imported yet, nothing was taken before
     if folders is not None:
         folders.new_command()
     cached_help = cached(argv)
@@ -222,7 +227,7 @@ def _name(signum: int) -> str:
 
 def _discard_unstarted() -> None:
     """A command that failed or was stopped leaves no run folder it claimed and never wrote to."""
-    folders = sys.modules.get("lit_embed.folders")  # imported by the commands that claim run folders
+    folders = sys.modules.get("lit_embed.runs.folders")  # imported by the commands that claim run folders
     if folders is not None:
         folders.discard_unstarted()
 
@@ -261,7 +266,7 @@ def user_error(error: BaseException) -> tuple[str, int] | None:
     Looks through what ``error`` was raised from: jsonargparse re-raises a constructor's error as its own
     ``ValueError``, torch.save a full disk as a ``RuntimeError``.
     """
-    from lit_embed.files import disk_full, full_disk_message
+    from lit_embed.storage.files import disk_full, full_disk_message
 
     seen = 0
     while error is not None and seen < 10:

@@ -8,9 +8,9 @@ from typing import Any
 
 from lit_embed.commands.parsing import ArgumentParser
 from lit_embed.errors import ConfigError
-from lit_embed.files import atomic_folder, check_output, writing
-from lit_embed.folders import checkpoints_taken, start_checkpoint
 from lit_embed.hub import trusting_remote_code
+from lit_embed.runs.folders import checkpoints_taken, start_checkpoint
+from lit_embed.storage.files import atomic_folder, check_output, writing
 
 
 def main(argv: list[str]) -> int:
@@ -34,7 +34,7 @@ def main(argv: list[str]) -> int:
     # torch comes with these: imported once the arguments parse, so that --help and a typo answer without it
     from torch.utils.tensorboard import SummaryWriter
 
-    from lit_embed.analysis import (
+    from lit_embed.analysis.embedding_space import (
         ANALYSIS_DIR,
         ANALYSIS_FILES,
         analyse,
@@ -43,7 +43,7 @@ def main(argv: list[str]) -> int:
         read_texts,
         save_analysis,
     )
-    from lit_embed.checkpoints import load_model, recorded_tokenizer
+    from lit_embed.checkpoints.format import load_model, recorded_tokenizer
     from lit_embed.models.base import EmbeddingModule
 
     if args.max_texts < 1 or args.points < 1:

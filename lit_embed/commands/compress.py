@@ -27,7 +27,8 @@ from jsonargparse import ActionConfigFile, ActionYesNo, ArgumentParser
 from torch import Tensor
 
 from lit_embed._compat import instantiate
-from lit_embed.checkpoints import build_from_config
+from lit_embed.checkpoints.format import build_from_config
+from lit_embed.checkpoints.recorded import name_user_classes
 from lit_embed.commands.lightning import ModelOnlyCLI
 from lit_embed.commands.parsing import UNKNOWN_OPTION, ConciseErrors, named_method
 from lit_embed.compress.methods import CompressionMethod, Job, method_class, method_named
@@ -49,13 +50,12 @@ from lit_embed.embeddings.sparse_coded import PartialEmbedding
 from lit_embed.embeddings.state import public_class_path
 from lit_embed.embeddings.text import VocabTextEncoder
 from lit_embed.errors import ConfigError, MissingFileError
-from lit_embed.files import atomic_folder, check_output, write_atomic, write_json_atomic
-from lit_embed.folders import checkpoints_taken
 from lit_embed.hub import trusting_remote_code
 from lit_embed.interfaces import TaskData, TaskModel, provides, wire
 from lit_embed.progress import Progress
-from lit_embed.recorded import name_user_classes
-from lit_embed.results import load_average, load_over
+from lit_embed.runs.folders import checkpoints_taken
+from lit_embed.runs.results import load_average, load_over
+from lit_embed.storage.files import atomic_folder, check_output, write_atomic, write_json_atomic
 
 CONFIG_SUFFIXES = (".yaml", ".yml")
 #: jsonargparse's error for a config file's key that is no argument.
@@ -251,7 +251,7 @@ def check_k_choosable(source: Source, data: Data) -> None:
 
 def resolve_data(data, source: Source, trust_remote_code: bool = False) -> Data:
     """The data as a task data module (from a config) or text files; default the checkpoint's own (as it records it:
-    :mod:`lit_embed.recorded`). ``trust_remote_code``: the user's flag, which the data's tokenizer takes too."""
+    :mod:`lit_embed.checkpoints.recorded`). ``trust_remote_code``: the user's flag, which the data's tokenizer takes too."""
     if data is None:
         if source.data_config is None:
             raise ConfigError(f"{source.name!r} records no fine-tuning data: pass --data (a task data config or text files)")

@@ -1,5 +1,5 @@
 """``lit-embed convert --trust IN OUT``: a checkpoint you trust rewritten as tensors and plain data, so that every
-other command reads it (:func:`~lit_embed.checkpoints.read_checkpoint` unpickles no Python object)."""
+other command reads it (:func:`~lit_embed.checkpoints.format.read_checkpoint` unpickles no Python object)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("target", metavar="OUT", help="the file to write: never IN, nor a file that exists unless --overwrite")
     parser.add_argument("--overwrite", action="store_true", help="replace OUT where it exists (never IN)")
     args = parser.parse_args(argv)
-    from lit_embed.checkpoints import convert  # torch: once the arguments parse
+    from lit_embed.checkpoints.format import convert  # torch: once the arguments parse
 
     convert(args.source, args.target, overwrite=args.overwrite)
     print(f"wrote {args.target}")

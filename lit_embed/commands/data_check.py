@@ -11,7 +11,7 @@ from lit_embed.data import hub_names
 from lit_embed.data.hub_names import USAGE, Name, TaskReads, check_all, names_in
 from lit_embed.data.sources import how_to_fetch
 from lit_embed.errors import ConfigError, HubError
-from lit_embed.tables import Table, render
+from lit_embed.measures.tables import Table, render
 
 
 def main(argv: list[str]) -> int:
@@ -104,7 +104,7 @@ def _full_piece(data: dict) -> tuple[bool, TaskReads | None]:
     """Whether a data piece's class is a data module's, and what it reads where it is a task's (imports Lightning)."""
     import pytorch_lightning as pl
 
-    from lit_embed.checkpoints import resolve_class
+    from lit_embed.checkpoints.format import resolve_class
 
     cls = resolve_class(data["class_path"])
     if not (isinstance(cls, type) and issubclass(cls, pl.LightningDataModule)):
@@ -116,7 +116,7 @@ def _task_reads(data: dict) -> TaskReads | None:
     """What the config's task data module reads (it is built: that downloads nothing), or ``None`` for other data."""
     import pytorch_lightning as pl
 
-    from lit_embed.checkpoints import build_from_config, resolve_class
+    from lit_embed.checkpoints.format import build_from_config, resolve_class
     from lit_embed.data.finetune import TaskDataModule
     from lit_embed.data.tasks import TaskSources
 

@@ -61,7 +61,7 @@ def key() -> dict[str, object]:
 
 def cache_file(found: dict[str, object]) -> Path:
     """Where the help cached for ``found`` (a :func:`key`) is."""
-    from lit_embed.cache import cache_folder
+    from lit_embed.storage.cache import cache_folder
 
     return cache_folder() / "help" / f"{_digest(found)[:20]}.json"
 
@@ -179,7 +179,7 @@ def write() -> Path:
 
 def store(found: dict[str, object], cached: Help) -> Path:
     """Cache ``cached`` as the help of :func:`key` ``found``, atomically (a reader sees the whole file or none)."""
-    from lit_embed.files import write_json_atomic
+    from lit_embed.storage.files import write_json_atomic
 
     document = {"format": FORMAT, "key": found, "sha256": _digest(asdict(cached)), **asdict(cached)}
     return write_json_atomic(cache_file(found), document)

@@ -2,11 +2,11 @@
 
 Strategies, data modules and models are chosen by ``class_path`` in YAML; jsonargparse resolves them, so a
 user's own strategy is one class in an importable module and one YAML file. Every run gets a folder of its
-own (:mod:`lit_embed.folders`), atomic checkpoints and a clean stop on a signal
+own (:mod:`lit_embed.runs.folders`), atomic checkpoints and a clean stop on a signal
 (:mod:`lit_embed.callbacks.guard`), and a progress bar and model summary that say only what is true
 (:mod:`lit_embed.callbacks.console`); a checkpoint given to ``--ckpt_path`` is read safely and must be of the
 configured model. A ``--config`` file that lit-embed wrote (a run's or a compress output's ``config.yaml``) is read
-as :mod:`lit_embed.recorded` reads every recorded config. :mod:`lit_embed.commands` imports this module only for the
+as :mod:`lit_embed.checkpoints.recorded` reads every recorded config. :mod:`lit_embed.commands` imports this module only for the
 commands that need Lightning.
 """
 
@@ -28,18 +28,23 @@ from pytorch_lightning.plugins.io import TorchCheckpointIO
 from pytorch_lightning.utilities.rank_zero import rank_zero_only
 
 from lit_embed._compat import subcommand_parser
-from lit_embed.cache import cache_folder
 from lit_embed.callbacks.console import LayerSummary, progress_bar
 from lit_embed.callbacks.guard import RunGuard
 from lit_embed.callbacks.predictions import PredictionWriter, predictions_folder
 from lit_embed.callbacks.results_writer import ResultsWriter
-from lit_embed.checkpoint_io import AtomicCheckpointIO
-from lit_embed.checkpoints import (
+from lit_embed.checkpoints.atomic_io import AtomicCheckpointIO
+from lit_embed.checkpoints.format import (
     build_from_config,
     check_model,
     read_checkpoint,
     recorded_run,
     resolve_class,
+)
+from lit_embed.checkpoints.recorded import (
+    name_user_classes,
+    recorded_config,
+    run_config_hints,
+    written_by_lit_embed,
 )
 from lit_embed.commands.parsing import ConciseErrors
 
@@ -50,15 +55,22 @@ from lit_embed.data.tasks import get_task
 from lit_embed.embeddings.mixed_dimension import DATA, SAMPLE_TOKENS
 from lit_embed.embeddings.text import VocabTextEncoder
 from lit_embed.errors import CheckpointError, ConfigError, MissingFileError
-from lit_embed.files import write_atomic
-from lit_embed.folders import CHECKPOINTS, claim_folder, newest_checkpoint, run_of, start_checkpoint, taken
 from lit_embed.hub import counting_only
 from lit_embed.interfaces import TaskData, provides, wire
 from lit_embed.models import MaskedLM, SequenceClassifier, ShuffleRandom  # noqa: F401
 from lit_embed.models.classifier import START, STARTING_ARGUMENTS, load_pretraining, starting_arguments
-from lit_embed.recorded import name_user_classes, recorded_config, run_config_hints, written_by_lit_embed
-from lit_embed.runs import RunLogger, run_folder
-from lit_embed.signals import stop_if_signalled
+from lit_embed.runs.folders import (
+    CHECKPOINTS,
+    claim_folder,
+    newest_checkpoint,
+    run_of,
+    start_checkpoint,
+    taken,
+)
+from lit_embed.runs.logger import RunLogger, run_folder
+from lit_embed.runs.signals import stop_if_signalled
+from lit_embed.storage.cache import cache_folder
+from lit_embed.storage.files import write_atomic
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +93,7 @@ CKPT_MODEL_HELP = (
 
 class RecordedConfigParser(ConciseErrors, LightningArgumentParser):
     """Lightning's parser, reading a config file that lit-embed wrote as a recorded config: no trust-granting key,
-    no class from outside lit-embed, Lightning and the installed plugins (:mod:`lit_embed.recorded`); its errors
+    no class from outside lit-embed, Lightning and the installed plugins (:mod:`lit_embed.checkpoints.recorded`); its errors
     are one line and a close match, not the usage (:mod:`lit_embed.commands.parsing`)."""
 
     def parse_path(self, path, ext_vars=None, env=None, defaults=True, **kwargs):
@@ -95,7 +107,7 @@ class RecordedConfigParser(ConciseErrors, LightningArgumentParser):
 
 
 class AtomicSaveConfig(SaveConfigCallback):
-    """LightningCLI's ``config.yaml`` in the run folder, written atomically (:func:`~lit_embed.files.write_atomic`): a
+    """LightningCLI's ``config.yaml`` in the run folder, written atomically (:func:`~lit_embed.storage.files.write_atomic`): a
     resumed run rewrites it, and a full disk must leave the earlier one whole and name the file and its device."""
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
@@ -114,7 +126,7 @@ class LitEmbedCLI(LightningCLI):
     """LightningCLI in subclass mode; configs compose by naming piece files (see ``configs/``).
 
     Runs go to ``trainer.default_root_dir`` (default ``runs/<name of the first --config file>``), each in
-    its own ``version_N`` folder (:class:`~lit_embed.runs.RunLogger`, unless the config names a logger).
+    its own ``version_N`` folder (:class:`~lit_embed.runs.logger.RunLogger`, unless the config names a logger).
     """
 
     def __init__(self, *args, **kwargs) -> None:
@@ -185,7 +197,7 @@ class LitEmbedCLI(LightningCLI):
 
     def start_checkpoint(self) -> None:
         """The run's folder and the checkpoint ``--ckpt_path`` names, read once: resolved (``last``, a run or
-        experiment folder), checked against the configured model (:func:`~lit_embed.checkpoints.check_model`: a
+        experiment folder), checked against the configured model (:func:`~lit_embed.checkpoints.format.check_model`: a
         different model refused, what the config leaves unset filled in), and handed to Lightning's checkpoint IO
         so that the trainer does not read the file again."""
         self.given_checkpoint: tuple[str, dict] | None = None
@@ -262,7 +274,7 @@ class LitEmbedCLI(LightningCLI):
         self.given_start = (name, path, checkpoint)
 
     def predictions_output(self) -> None:
-        """``predict``'s folder, claimed now on rank 0 (:func:`~lit_embed.folders.claim_folder`): ``--output``, else
+        """``predict``'s folder, claimed now on rank 0 (:func:`~lit_embed.runs.folders.claim_folder`): ``--output``, else
         beside the checkpoint (:func:`~lit_embed.callbacks.predictions.predictions_folder`), numbered where taken. The
         run writes there and nowhere else: no logger (``predict`` logs nothing), no ``version_N`` among training runs."""
         if self.config.get("subcommand") != "predict":
@@ -503,7 +515,7 @@ class ModelOnlyCLI(LitEmbedCLI):
         """Nothing: no run is made."""
 
     def frequencies_folder(self, config) -> Path:
-        """lit-embed's cache (:func:`~lit_embed.cache.cache_folder`): a model built alone is no run to keep them beside."""
+        """lit-embed's cache (:func:`~lit_embed.storage.cache.cache_folder`): a model built alone is no run to keep them beside."""
         return cache_folder() / "token_counts"
 
     def _set_seed(self) -> None:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from lit_embed.accounting import format_parameters, parameter_report
 from lit_embed.hub import shapes_only
+from lit_embed.measures.accounting import format_parameters, parameter_report
 
 HELP = """usage: lit-embed params --config FILE [--json] [--model.init_args.KEY VALUE ...]
 

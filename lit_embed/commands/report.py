@@ -5,11 +5,11 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from lit_embed import pareto
 from lit_embed.commands.parsing import ArgumentParser
 from lit_embed.errors import ConfigError
-from lit_embed.files import check_file_output, write_atomic
-from lit_embed.reporting import (
+from lit_embed.measures.tables import FORMATS, render
+from lit_embed.reports import pareto
+from lit_embed.reports.papers import (
     Report,
     compress_reports,
     cosine_tables,
@@ -17,10 +17,10 @@ from lit_embed.reporting import (
     left_out_table,
     run_and_sweep_folders,
 )
-from lit_embed.results import COMPLETE, RESULTS_FILE, load_results, status_of
+from lit_embed.runs.results import COMPLETE, RESULTS_FILE, load_results, status_of
+from lit_embed.storage.files import check_file_output, write_atomic
 from lit_embed.sweeps.plan import MANIFEST, is_sweep_folder
 from lit_embed.sweeps.progress import sweep_runs
-from lit_embed.tables import FORMATS, render
 
 #: The figure's file name where ``--figure`` names none.
 FIGURE = "pareto.png"

@@ -34,7 +34,7 @@ import yaml
 from torch import Tensor, nn
 from torch.nn import functional as F
 
-from lit_embed.checkpoints import build_from_config, resolve_class
+from lit_embed.checkpoints.format import build_from_config, resolve_class
 from lit_embed.compress import closed_form
 from lit_embed.embeddings.base import EmbeddingStrategy
 from lit_embed.embeddings.dense import DenseEmbedding

@@ -17,23 +17,23 @@ import torch
 import yaml
 from torch import Tensor, nn
 
-from lit_embed.checkpoints import (
+from lit_embed.checkpoints.format import (
     build_from_config,
     check_finite,
     load_model,
     recorded_tokenizer,
     write_checkpoint,
 )
+from lit_embed.checkpoints.recorded import WRITTEN_HEADER, name_user_classes, recorded_config, without_trust
 from lit_embed.embeddings.base import EmbeddingStrategy
 from lit_embed.embeddings.dense import DenseEmbedding
 from lit_embed.errors import ConfigError, MissingFileError, OutputExistsError
-from lit_embed.files import write_atomic
-from lit_embed.folders import start_checkpoint
 from lit_embed.hub import load_tokenizer, loading_pretrained, resolve_pretrained
 from lit_embed.models import Encoder, SequenceClassifier
 from lit_embed.models.base import EmbeddingModule
 from lit_embed.models.mlm import MaskedLM
-from lit_embed.recorded import WRITTEN_HEADER, name_user_classes, recorded_config, without_trust
+from lit_embed.runs.folders import start_checkpoint
+from lit_embed.storage.files import write_atomic
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".h5", ".msgpack", ".onnx", ".ot", ".ckpt")
 COMPACT_FILE = "compressed_embedding.safetensors"
@@ -72,7 +72,7 @@ class Source:
 
 def load_source(name: str, model_config: dict | None = None, untie: bool = False) -> Source:
     """A lit-embed checkpoint (a file, a run folder or an experiment folder: see
-    :func:`~lit_embed.folders.start_checkpoint`) or a HuggingFace model (a folder with ``config.json``, or a hub name)."""
+    :func:`~lit_embed.runs.folders.start_checkpoint`) or a HuggingFace model (a folder with ``config.json``, or a hub name)."""
     path = Path(name).expanduser()
     if path.is_file() or (path.is_dir() and not (path / "config.json").is_file()):
         path = start_checkpoint(path)  # which file, and why, goes to the report
@@ -266,7 +266,7 @@ def save_compact(strategy: EmbeddingStrategy, path: Path) -> None:
 
 def load_compact(path: str | Path) -> EmbeddingStrategy:
     """The compressed embedding saved in a HuggingFace output folder (or its ``compressed_embedding.safetensors``),
-    its recorded strategy read as :mod:`lit_embed.recorded` reads every recorded config."""
+    its recorded strategy read as :mod:`lit_embed.checkpoints.recorded` reads every recorded config."""
     from safetensors import safe_open
     from safetensors.torch import load_file
 

@@ -7,8 +7,8 @@ import torch
 from torch import Tensor
 from torch.nn import functional as F
 
-from lit_embed.accounting import human
 from lit_embed.embeddings.base import EmbeddingStrategy, state_bytes
+from lit_embed.measures.accounting import human
 from lit_embed.models.base import EmbeddingModule
 from lit_embed.models.encoder import count_parameters
 

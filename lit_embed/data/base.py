@@ -25,10 +25,10 @@ from lit_embed.data.tasks import Task
 from lit_embed.distributed import apply_global_batch, gather_objects, is_distributed
 from lit_embed.embeddings.text import FittableTextEncoder, TextEncoder, VocabTextEncoder
 from lit_embed.errors import ConfigError
-from lit_embed.files import write_atomic
 from lit_embed.hub import resolve_pretrained, trusting_remote_code
 from lit_embed.interfaces import Collate, TextModel
-from lit_embed.runs import run_folder
+from lit_embed.runs.logger import run_folder
+from lit_embed.storage.files import write_atomic
 
 log = logging.getLogger(__name__)
 

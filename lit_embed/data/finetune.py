@@ -52,7 +52,7 @@ from lit_embed.embeddings.text import TextEncoder
 from lit_embed.errors import ConfigError, HubError, MissingFileError
 from lit_embed.hub import require_hub
 from lit_embed.interfaces import TaskModel, provides
-from lit_embed.metric_names import needs_two_values
+from lit_embed.measures.metric_names import needs_two_values
 from lit_embed.progress import Stage
 
 PIPELINE_VERSION = 1

@@ -31,8 +31,8 @@ from lit_embed.data.sources import SAMPLES
 from lit_embed.embeddings.mixed_dimension import SAMPLE_TOKENS, read_counts
 from lit_embed.embeddings.text import VocabTextEncoder
 from lit_embed.errors import ConfigError
-from lit_embed.files import write_atomic
 from lit_embed.progress import Progress
+from lit_embed.storage.files import write_atomic
 
 log = logging.getLogger(__name__)
 

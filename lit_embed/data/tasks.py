@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Literal, get_args
 
 from lit_embed.errors import ConfigError
-from lit_embed.metric_names import check_metrics
+from lit_embed.measures.metric_names import check_metrics
 
 #: The 15 XNLI languages, in the order of the papers' tables.
 XNLI_LANGUAGES = ("en", "fr", "es", "de", "el", "bg", "ru", "tr", "ar", "vi", "th", "zh", "hi", "sw", "ur")

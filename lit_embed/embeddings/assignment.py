@@ -18,9 +18,9 @@ from typing import Literal
 import numpy as np
 import torch
 
-from lit_embed.cache import cache_folder, read_codes, write_codes
 from lit_embed.embeddings.pretrained import load_embedding_matrix
 from lit_embed.errors import ConfigError
+from lit_embed.storage.cache import cache_folder, read_codes, write_codes
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +91,7 @@ class ClusterAssignment(Assignment):
     as the largest index it must hold (``tables_fit_codes``; the k-sub-embedding paper's Table 3 counts
     104k and 154k parameters for Q=100 and 200; equal sizes: 25.6k and 51.2k for Q=50 and 100).
 
-    Computed once and cached on disk (:mod:`lit_embed.cache`), keyed by a digest of the matrix and every argument.
+    Computed once and cached on disk (:mod:`lit_embed.storage.cache`), keyed by a digest of the matrix and every argument.
 
     Args:
         source: a HuggingFace model name or folder (its input embedding matrix), or a matrix file

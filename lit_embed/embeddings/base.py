@@ -255,7 +255,7 @@ class EmbeddingStrategy(CheckpointSized, ABC):
         """``{"class_path", "init_args"}`` of this strategy, with its stable public class path.
 
         A model's config leaves the two sizes out (the model gives them); ``with_sizes`` puts them in, to
-        build the strategy on its own (:func:`lit_embed.checkpoints.build_from_config`).
+        build the strategy on its own (:func:`lit_embed.checkpoints.format.build_from_config`).
         """
         init_args = self.init_args()
         if with_sizes:

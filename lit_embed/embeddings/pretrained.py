@@ -9,7 +9,7 @@ import torch
 
 from lit_embed.errors import ConfigError, MissingFileError
 from lit_embed.hub import loading_pretrained, resolve_pretrained
-from lit_embed.plain_data import load_plain
+from lit_embed.storage.plain_data import load_plain
 
 MATRIX_SUFFIXES = (".pt", ".pth", ".npy", ".safetensors")
 

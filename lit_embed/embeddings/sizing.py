@@ -19,8 +19,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from lit_embed.accounting import DENSE_VALUE_BYTES
 from lit_embed.errors import ConfigError
+from lit_embed.measures.accounting import DENSE_VALUE_BYTES
 
 log = logging.getLogger(__name__)
 

@@ -27,18 +27,18 @@ import torch
 from safetensors.torch import save_file
 
 from lit_embed._compat import auto_model_class, hub_client_errors
-from lit_embed.accounting import format_parameters, parameter_report
-from lit_embed.checkpoints import load_model, recorded_tokenizer
+from lit_embed.checkpoints.format import load_model, recorded_tokenizer
+from lit_embed.checkpoints.recorded import class_paths
 from lit_embed.embeddings.state import CheckpointSized
 from lit_embed.errors import CheckpointError, ConfigError, HubError, OutputExistsError
 from lit_embed.export.configuration_lit_embed import LitEmbedConfig
 from lit_embed.export.vendor import module_source
-from lit_embed.files import atomic_folder, check_output, write_atomic, write_json_atomic
-from lit_embed.folders import checkpoints_taken, start_checkpoint
 from lit_embed.hub import hub_endpoint, load_tokenizer, offline, offline_cause, trusting_remote_code
 from lit_embed.interfaces import TaskModel, provides
-from lit_embed.recorded import class_paths
-from lit_embed.results import versions
+from lit_embed.measures.accounting import format_parameters, parameter_report
+from lit_embed.runs.folders import checkpoints_taken, start_checkpoint
+from lit_embed.runs.results import versions
+from lit_embed.storage.files import atomic_folder, check_output, write_atomic, write_json_atomic
 
 log = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ An export must load where lit-embed is not installed, so it carries the code tha
 the strategy's module (lit-embed's, or a plugin's) and the lit-embed modules it imports (transitively, a name
 imported through a package taken from the module that defines it), concatenated in dependency order,
 with their ``lit_embed`` imports taken out (the names live in the one module). What an export never runs
-(the hub, downloading a matrix, writing files: :mod:`lit_embed.files`, :mod:`lit_embed.cache`) is not carried: its
+(the hub, downloading a matrix, writing files: :mod:`lit_embed.storage.files`, :mod:`lit_embed.storage.cache`) is not carried: its
 names become functions saying lit-embed is needed. After the code comes :data:`DECLARED`: the classes the export's
 ``config.json`` may name, the only ones its loader builds.
 """

@@ -11,7 +11,7 @@ import pytorch_lightning as pl
 from torch import Tensor, nn
 
 from lit_embed._compat import attached_trainer, built_by_cli
-from lit_embed.checkpoints import FACTS, describe, state_differences
+from lit_embed.checkpoints.format import FACTS, describe, state_differences
 from lit_embed.distributed import is_distributed, share_buffers
 from lit_embed.embeddings.base import EmbeddingStrategy
 from lit_embed.embeddings.dense import DenseEmbedding
@@ -24,8 +24,8 @@ from lit_embed.interfaces import Collate, TextData, provides
 from lit_embed.models.encoder import Encoder, count_parameters
 from lit_embed.models.metrics import BlockEvaluation
 from lit_embed.models.optim import OptimConfig, configure_adamw
-from lit_embed.plain_data import plain
-from lit_embed.runs import run_folder
+from lit_embed.runs.logger import run_folder
+from lit_embed.storage.plain_data import plain
 
 log = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from lit_embed.checkpoints import (
+from lit_embed.checkpoints.format import (
     FACTS,
     build_from_config,
     check_model,
@@ -36,12 +36,12 @@ from lit_embed.data.tasks import Task, TaskDefinition, get_task
 from lit_embed.embeddings.state import fixed_shapes
 from lit_embed.embeddings.text import TextEncoder
 from lit_embed.errors import CheckpointError, ConfigError
-from lit_embed.folders import start_checkpoint
 from lit_embed.interfaces import TaskData, provides
 from lit_embed.models.base import CompileMode, EmbeddingModule, Init, StrategyFactory
 from lit_embed.models.encoder import Encoder
 from lit_embed.models.metrics import POOLED, TaskEvaluation, selection_score
 from lit_embed.models.optim import OptimConfig
+from lit_embed.runs.folders import start_checkpoint
 
 #: k-sub-embedding Table 6: peak 2e-5 with 6% warm-up and linear decay; the rest as in pre-training.
 FINETUNE_OPTIM = OptimConfig(lr=2e-5, warmup=0.06)

@@ -21,7 +21,7 @@ from torchmetrics.functional.classification import binary_f1_score, multiclass_a
 from torchmetrics.utilities import dim_zero_cat
 
 from lit_embed.errors import ConfigError
-from lit_embed.metric_names import check_metrics, metric_function
+from lit_embed.measures.metric_names import check_metrics, metric_function
 
 if TYPE_CHECKING:
     from lit_embed.data.tasks import Selection
@@ -62,7 +62,7 @@ class TaskEvaluation(Metric):
     """Predictions of one stage over all its evaluation sets, deduplicated by ``(set, index)``.
 
     Args:
-        metrics: names from :data:`~lit_embed.metric_names.METRICS`, or of torchmetrics functions (:func:`task_metric`).
+        metrics: names from :data:`~lit_embed.measures.metric_names.METRICS`, or of torchmetrics functions (:func:`task_metric`).
         num_classes: classes of a classification task; ``None`` for regression.
     """
 

@@ -26,10 +26,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lit_embed.errors import ConfigError, RunBusyError
-from lit_embed.files import open_in_place, write_json_atomic, writing
-from lit_embed.folders import LAUNCH_LOCK, held, hold, holds
 from lit_embed.progress import Progress, duration
-from lit_embed.signals import received_signal, stop_if_signalled
+from lit_embed.runs.folders import LAUNCH_LOCK, held, hold, holds
+from lit_embed.runs.signals import received_signal, stop_if_signalled
+from lit_embed.storage.files import open_in_place, write_json_atomic, writing
 from lit_embed.sweeps.outcomes import (
     OUTPUT_FILE,
     SETTLED,
@@ -86,7 +86,7 @@ def commands(run: Run, launch: Launch, paths: dict[str, str] | None = None) -> l
     args += ["--out", str(run.folder)]
     test = ["test", "--config", str(run.folder / "config.yaml"), "--ckpt_path", str(run.folder / "model.ckpt")]
     if any(key == "trust_remote_code" and str(value).lower() == "true" for key, value in run.overrides()):
-        test += ["--data.init_args.trust_remote_code", "true"]  # compress's output records no trust (lit_embed.recorded)
+        test += ["--data.init_args.trust_remote_code", "true"]  # compress's output records no trust (lit_embed.checkpoints.recorded)
     if gpus:
         args += ["--accelerator", "gpu"]
         test += ["--trainer.accelerator", "gpu", "--trainer.devices", "1"]

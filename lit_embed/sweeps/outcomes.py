@@ -19,9 +19,9 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-from lit_embed import folders
 from lit_embed.errors import ConfigError, UserError
-from lit_embed.results import COMPLETE, DIVERGED, RESULTS_FILE, load_results, status_of
+from lit_embed.runs import folders
+from lit_embed.runs.results import COMPLETE, DIVERGED, RESULTS_FILE, load_results, status_of
 from lit_embed.sweeps.plan import REFERENCE, Run, Select, Stage, Sweep, candidates
 
 LOGS = "logs"

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lit_embed.results import is_score
+from lit_embed.measures.tables import MISSING, Table, logged_text, mean_std, score_text
+from lit_embed.runs.results import is_score
 from lit_embed.sweeps.outcomes import STATES, Grid, Outcome, counts, grids, outcome
 from lit_embed.sweeps.plan import Stage, Sweep, read_manifest
-from lit_embed.tables import MISSING, Table, logged_text, mean_std, score_text
 
 
 def sweep_runs(folder: str | Path, digits: int = 1) -> tuple[list[dict], list[Table]]:

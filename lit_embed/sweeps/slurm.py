@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from lit_embed.errors import ConfigError
-from lit_embed.files import write_atomic
+from lit_embed.storage.files import write_atomic
 from lit_embed.sweeps.launch import LAUNCHED, Launch, claim_sweep_folder, run_argv
 from lit_embed.sweeps.outcomes import LOGS, OUTPUT_FILE, Outcome, outcome
 from lit_embed.sweeps.plan import Run, Stage, Sweep

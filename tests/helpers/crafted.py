@@ -44,7 +44,7 @@ def classifier_checkpoint(path: Path) -> dict:
     ``path``; the checkpoint as plain data."""
     import torch
 
-    from lit_embed.checkpoints import write_checkpoint
+    from lit_embed.checkpoints.format import write_checkpoint
     from lit_embed.embeddings import DenseEmbedding
     from lit_embed.models import SequenceClassifier
     from tests.helpers import tiny_encoder

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from filelock import FileLock
 
-from lit_embed.files import write_json_atomic
+from lit_embed.storage.files import write_json_atomic
 from tests.helpers import CONFIGS, REPO
 
 #: What decides what a build writes, besides the caller's inputs: read by every key.

@@ -26,7 +26,7 @@ TITLE = "Fault tolerance: atomic checkpoint saves and resumable loaders against 
 def checkpoint_rows(ctx) -> list[dict]:
     from lightning_fabric.plugins.io import TorchCheckpointIO
 
-    from lit_embed.checkpoint_io import AtomicCheckpointIO
+    from lit_embed.checkpoints.atomic_io import AtomicCheckpointIO
 
     params = 200_000 if ctx.smoke else 25_765_376 + 50_265  # RoBERTa_S 3se with its decoder bias
     weights = torch.randn(params)

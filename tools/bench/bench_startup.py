@@ -29,9 +29,9 @@ ROBERTA_S = {"arch": "roberta", "layers": 8, "hidden": 512, "heads": 8, "ffn": 2
 
 def run_folder(root: Path) -> Path:
     """Six runs' results.json (dense and 3-sub-embedding RoBERTa_S on SST-2, three seeds) under ``root``."""
-    from lit_embed.accounting import compression
-    from lit_embed.files import write_json_atomic
-    from lit_embed.results import RESULTS_FILE, RESULTS_FORMAT
+    from lit_embed.measures.accounting import compression
+    from lit_embed.runs.results import RESULTS_FILE, RESULTS_FORMAT
+    from lit_embed.storage.files import write_json_atomic
 
     dense = (51_482_112, 25_735_680)  # RoBERTa_S total and embedding parameters (k-sub-embedding Table 1)
     for label, (total, embedding), score, ms in (("roberta_s", dense, 0.90, 24.9), ("3se", (25_765_376, 18_944), 0.86, 20.1)):

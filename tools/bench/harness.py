@@ -28,7 +28,7 @@ from pathlib import Path
 import real_text
 import torch
 
-from lit_embed.results import load_average
+from lit_embed.runs.results import load_average
 
 RESULTS = Path(__file__).parent / "results"
 REPO = Path(__file__).resolve().parents[2]

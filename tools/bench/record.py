@@ -9,7 +9,7 @@ from pathlib import Path
 import headlines
 from fingerprint import describe, imported_code
 
-from lit_embed.files import write_atomic, write_json_atomic
+from lit_embed.storage.files import write_atomic, write_json_atomic
 
 from harness import RESULTS, load_average, markdown_table
 

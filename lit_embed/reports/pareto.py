@@ -30,9 +30,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lit_embed.files import write_atomic, writing
-from lit_embed.reporting import compressed_method
-from lit_embed.tables import MISSING, Table, mean_std
+from lit_embed.measures.tables import MISSING, Table, mean_std
+from lit_embed.reports.papers import compressed_method
+from lit_embed.storage.files import write_atomic, writing
 
 NOT_MEASURED = "not measured"
 #: The tag of the figure in TensorBoard.
@@ -135,7 +135,7 @@ def points_of(runs: list[dict], scores: dict[str, dict[int | None, float]]) -> l
 
 
 def _method(runs: list[dict], label: str) -> str:
-    """A point's line: the compress method its runs tested (:func:`~lit_embed.reporting.compressed_method`: ``int4``,
+    """A point's line: the compress method its runs tested (:func:`~lit_embed.reports.papers.compressed_method`: ``int4``,
     ``fit ROBEEmbedding``), else its strategy; and the variant a sweep stage's label names (``QREmbedding post-hoc``)."""
     compressed = next((method for r in runs if (method := compressed_method(r))), None)
     strategy = compressed or next((r["strategy"] for r in runs if r.get("strategy")), label)

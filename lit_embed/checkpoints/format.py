@@ -5,7 +5,7 @@ Every command that takes a checkpoint (``--ckpt_path``, ``model.init_args.checkp
 with no classes allowed beyond tensors and plain data, so a crafted file cannot run code when it is loaded (a
 pickle can name any function to call). What lit-embed writes is plain data already: a Lightning
 checkpoint made by ``lit-embed fit`` records its hyper-parameters as the parsed config (class paths
-and init args). What it records is then read as :mod:`lit_embed.recorded` reads every recorded config: no
+and init args). What it records is then read as :mod:`lit_embed.checkpoints.recorded` reads every recorded config: no
 trust-granting key, no class from outside lit-embed, Lightning and the installed plugins. A file that needs
 anything else is refused, naming the type; a checkpoint you trust can be rewritten as plain data once,
 knowingly::
@@ -28,14 +28,14 @@ import torch
 from jsonargparse import ArgumentParser
 
 from lit_embed._compat import instantiate
+from lit_embed.checkpoints.recorded import checked_class, recorded_config, without_trust
 from lit_embed.embeddings import EmbeddingStrategy
 from lit_embed.embeddings.state import fixed_shapes
 from lit_embed.errors import CheckpointError, ConfigError, MissingFileError, did_you_mean
-from lit_embed.files import atomic_writer, check_file_output
-from lit_embed.folders import start_checkpoint
-from lit_embed.plain_data import load_plain, plain
-from lit_embed.recorded import checked_class, recorded_config, without_trust
-from lit_embed.results import versions
+from lit_embed.runs.folders import start_checkpoint
+from lit_embed.runs.results import versions
+from lit_embed.storage.files import atomic_writer, check_file_output
+from lit_embed.storage.plain_data import load_plain, plain
 
 #: Key of the facts a checkpoint records about its strategy, vocabulary, tokenizer and run.
 FACTS = "lit_embed"
@@ -53,7 +53,7 @@ def read_checkpoint(path: str | os.PathLike, what: str = "checkpoint") -> dict[s
     """The checkpoint at ``path`` as tensors and plain data; a clear :class:`CheckpointError` otherwise.
 
     Nothing in the file is executed: it is unpickled with ``weights_only=True``, and the configs it records (its
-    model's and data's hyper-parameters, lit-embed's facts) come back as :func:`~lit_embed.recorded.recorded_config`
+    model's and data's hyper-parameters, lit-embed's facts) come back as :func:`~lit_embed.checkpoints.recorded.recorded_config`
     reads them. A missing, empty, truncated or foreign file, one holding Python objects, one without a ``state_dict``
     and one whose weights hold NaN or infinity are refused, naming the file (and tensor) and what to do.
     """
@@ -197,7 +197,7 @@ def check_model(checkpoint: dict, requested: dict, keys: Collection[str] | None 
     ``requested`` is a model config (``{"class_path", "init_args"}``; either may be missing), ``keys`` the init args
     compared and filled (default all), ``tokenizer`` the one the request's data reads (a checkpoint trained with another
     is a different model). What the checkpoint records comes through :func:`read_checkpoint`, as
-    :mod:`lit_embed.recorded` reads it.
+    :mod:`lit_embed.checkpoints.recorded` reads it.
     """
     recorded = recorded_model(checkpoint)
     if recorded is None:
@@ -240,7 +240,7 @@ def load_model(name: str | os.PathLike, what: str = "checkpoint", config: dict |
                fix: str = "give the config it was trained with"):
     """The LightningModule a ``lit-embed fit`` checkpoint records, with its weights, and the checkpoint.
 
-    ``name`` is a file, a run folder or an experiment folder (:func:`~lit_embed.folders.start_checkpoint`).
+    ``name`` is a file, a run folder or an experiment folder (:func:`~lit_embed.runs.folders.start_checkpoint`).
     The module is built from ``config`` where given (``{"class_path", "init_args"}``), else from the model config
     the checkpoint records; a checkpoint that records none (saved from Python) is refused with ``fix``. Every
     consumer that rebuilds a model from its checkpoint (analyze, export, compress) comes here.

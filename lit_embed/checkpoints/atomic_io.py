@@ -18,13 +18,13 @@ from lightning_fabric.utilities.apply_func import move_data_to_device
 from lightning_fabric.utilities.cloud_io import get_filesystem
 from pytorch_lightning.plugins.io import TorchCheckpointIO
 
-from lit_embed.files import atomic_writer
+from lit_embed.storage.files import atomic_writer
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
     """``torch.save`` into a temporary file next to the checkpoint, flushed to disk, then ``os.replace``.
 
-    Used by the shipped trainer configs (``plugins: [lit_embed.checkpoint_io.AtomicCheckpointIO]``);
+    Used by the shipped trainer configs (``plugins: [lit_embed.checkpoints.atomic_io.AtomicCheckpointIO]``);
     remote paths (``s3://``, ``gs://``) keep Lightning's writer, since an object store's upload is
     already all-or-nothing. It remembers the step of each file it wrote (:meth:`saved_step`), so that
     :class:`~lit_embed.callbacks.RunGuard` writes ``last.ckpt`` at the end of training only where it is behind.
@@ -38,7 +38,7 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         self._read: dict[str, dict[str, Any]] = {}
 
     def hand_over(self, path: str | os.PathLike, checkpoint: dict[str, Any]) -> None:
-        """Give ``checkpoint``, read from ``path`` (by :func:`~lit_embed.checkpoints.read_checkpoint`), to Lightning's
+        """Give ``checkpoint``, read from ``path`` (by :func:`~lit_embed.checkpoints.format.read_checkpoint`), to Lightning's
         next load of ``path``: once, so a later load (the best checkpoint after a fit) reads the file as it is then."""
         self._read[os.path.abspath(path)] = checkpoint
 

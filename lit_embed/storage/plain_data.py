@@ -1,7 +1,7 @@
 """PyTorch files read as tensors and plain data, and values made plain data: what lit-embed unpickles is never an
 object whose loading runs code (``torch.load(weights_only=True)``), and what it saves is only tensors and plain data.
 
-Below everything that reads a ``.ckpt`` or ``.bin`` (:mod:`lit_embed.checkpoints`, a strategy's pretrained matrix).
+Below everything that reads a ``.ckpt`` or ``.bin`` (:mod:`lit_embed.checkpoints.format`, a strategy's pretrained matrix).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 A checkpoint records the configs that rebuild its model and data (its hyper-parameters and lit-embed's facts),
 a run folder its ``config.yaml``, a ``lit-embed compress`` output its ``config.yaml``. Those are files you may
 have been given, not your own command line or config, so every command reads what they record through
-:func:`recorded_config` (:func:`lit_embed.checkpoints.read_checkpoint` for checkpoints, the CLI's parser for such a
+:func:`recorded_config` (:func:`lit_embed.checkpoints.format.read_checkpoint` for checkpoints, the CLI's parser for such a
 file given as ``--config``: :func:`written_by_lit_embed`), and a recorded config can do two things less than
 your own:
 
@@ -32,8 +32,8 @@ from typing import Any, Literal
 
 from lit_embed import plugins
 from lit_embed.errors import ConfigError
-from lit_embed.folders import CHECKPOINTS, LOCK_FILE
-from lit_embed.results import RESULTS_FILE
+from lit_embed.runs.folders import CHECKPOINTS, LOCK_FILE
+from lit_embed.runs.results import RESULTS_FILE
 
 #: Keys that let a config run foreign code: never taken from a recorded config.
 TRUST_KEYS = frozenset({"trust_remote_code"})
@@ -43,7 +43,7 @@ PACKAGES = ("lit_embed", "pytorch_lightning", "lightning")
 IMPORT_PATH = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+")
 #: The first line of a config file a lit-embed command wrote (``compress``'s ``config.yaml``).
 WRITTEN_HEADER = "# Written by `lit-embed"
-#: What a run folder holds beside its ``config.yaml`` (one is enough: :mod:`lit_embed.folders`).
+#: What a run folder holds beside its ``config.yaml`` (one is enough: :mod:`lit_embed.runs.folders`).
 RUN_FOLDER_FILES = (LOCK_FILE, "hparams.yaml", RESULTS_FILE, CHECKPOINTS)
 #: What a ``compress`` output holds beside its ``config.yaml``.
 COMPRESS_FILES = ("report.json", "model.ckpt")

@@ -1,4 +1,4 @@
-"""The k-sub-embedding paper's plots at the end of training (see :mod:`lit_embed.analysis`)."""
+"""The k-sub-embedding paper's plots at the end of training (see :mod:`lit_embed.analysis.embedding_space`)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 import pytorch_lightning as pl
 from pytorch_lightning.loggers import TensorBoardLogger
 
-from lit_embed.analysis import ANALYSIS_DIR, analyse, read_texts, save_analysis
+from lit_embed.analysis.embedding_space import ANALYSIS_DIR, analyse, read_texts, save_analysis
 from lit_embed.data.base import TextDataModule
 from lit_embed.errors import ConfigError
 from lit_embed.models.base import EmbeddingModule

@@ -30,10 +30,11 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lit_embed.accounting import compression, human
 from lit_embed.data.tasks import BENCHMARK_TABLES, TASKS, get_task
 from lit_embed.errors import ConfigError
-from lit_embed.results import (
+from lit_embed.measures.accounting import compression, human
+from lit_embed.measures.tables import MISSING, Table, logged_text, mean_std, score_text
+from lit_embed.runs.results import (
     LOAD_MARGIN,
     RESULTS_FILE,
     check_same_backbone,
@@ -44,7 +45,6 @@ from lit_embed.results import (
     status_of,
 )
 from lit_embed.sweeps.plan import MANIFEST, is_sweep_folder
-from lit_embed.tables import MISSING, Table, logged_text, mean_std, score_text
 
 #: The strategy of an uncompressed model: a task's reference for PRR where no baseline is given.
 UNCOMPRESSED = "DenseEmbedding"

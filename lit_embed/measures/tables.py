@@ -32,7 +32,7 @@ def mean_std(values: list[float]) -> tuple[float, float | None]:
 
 
 def score_text(mean: float, spread: float | None, digits: int = 1) -> str:
-    """A score (a fraction, higher is better: :func:`lit_embed.results.is_score`) as every table shows one: x 100 with
+    """A score (a fraction, higher is better: :func:`lit_embed.runs.results.is_score`) as every table shows one: x 100 with
     ``digits`` decimals, ± its standard deviation."""
     text = f"{100 * mean:.{digits}f}"
     return text if spread is None else f"{text} ± {100 * spread:.{digits}f}"

@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from lit_embed.files import atomic_writer
+from lit_embed.storage.files import atomic_writer
 
 if TYPE_CHECKING:  # numpy is imported where arrays are read or written: the help cache reads the folder alone
     import numpy as np

@@ -1,10 +1,10 @@
 """Run folders: every run writes into a folder of its own and finds its checkpoints there again.
 
 This module imports no Lightning (`lit-embed report` and the sweeps read run folders without it); the
-logger that claims a run's folder is :class:`lit_embed.runs.RunLogger`.
+logger that claims a run's folder is :class:`lit_embed.runs.logger.RunLogger`.
 
 * A run's folder is ``<root>/version_N``. ``root`` is the trainer's ``default_root_dir`` (``runs/<config
-  name>`` unless the config says otherwise) for :class:`~lit_embed.runs.RunLogger`, the logger the CLI gives every run;
+  name>`` unless the config says otherwise) for :class:`~lit_embed.runs.logger.RunLogger`, the logger the CLI gives every run;
   N is the next free number, claimed with an atomic ``mkdir``, so runs started together never share one.
 * The process holds a lock on its run folder, and on every checkpoint folder it writes, for as long as
   it lives (released when it exits, however it exits): another live run that would write there is
@@ -34,8 +34,8 @@ import sys
 from pathlib import Path
 
 from lit_embed.errors import CheckpointError, MissingFileError, OutputExistsError, RunBusyError, did_you_mean
-from lit_embed.files import open_in_place, refuse_redirect, writing
-from lit_embed.results import COMPLETE, DIVERGED, RESULTS_FILE, status_of
+from lit_embed.runs.results import COMPLETE, DIVERGED, RESULTS_FILE, status_of
+from lit_embed.storage.files import open_in_place, refuse_redirect, writing
 
 try:
     import fcntl

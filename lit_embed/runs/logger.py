@@ -1,5 +1,5 @@
 """The logger every ``lit-embed`` run gets: TensorBoard logging into a run folder of its own
-(:mod:`lit_embed.folders` says how run folders are claimed, locked and found again).
+(:mod:`lit_embed.runs.folders` says how run folders are claimed, locked and found again).
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from pytorch_lightning.loggers import TensorBoardLogger
 from pytorch_lightning.utilities.rank_zero import rank_zero_only
 
 from lit_embed._compat import set_save_dir
-from lit_embed.files import writing
-from lit_embed.folders import claim_version, hold
+from lit_embed.runs.folders import claim_version, hold
+from lit_embed.storage.files import writing
 
 
 class RunLogger(TensorBoardLogger):

@@ -30,7 +30,7 @@ from torch import Tensor
 from lit_embed.data.collate import PadCollator
 from lit_embed.data.sources import load_files
 from lit_embed.errors import ConfigError, OutputExistsError
-from lit_embed.files import write_atomic, write_json_atomic, writing
+from lit_embed.storage.files import write_atomic, write_json_atomic, writing
 
 ANALYSIS_DIR = "analysis"
 #: The tokens the k-sub-embedding paper's Figures 4-10 highlight in each layer's hidden states.
