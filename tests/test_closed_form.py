@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from lit_embed.compress import closed_form
-from lit_embed.compress.methods import FitOptions, Job, method_named, strategy_from
+from lit_embed.compress.methods import Job, method_named
+from lit_embed.compress.strategy_fit import FitOptions, strategy_from
 from lit_embed.errors import ConfigError
 
 VOCAB, HIDDEN = 60, 4

@@ -24,8 +24,9 @@ from lit_embed.commands import main
 from lit_embed.commands.compress import parser
 from lit_embed.commands.parsing import named_method
 from lit_embed.compress import AQOptions, load_compact, methods
-from lit_embed.compress.methods import additive_quantize, pca_code, sparse_code, unk_backoff
+from lit_embed.compress.codebooks import additive_quantize
 from lit_embed.compress.model_io import load_source
+from lit_embed.compress.partial import pca_code, sparse_code, unk_backoff
 from lit_embed.compress.vocabulary import coverage, split_vocabulary
 from lit_embed.data.frequencies import count_tokens
 from lit_embed.embeddings import AdditiveQuantizedEmbedding, PCAEmbedding, SparseCodedEmbedding, UnkEmbedding
@@ -595,7 +596,8 @@ def test_every_compress_config_parses_into_its_method(path):
 
 def test_a_new_method_is_one_class_found_by_name(tmp_path, capsys):
     """A compression method is a CompressionMethod subclass: defining it registers its name for --method."""
-    from lit_embed.compress.methods import CompressionMethod, method_named, with_common_rows
+    from lit_embed.compress.methods import CompressionMethod, method_named
+    from lit_embed.compress.partial import with_common_rows
     from lit_embed.embeddings import UnkEmbedding
 
     @dataclass

@@ -11,7 +11,9 @@ import pytest
 import torch
 from torch.nn import functional as F
 
-from lit_embed.compress.methods import CompressionMethod, Job, method_named, strategy_from, with_common_rows
+from lit_embed.compress.methods import CompressionMethod, Job, method_named
+from lit_embed.compress.partial import with_common_rows
+from lit_embed.compress.strategy_fit import strategy_from
 from lit_embed.embeddings import (
     FactorizedEmbedding,
     PCAEmbedding,

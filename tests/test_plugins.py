@@ -315,7 +315,7 @@ def test_a_plugin_command_runs_and_a_broken_one_is_named(fresh, tmp_path, capsys
     (plugins.STRATEGIES, "DenseEmbedding", "from lit_embed.embeddings import DenseEmbedding\n"
                                            "class DenseEmbedding(DenseEmbedding):\n    pass\nTASK = DenseEmbedding\n",
      "has the class name of lit_embed.embeddings.DenseEmbedding, so configs could not name it short"),
-    (plugins.COMPRESSION_METHODS, "halve", "from lit_embed.compress.methods import UnkBackoff\n"
+    (plugins.COMPRESSION_METHODS, "halve", "from lit_embed.compress.partial import UnkBackoff\n"
                                            "class Halve(UnkBackoff):\n    name = 'half'\nTASK = Halve\n",
      "is the compression method 'half': name the entry point 'half'"),
 ], ids=["not a task", "task under another name", "a taken task", "not a strategy", "a built-in strategy's name",

@@ -277,7 +277,8 @@ def reachable(cells: dict[str, dict]) -> tuple[dict[str, dict], list[str]]:
     they compress being an earlier stage's."""
     import torch
 
-    from lit_embed.compress.methods import Job, NoVocabularyError, method_named
+    from lit_embed.compress.methods import Job, method_named
+    from lit_embed.compress.strategy_fit import NoVocabularyError
     from lit_embed.embeddings.sizing import BudgetError
 
     kept, refused = {}, []

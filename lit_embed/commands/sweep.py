@@ -134,7 +134,8 @@ def _unmet_compression(run: Run, seen: dict) -> str | None:
         return None
     import torch
 
-    from lit_embed.compress.methods import Job, NoVocabularyError, method_class, method_named
+    from lit_embed.compress.methods import Job, method_class, method_named
+    from lit_embed.compress.strategy_fit import NoVocabularyError
     from lit_embed.embeddings.sizing import BudgetError
 
     key = ("compress", json.dumps(sorted(arguments.items()), default=str))

@@ -61,7 +61,7 @@ def corpus_split(vocab: int, retention: float):
 
 
 def compress_rows(ctx) -> list[dict]:
-    from lit_embed.compress.methods import sparse_code
+    from lit_embed.compress.partial import sparse_code
     from lit_embed.embeddings.sparse_coded import rare_ids_of
 
     generator = torch.Generator().manual_seed(0)
@@ -89,7 +89,7 @@ def compress_rows(ctx) -> list[dict]:
 
 
 def forward_rows(ctx) -> list[dict]:
-    from lit_embed.compress.methods import sparse_code
+    from lit_embed.compress.partial import sparse_code
     from lit_embed.embeddings import DenseEmbedding
     from lit_embed.models import Encoder
 
