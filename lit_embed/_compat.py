@@ -1,10 +1,12 @@
 """Every use of a private API of Lightning, datasets, transformers or jsonargparse, in one place.
 
 Each function says what it reaches into and why no public way exists; when a library changes, this is
-the file to fix. (Three method overrides live beside their classes: ``LitEmbedCLI._parse_ckpt_path``,
+the file to fix. (Four method overrides live beside their classes: ``LitEmbedCLI._parse_ckpt_path``,
 LightningCLI's hook that reads ``--ckpt_path`` and applies the model it records unchecked, turned off: the command
 reads and checks the file once, in ``parse_arguments``; ``RunLogger._get_next_version``, TensorBoardLogger's hook
-that picks a new version; and ``EpochProgressBar._get_train_description``, the rich progress bar's title.)
+that picks a new version; ``EpochProgressBar._get_train_description``, the rich progress bar's title; and
+``_Built._run_subcommand``, LightningCLI's hook that runs the subcommand once the run is built, deferred so that
+``assemble`` returns the run built: ``Assembled.run`` calls LightningCLI's own.)
 """
 
 from __future__ import annotations

@@ -217,3 +217,38 @@ def test_params_help_is_short_and_names_json(capsys):
 def test_no_command_prints_the_commands_and_exits_2(capsys):
     assert main([]) == 2
     assert "commands:" in capsys.readouterr().err
+
+
+def test_assemble_builds_what_the_command_builds_from_a_file_or_a_dict_and_runs_it_alike(tmp_path, monkeypatch):
+    """``assemble`` (given configs/demo.yaml, or its content as a dict) builds what LitEmbedCLI builds for ``lit-embed fit
+    --config configs/demo.yaml``: the same classes, callbacks in the same order, logger, hyper-parameters and seeded
+    weights, each run in a folder of its own; :meth:`Assembled.run` and the command hand trainer.fit the run built."""
+    import pytorch_lightning as pl
+    import torch
+    import yaml
+
+    from lit_embed.commands.lightning import assemble
+
+    monkeypatch.chdir(tmp_path)
+    fitted = []
+    monkeypatch.setattr(pl.Trainer, "fit", lambda trainer, model, datamodule=None, **kwargs: fitted.append(
+        (trainer, model, datamodule)))
+    demo, quiet = CONFIGS / "demo.yaml", ["--trainer.enable_progress_bar", "false"]
+    reference = LitEmbedCLI(args=["fit", "--config", str(demo), *quiet])  # runs (fit) as it is built
+    content = yaml.safe_load(demo.read_text())
+    for key in ("encoder", "embedding"):  # the files it names, relative to the working folder in a dict
+        content["model"]["init_args"][key] = str(CONFIGS / content["model"]["init_args"][key])
+    built = [assemble(demo, *quiet), assemble(content, *quiet)]
+    built[1].run()
+    assert main(["fit", "--config", str(demo), *quiet]) == 0
+    assert fitted[:2] == [(reference.trainer, reference.model, reference.datamodule),
+                          (built[1].trainer, built[1].model, built[1].datamodule)] and len(fitted) == 3
+
+    def described(trainer, model, data):
+        return (type(model), type(model.embedding), type(data), [type(c) for c in trainer.callbacks],
+                [type(logger) for logger in trainer.loggers], trainer.max_steps, dict(model.hparams))
+
+    for trainer, model, data in [*((run.trainer, run.model, run.datamodule) for run in built), fitted[2]]:
+        assert described(trainer, model, data) == described(reference.trainer, reference.model, reference.datamodule)
+        assert all(torch.equal(value, model.state_dict()[key]) for key, value in reference.model.state_dict().items())
+    assert len({run.trainer.log_dir for run in built} | {reference.trainer.log_dir, fitted[2][0].log_dir}) == 4

@@ -13,6 +13,7 @@ commands that need Lightning.
 from __future__ import annotations
 
 import inspect
+import json
 import logging
 import os
 import sys
@@ -451,7 +452,7 @@ class LitEmbedCLI(LightningCLI):
 
 def default_root_dir(config) -> str:
     """``runs/<name of the first --config file>``: where a run goes when its config names no ``default_root_dir``."""
-    files = config.get("config") or []
+    files = [file for file in config.get("config") or [] if file is not None]  # None: a config given inline
     return str(Path("runs") / (Path(str(files[0])).stem if files else "lightning_logs"))
 
 
@@ -556,5 +557,55 @@ def predict(argv: list[str]) -> int:
 
 
 def _run(subcommand: str, argv: list[str]) -> int:
-    LitEmbedCLI(args=[subcommand, *argv])
+    assemble(None, *argv, subcommand=subcommand).run()
     return 0
+
+
+class Assembled:
+    """A run as :func:`assemble` built it, not yet run: the model, the data module and the trainer (its callbacks and
+    loggers included), handed each other, and the config they were built from (as ``--print_config`` shows it)."""
+
+    def __init__(self, cli: LitEmbedCLI, subcommand: str) -> None:
+        self.model: pl.LightningModule = cli.model
+        self.datamodule: pl.LightningDataModule = cli.datamodule
+        self.trainer: pl.Trainer = cli.trainer
+        self.config: Namespace = cli.config[subcommand]
+        self._cli, self._subcommand = cli, subcommand
+
+    def run(self) -> None:
+        """Run it as the command does: the trainer's ``fit`` (``validate``, ``test``, ``predict``) with the config's
+        ``ckpt_path``, and what lit-embed does around it (``fit`` on task data then tests the selected checkpoint)."""
+        LitEmbedCLI._run_subcommand(self._cli, self._subcommand)
+
+
+class _Built(LitEmbedCLI):
+    """:class:`LitEmbedCLI` that stops once the run is built: :meth:`Assembled.run` runs it."""
+
+    def _run_subcommand(self, subcommand: str) -> None:  # LightningCLI's hook that runs the subcommand
+        """Nothing yet: :meth:`Assembled.run` runs it."""
+
+
+def assemble(config: str | os.PathLike | dict | None = None, *args: str, subcommand: str = "fit") -> Assembled:
+    """Build a run as ``lit-embed SUBCOMMAND --config CONFIG ARGS...`` builds it, and return it unrun.
+
+    The command itself is ``assemble(None, *argv, subcommand=...).run()``, so a script or a notebook gets what the
+    command would run: the same parser, defaults and checks (the run's own folder under ``default_root_dir``, a
+    ``--ckpt_path`` read and checked against the model, model and data handed each other, the run guard, the progress
+    bar and the summary)::
+
+        from lit_embed.commands.lightning import assemble
+
+        run = assemble("configs/demo.yaml", "--trainer.max_steps", "20")
+        run.model, run.datamodule, run.trainer  # inspect or change them here
+        run.run()                                # trainer.fit, as lit-embed fit runs it
+
+    Args:
+        config: a config file (the files it names are relative to it, as on the command line), the same as a dict
+            (those files relative to the working folder), or ``None`` where ``args`` give ``--config``.
+        args: more of the command line, as ``lit-embed`` takes it (``"--trainer.max_steps", "20"``).
+        subcommand: ``fit``, ``validate``, ``test`` or ``predict``.
+    """
+    if subcommand not in SUBCOMMANDS:
+        raise ConfigError(f"subcommand={subcommand!r} is not one lit-embed assembles: use one of {list(SUBCOMMANDS)}")
+    given = [] if config is None else ["--config", json.dumps(config) if isinstance(config, dict) else os.fspath(config)]
+    return Assembled(_Built(args=[subcommand, *given, *args]), subcommand)
