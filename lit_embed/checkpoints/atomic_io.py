@@ -24,9 +24,9 @@ from lit_embed.storage.files import atomic_writer
 class AtomicCheckpointIO(TorchCheckpointIO):
     """``torch.save`` into a temporary file next to the checkpoint, flushed to disk, then ``os.replace``.
 
-    Used by the shipped trainer configs (``plugins: [lit_embed.checkpoints.atomic_io.AtomicCheckpointIO]``);
-    remote paths (``s3://``, ``gs://``) keep Lightning's writer, since an object store's upload is
-    already all-or-nothing. It remembers the step of each file it wrote (:meth:`saved_step`), so that
+    :class:`~lit_embed.callbacks.RunGuard` installs it in every run whose trainer has Lightning's own writer (a config
+    may name it too: ``plugins: [lit_embed.checkpoints.atomic_io.AtomicCheckpointIO]``); remote paths (``s3://``,
+    ``gs://``) keep Lightning's writer, since an object store's upload is already all-or-nothing. It remembers the step of each file it wrote (:meth:`saved_step`), so that
     :class:`~lit_embed.callbacks.RunGuard` writes ``last.ckpt`` at the end of training only where it is behind.
     A checkpoint the command has read already (``--ckpt_path``, read and checked once by the command layer) is
     handed over (:meth:`hand_over`) and given to Lightning when it asks for that file, instead of reading it again.
