@@ -77,6 +77,11 @@ MAX_FIT_STEPS = 500
 #: Left out of the pre-trained path, and why (measured in the pilot: tools/zoo_scale.py --size pilot).
 NOT_PRETRAINED = {"dhe": "DHE's tied decoder runs its network on all 30522 ids every step: 4.6 times the hashing "
                          "trick's pre-training step in the pilot (4.8 s against 1.04 s, both two threads at load 5-6)"}
+#: Fine-tuned (pre-trained path) for at most this many epochs, and why: where the stopping rule's up to
+#: ``finetune_epochs`` would not fit the 90 minutes.
+SHORT_FINETUNE = {"dpq": (4, "DPQ at 10% scores K=1145 codewords per token and group (softmax and its straight-through "
+                             "gradient): a fine-tuning step 0.67 s of CPU against dense's 0.04 s (the full-size run of "
+                             "2026-11-28), 3 seeds of 10 epochs about 45 minutes")}
 
 
 @dataclass(frozen=True)
@@ -91,8 +96,9 @@ class Size:
     prose_chars: int
     pretrain_steps: int
     minilm_epochs: int
-    finetune_epochs: int
-    patience: int
+    minilm_patience: int
+    finetune_epochs: int  # the tiny encoder's, pre-trained path
+    finetune_patience: int
     refit_batches: int  # the compressed models' brief fine-tuning (batches of 32); 0: each seed's MiniLM compressed, tested as it is
     pretrain_length: int = 64  # tokens a pre-training sequence
     budgets: list[str] = field(default_factory=lambda: list(BUDGETS))
@@ -101,10 +107,10 @@ class Size:
 
 
 SIZES = {
-    "full": Size(1000, 500, 4000, 48, [0, 1, 2], 3_000_000, 500, 3, 3, 1, 0, pretrain_length=32),
-    "pilot": Size(500, 300, 2000, 48, [0, 1], 1_000_000, 150, 2, 2, 1, 20, budgets=["10pct"],
+    "full": Size(1000, 500, 4000, 48, [0, 1, 2], 3_000_000, 500, 3, 1, 10, 3, 0, pretrain_length=32),
+    "pilot": Size(500, 300, 2000, 48, [0, 1], 1_000_000, 150, 2, 1, 10, 3, 20, budgets=["10pct"],
                   strategies=["hashing_trick", "robe"], baselines=["svd", "int8"]),
-    "tiny": Size(32, 32, 64, 16, [0, 1], 20_000, 2, 1, 1, 1, 2, budgets=["10pct"], strategies=["hashing_trick"],
+    "tiny": Size(32, 32, 64, 16, [0, 1], 20_000, 2, 1, 1, 1, 1, 2, budgets=["10pct"], strategies=["hashing_trick"],
                  baselines=["svd", "int8"]),
 }
 
@@ -153,6 +159,52 @@ def write_task(rows: list[tuple[str, str]], size: Size, data: Path) -> dict:
             "files": files}
 
 
+def bag_of_words(task: dict, size: Size, epochs: int = 30) -> float:
+    """Test accuracy (%) of a logistic regression on each text's bag of WordPiece ids (Adam, weight decay 1e-4, the
+    epoch chosen by validation accuracy): what a weak model reaches on this split, the bar the tiny encoder's dense
+    reference must clear for the pre-trained path to rank anything."""
+    import torch
+
+    from lit_embed.hub import load_tokenizer
+
+    tokenizer = load_tokenizer("all-MiniLM-L6-v2")
+    labels = task["labels"]
+
+    def split(name: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # ids, offsets, labels
+        rows = read_rows(Path(task["files"][name]))
+        ids = tokenizer([text for text, _ in rows], truncation=True, max_length=size.max_length,
+                        add_special_tokens=False)["input_ids"]
+        bags = [sorted(set(row)) for row in ids]
+        return (torch.tensor([i for bag in bags for i in bag]), torch.tensor([0, *map(len, bags)]).cumsum(0),
+                torch.tensor([labels.index(label) for _, label in rows]))
+
+    torch.manual_seed(0)
+    train, validation, test = split("train"), split("validation"), split("test")
+    model = torch.nn.EmbeddingBag(tokenizer.vocab_size, len(labels), mode="sum")
+    torch.nn.init.zeros_(model.weight)  # a logistic regression's start: no word counts yet
+    bias = torch.nn.Parameter(torch.zeros(len(labels)))
+    optimiser = torch.optim.Adam([*model.parameters(), bias], lr=0.01, weight_decay=1e-4)
+
+    def accuracy(part: tuple[torch.Tensor, torch.Tensor, torch.Tensor]) -> float:
+        with torch.no_grad():
+            return float((model(part[0], part[1][:-1]) + bias).argmax(-1).eq(part[2]).float().mean()) * 100
+
+    best, chosen = -1.0, 0.0  # validation accuracy, and test accuracy at that epoch
+    starts = train[1].tolist()
+    for _ in range(epochs):
+        for batch in torch.randperm(len(train[2])).split(64):
+            rows = batch.tolist()
+            bags = torch.cat([train[0][starts[i] : starts[i + 1]] for i in rows])
+            offsets = torch.tensor([0, *[starts[i + 1] - starts[i] for i in rows[:-1]]]).cumsum(0)
+            loss = torch.nn.functional.cross_entropy(model(bags, offsets) + bias, train[2][batch])
+            optimiser.zero_grad()
+            loss.backward()
+            optimiser.step()
+        if (score := accuracy(validation)) > best:
+            best, chosen = score, accuracy(test)
+    return chosen
+
+
 def write_prose(size: Size, data: Path) -> str:
     paragraphs, taken = prose(size.prose_chars)
     path = data / "prose.txt"
@@ -170,14 +222,14 @@ def callbacks(patience: int | None) -> list[dict]:
     return found
 
 
-def finetune_config(task: dict, size: Size, lr: float, epochs: int, batches: int | None = None, encoder: dict | None = None
-                    ) -> dict:
+def finetune_config(task: dict, size: Size, lr: float, epochs: int, patience: int | None, batches: int | None = None,
+                    encoder: dict | None = None) -> dict:
     """A fine-tuning config: validation every epoch, early stopping on its accuracy, the best checkpoint tested."""
     model: dict = {"checkpoint": None, "task": task, "optim": {"lr": lr, "warmup": 0.06}}
     if encoder is not None:
         model = {"vocab_size": 30522, "encoder": encoder, "task": task, "optim": {"lr": lr, "warmup": 0.06}}
     trainer = {"accelerator": "cpu", "devices": 1, "max_epochs": epochs, "log_every_n_steps": 20,
-               "callbacks": callbacks(size.patience if batches is None else None)}
+               "callbacks": callbacks(patience)}
     if batches is not None:
         trainer["limit_train_batches"] = batches
     return {"seed_everything": 0, "model": {"class_path": "lit_embed.models.SequenceClassifier", "init_args": model},
@@ -210,10 +262,10 @@ def sweep(folder: Path, task: dict, prose_file: str, size: Size, paths: tuple[st
     files = {
         "pretrain": pretrain_config(prose_file, size),
         "pretrain_hashformer": pretrain_config(prose_file, size),
-        "finetune": finetune_config(task, size, 1e-3, size.finetune_epochs),
-        "minilm": finetune_config(task, size, 5e-5, size.minilm_epochs, encoder={
+        "finetune": finetune_config(task, size, 1e-3, size.finetune_epochs, size.finetune_patience),
+        "minilm": finetune_config(task, size, 5e-5, size.minilm_epochs, size.minilm_patience, encoder={
             "class_path": "lit_embed.models.Encoder", "init_args": {"pretrained": "all-MiniLM-L6-v2"}}),
-        "refit": finetune_config(task, size, 2e-5, 1, batches=size.refit_batches),
+        "refit": finetune_config(task, size, 2e-5, 1, None, batches=size.refit_batches),
         "compress": {"data": {"class_path": "lit_embed.data.TaskDataModule",
                               "init_args": {"task": task, "tokenizer": "all-MiniLM-L6-v2", "max_length": size.max_length,
                                             "batch_size": 32}}},
@@ -236,6 +288,9 @@ def sweep(folder: Path, task: dict, prose_file: str, size: Size, paths: tuple[st
                                    for name in size.baselines if name in BASELINES for budget, fraction in budgets.items()},
                                 **{name: FIXED_SIZE[name] for name in size.baselines if name in FIXED_SIZE}})
     left_out = [f"{name} (pre-trained): {why}" for name, why in NOT_PRETRAINED.items() if name in size.strategies]
+    short = {name: min(epochs, size.finetune_epochs) for name, (epochs, _) in SHORT_FINETUNE.items() if name in trained}
+    left_out += [f"{name} (pre-trained): fine-tuned for at most {epochs} epochs: {SHORT_FINETUNE[name][1]}"
+                 for name, epochs in short.items()]
     write_atomic(folder / "left_out.txt", "".join(f"{line}\n" for line in left_out + refused + too).encode("utf-8"))
     same = lambda axis: {key: {} for key in axis}  # noqa: E731  (a later stage's axis: the names only)
     stages: dict = {
@@ -243,7 +298,8 @@ def sweep(folder: Path, task: dict, prose_file: str, size: Size, paths: tuple[st
             name: {"model.init_args.embedding.init_args.budget": round(fraction * PRETRAINED_TABLE_BYTES)}
             for name, fraction in budgets.items()}}, "seeds": [0], "label": "{strategy} {budget}"},
         "finetune": {"config": "configs/finetune.yaml", "set": {"model.init_args.checkpoint": "${pretrain.checkpoint}"},
-                     "axes": {"strategy": same(trained), "budget": same(budgets)}, "seeds": seeds,
+                     "axes": {"strategy": {name: {"trainer.max_epochs": short[name]} if name in short else {}
+                                           for name in trained}, "budget": same(budgets)}, "seeds": seeds,
                      "label": "{strategy} {budget}"},
         "pretrain_dense": {"config": "configs/pretrain.yaml", "seeds": [0], "label": "dense"},
         "finetune_dense": {"config": "configs/finetune.yaml", "set": {"model.init_args.checkpoint": "${pretrain_dense.checkpoint}"},
@@ -320,6 +376,9 @@ def main() -> int:
         return lit_embed(["sweep", "--config", str(config), "--dry-run"])
     print(f"load average at the start: {load()}", flush=True)
     began, cpu = time.monotonic(), cpu_seconds()
+    weak = f"bag of words (logistic regression): test accuracy {bag_of_words(task, size):.1f}"
+    write_atomic(folder / "bag_of_words.txt", f"{weak}\n".encode())
+    print(f"{weak} ({time.monotonic() - began:.0f} s)", flush=True)
     status = lit_embed(["sweep", "--config", str(config), "--launcher", "inline"])
     took, cpu = time.monotonic() - began, cpu_seconds() - cpu
     print(f"sweep: exit {status}, {took / 60:.1f} min wall, {cpu / 60:.1f} min CPU (user + sys); load average at the "
