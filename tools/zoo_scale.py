@@ -10,20 +10,28 @@ One command writes a sweep into ``--folder`` and runs it (``lit-embed sweep --la
   binomial standard error of an accuracy near 75% is 1.4 points; methods are compared on the same rows, paired over
   seeds), 500 for validation; 4,000 train (MiniLM converges on them, and all 9,808 would triple its fine-tuning).
 - post hoc: the packaged all-MiniLM-L6-v2 fine-tuned on it to convergence (validation accuracy checked every epoch,
-  stopped when it has not improved for ``patience`` checks, at most ``minilm_epochs``), over the seeds; each seed's
-  model compressed by every post-hoc method at the zoo's budgets (10%, 1%, 0.1% of the table's bytes; the cells a
-  method cannot meet are left out, each with why, in ``FOLDER/left_out.txt``) and tested as it is (full size: the
+  stopped when it has not improved for ``minilm_patience`` checks, at most ``minilm_epochs``), over the seeds; each
+  seed's model compressed by every post-hoc method at the zoo's budgets (10%, 1%, 0.1% of the table's bytes; the cells
+  a method cannot meet are left out, each with why, in ``FOLDER/left_out.txt``) and tested as it is (full size: the
   sparse-coding paper's protocol), or (``refit_batches`` > 0: pilot, tiny) the seed-0 model's compressions each
   fine-tuned briefly, then tested, over the seeds; the fine-tuned MiniLM is the panel's uncompressed line.
 - pre-trained: the tiny encoder (configs/backbone/tiny.yaml) pre-trained by masked language modelling on this
   machine's English prose (tools/bench/real_text.py: Python's documentation, man pages, /usr/share/doc), dense and
-  every training-time strategy at the same budgets of its 30522 x 64 table, then fine-tuned on the task (the same
-  stopping rule) over the seeds.
+  every training-time strategy at the same budgets of its 30522 x 64 table, then fine-tuned on the task over the
+  seeds: up to ``finetune_epochs`` (10), stopped after ``finetune_patience`` (3) epochs without a better validation
+  accuracy, the best epoch tested (the tiny encoder's first epochs swing: with patience 1 one dip left a seed at the
+  majority class). DPQ's fine-tuning is shorter (``SHORT_FINETUNE``, said in ``left_out.txt``).
+- the bar: a bag-of-words logistic regression on the same split (``FOLDER/bag_of_words.txt``), what a weak model
+  reaches; the pre-trained path ranks when its dense reference clears the majority class by far more than the seeds'
+  spread (docs/sweeps-clusters.md: 500 pre-training steps, and why).
 
-Sizes: ``--size full`` is the comparison (designed for 90 minutes on 2 idle cores), ``pilot`` the same runs smaller,
-``tiny`` a stand-in of seconds for the test. Finished runs are skipped, so the command resumes where it stopped.
+Sizes: ``--size full`` is the comparison, ``pilot`` the same runs smaller, ``tiny`` a stand-in of seconds for the test.
+``lit-embed sweep`` runs one run at a time, so on 2 cores run the paths as two processes; the pre-trained path is
+estimated at 79 minutes of one idle core (docs/sweeps-clusters.md, its cost). Finished runs are skipped, so the command
+resumes where it stopped.
 
-    python tools/zoo_scale.py --folder runs/zoo_scale                 # the comparison
+    OMP_NUM_THREADS=1 python tools/zoo_scale.py --folder runs/zoo_scale --paths pretrained          # one core
+    OMP_NUM_THREADS=1 python tools/zoo_scale.py --folder runs/zoo_scale_posthoc --paths posthoc     # the other
     python tools/zoo_scale.py --folder /tmp/zoo_pilot --size pilot    # smaller: to time it
 """
 
