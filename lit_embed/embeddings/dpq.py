@@ -139,9 +139,11 @@ class DPQEmbedding(EmbeddingStrategy):
             return (queries + (chosen - queries).detach()).flatten(-2)
         # the hard choice's vector (the values' gradient reaches the chosen rows), the softmax's gradient (through the
         # soft choice's vector, whose value cancels): the straight-through hard + soft - sg(soft), without its N x D x K
-        # one-hot
-        soft = torch.einsum("...gk,gkw->...gw", (scores / self.temperature).softmax(-1), self.values.detach()).flatten(-2)
-        return self._values_at(scores.argmax(-1)) + soft - soft.detach()
+        # one-hot, the softmax taken in the D x N x K block scores() computed (a view of it: no copy)
+        block = scores.reshape(-1, self.groups, self.codewords).transpose(0, 1)
+        soft = (block if self.temperature == 1 else block / self.temperature).softmax(-1)
+        smooth = torch.bmm(soft, self.values.detach()).transpose(0, 1).reshape(*codes.shape, self.hidden_size)
+        return self._values_at(scores.argmax(-1)) + smooth - smooth.detach()
 
     def auxiliary_loss(self) -> Tensor | None:
         """DPQ-VQ's codebook and commitment term of the last training forward (once: it is cleared)."""
