@@ -27,7 +27,7 @@ One command writes a sweep into ``--folder`` and runs it (``lit-embed sweep --la
 
 Sizes: ``--size full`` is the comparison, ``pilot`` the same runs smaller, ``tiny`` a stand-in of seconds for the test.
 ``lit-embed sweep`` runs one run at a time, so on 2 cores run the paths as two processes; the pre-trained path is
-estimated at 79 minutes of one idle core (docs/sweeps-clusters.md, its cost). Finished runs are skipped, so the command
+estimated at 74 minutes of one idle core (docs/sweeps-clusters.md, its cost). Finished runs are skipped, so the command
 resumes where it stopped.
 
     OMP_NUM_THREADS=1 python tools/zoo_scale.py --folder runs/zoo_scale --paths pretrained          # one core
@@ -88,8 +88,8 @@ NOT_PRETRAINED = {"dhe": "DHE's tied decoder runs its network on all 30522 ids e
 #: Fine-tuned (pre-trained path) for at most this many epochs, and why: where the stopping rule's up to
 #: ``finetune_epochs`` would not fit the 90 minutes.
 SHORT_FINETUNE = {"dpq": (4, "DPQ at 10% scores K=1145 codewords per token and group (softmax and its straight-through "
-                             "gradient): a fine-tuning step 0.67 s of CPU against dense's 0.04 s (the full-size run of "
-                             "2026-11-28), 3 seeds of 10 epochs about 45 minutes")}
+                             "gradient): a fine-tuning step about 0.5 s of CPU against dense's 0.04 s, 3 seeds of 10 "
+                             "epochs about 30 minutes (docs/sweeps-clusters.md)")}
 
 
 @dataclass(frozen=True)
