@@ -82,6 +82,8 @@ def test_the_sweep_has_both_paths_each_method_at_the_budgets_and_the_references(
     assert stages["posthoc"]["set"]["ckpt"] == "${minilm.checkpoint}"
     only = zoo_scale.sweep(tmp_path, {"name": "t"}, "prose.txt", size, ("posthoc",))["stages"]
     assert set(only) == {"minilm", "posthoc", "posthoc_baselines"}
+    said = (tmp_path / "left_out.txt").read_text()  # a path's sweep says what its own path leaves out, no more
+    assert "pq_10pct" in said and "(pre-trained)" not in said
     assert stages["posthoc"]["test"] and stages["posthoc"]["seeds"] == size.seeds  # full: each seed's model, tested
     assert "finetune_posthoc" not in stages and "finetune_posthoc_baselines" not in stages
     for config, epochs, patience in (("minilm", size.minilm_epochs, size.minilm_patience),
@@ -110,7 +112,9 @@ def test_the_command_runs_both_paths_end_to_end_at_stand_in_size(tmp_path):
     done = subprocess.run([sys.executable, str(REPO / "tools" / "zoo_scale.py"), "--folder", str(folder), "--size", "tiny",
                            "--labelled", str(tmp_path / "rows.csv")], capture_output=True, text=True, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "17 runs: 17 done" in done.stdout + done.stderr
+    said = done.stdout + done.stderr  # the two paths' sweeps side by side, each in its own folder and process
+    assert f"sweep {folder / 'pretrained'}: 6 runs: 6 done" in said and f"sweep {folder / 'posthoc'}: 11 runs: 11 done" in said
+    assert (folder / "pretrained" / "sweep.json").is_file() and (folder / "posthoc" / "sweep.json").is_file()
     report = (folder / "report.md").read_text()
     for row in ("hashing_trick 10pct (rotten_tomatoes)", "dense (rotten_tomatoes)", "dense post-hoc (rotten_tomatoes)",
                 "hashing_trick_10pct post-hoc (rotten_tomatoes)", "svd_10pct post-hoc", "int8 post-hoc"):

