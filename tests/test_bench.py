@@ -191,6 +191,26 @@ def test_what_an_embedding_step_must_move(monkeypatch):
     assert bench.step_bytes("subspace f=3", subspace, codes, d) == activations + 4 * 8 * subspace.table_size * d
 
 
+def test_what_a_one_product_strategys_step_computes(monkeypatch):
+    """The arithmetic floor of Proj, Add and ProFormer: the product and the weight's gradient, each 2 x distinct codes
+    x features x d operations (Add's features are the T bits and a 1); none for a strategy that is not one product;
+    the GEMM rate is a positive figure of the shape it was measured at."""
+    bench = bench_module(monkeypatch, "bench_embedding_step")
+    harness = bench_module(monkeypatch, "harness")
+    from lit_embed.embeddings import HashAdd, HashPool, HashProj, ProFormerEmbedding
+
+    d = 16
+    torch.manual_seed(0)  # 5 random 16-bit codes, distinct
+    for strategy, features in ((HashProj(None, d, num_bits=16), 16), (HashAdd(None, d, num_bits=16), 17),
+                               (ProFormerEmbedding(None, d, num_bits=16), 16)):
+        codes = strategy.code_sampler()((2, 5))
+        codes[1] = codes[0]  # 5 distinct codes among 10 tokens
+        assert bench.step_flops(strategy, codes, d) == 4 * 5 * features * d
+    assert bench.step_flops(HashPool(None, d, num_bits=8, chunk_bits=4), codes, d) is None
+    rate = harness.gemm_rate(harness.Context(smoke=True), 8, 4, d)
+    assert rate["GFLOP/s"] > 0 and rate["shape"] == "8 x 4 x 16"
+
+
 @pytest.mark.parametrize("argv", [
     ["--device", "cuda", "--quick"],
     ["--device", "cuda:1", "--quick", "--budget", "60", "--out", "{tmp}/out"],

@@ -299,7 +299,7 @@ def test_add_and_pool_follow_their_equations():
 
 
 
-@pytest.mark.parametrize("shape", [(3,), (4, 20)], ids=["few words: gathered", "2^k words or more: weighted codebook"])
+@pytest.mark.parametrize("shape", [(3,), (4, 20)], ids=["fewer words than codebook rows", "more words than codebook rows"])
 def test_pool_computes_its_equation_and_gradients_at_every_batch_size(shape):
     pool = HashPool(None, 4, num_bits=16, chunk_bits=5).double().eval()  # 2^5 = 32 codebook rows
     bits = torch.randint(0, 2, (*shape, 16))
@@ -312,6 +312,21 @@ def test_pool_computes_its_equation_and_gradients_at_every_batch_size(shape):
     assert vectors.shape == (*shape, 4) and torch.allclose(vectors, manual)
     for got, want in zip(torch.autograd.grad(vectors, [pool.codebook, pool.chunk_weights], grad), expected):
         assert torch.allclose(got, want)
+
+def test_pooled_chunks_pass_gradcheck_and_give_what_is_asked():
+    """Pool's pooling as one autograd Function (a gather per chunk, gathered again in the backward): its gradients
+    are the finite differences', and it computes none for an input that needs none."""
+    from lit_embed.embeddings.hashformer import PooledChunks
+
+    generator = torch.Generator().manual_seed(0)
+    chunks = torch.randint(0, 8, (11, 3), generator=generator)
+    codebook = torch.randn(8, 5, dtype=torch.double, generator=generator, requires_grad=True)
+    weights = torch.randn(3, 5, dtype=torch.double, generator=generator, requires_grad=True)
+    assert torch.autograd.gradcheck(PooledChunks.apply, (chunks, codebook, weights))
+    frozen = weights.detach()
+    (grad,) = torch.autograd.grad(PooledChunks.apply(chunks, codebook, frozen).sum(), [codebook])
+    assert torch.allclose(grad, torch.zeros_like(codebook).index_add_(0, chunks.reshape(-1), frozen.repeat(11, 1)))
+
 
 def test_add_drops_weights_not_activations_with_a_new_mask_each_training_step():
     """DropConnect as the authors' DropoutLinear: one mask over each map's weights per forward, shared by every word of
@@ -358,7 +373,7 @@ def _pool_with_mask(pool: HashPool, codes: torch.Tensor, drop: torch.Tensor) -> 
     return vectors.index_put((words.nonzero().squeeze(1),), terms.sum(1), accumulate=True)
 
 
-@pytest.mark.parametrize("words", [6, 40], ids=["few words: gathered", "2^k words or more: weighted codebook"])
+@pytest.mark.parametrize("words", [6, 40], ids=["fewer words than codebook rows", "more words than codebook rows"])
 def test_pool_dropout_equals_dropout_on_the_gathered_terms_with_the_same_mask(words):
     """Pool's training forward and gradients are those of dropout applied to each word's gathered codebook terms, with
     the mask its seeded draw picks (the dropped terms' positions); two draws differ, one seed repeats."""

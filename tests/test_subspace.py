@@ -85,7 +85,7 @@ def _concatenated_lookups(emb: SubspaceEmbedding, ids: torch.Tensor) -> torch.Te
                       for k, (table, pad) in enumerate(zip(emb.tables, pads))], dim=-1)
 
 
-@pytest.mark.parametrize(("f", "hidden", "padding_idx"), [(3, 512, None), (3, 13, 1), (8, 512, 1), (1, 7, None)])
+@pytest.mark.parametrize(("f", "hidden", "padding_idx"), [(3, 512, None), (3, 13, 1), (2, 64, 1), (8, 512, 1), (1, 7, None)])
 def test_the_one_buffer_forward_equals_the_concatenated_lookups_with_their_gradients(f, hidden, padding_idx, device="cpu"):
     """Outputs and table gradients equal f embedding lookups concatenated (unequal widths where f does not divide d,
     a padding row that stays zero and untrained), for a (batch, length) input that repeats ids."""

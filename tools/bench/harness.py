@@ -214,6 +214,17 @@ def memory_bandwidth(ctx: Context, megabytes: int = 512, repeat: int = 7) -> dic
             "threads": torch.get_num_threads(), "MB copied": moved / 2 / 2**20}
 
 
+def gemm_rate(ctx: Context, m: int, k: int, n: int, repeat: int = 7) -> dict:
+    """The float32 matrix-product rate this process reaches with its threads at one shape: ``(m x k) @ (k x n)``,
+    ``2 m k n`` floating-point operations, at the fastest of ``repeat`` products (the limit, as
+    :func:`memory_bandwidth`'s; the median is what a busy machine left). GFLOP are 10^9 operations."""
+    a, b = torch.randn(m, k, device=ctx.device), torch.randn(k, n, device=ctx.device)
+    timing = time_call(lambda: a @ b, ctx, warmup=2, repeat=2 if ctx.smoke else repeat)
+    flops = 2 * m * k * n
+    return {"GFLOP/s": flops / timing["min_seconds"] / 1e9, "median GFLOP/s": flops / timing["seconds"] / 1e9,
+            "shape": f"{m} x {k} x {n}"}
+
+
 def environment(ctx: Context) -> dict:
     info = {
         "python": platform.python_version(),
