@@ -38,6 +38,11 @@ class HubError(UserError, OSError):
     """A hub name that could not be loaded (offline, or no such repository)."""
 
 
+class BudgetError(ConfigError):
+    """A strategy whose structure cannot meet a budget: not a mistake in the config but a cell of a comparison that
+    does not exist (a sweep leaves it out and says so, whether its plan or its run finds it out)."""
+
+
 class CheckpointError(UserError, ValueError):
     """A checkpoint that cannot be read safely, or belongs to another model."""
 

@@ -21,7 +21,7 @@ import yaml
 from lit_embed import progress
 from lit_embed.commands import main
 from lit_embed.data.tasks import BENCHMARK_TABLES
-from lit_embed.errors import ConfigError
+from lit_embed.errors import BudgetError, ConfigError
 from lit_embed.runs.folders import LOCK_FILE
 from lit_embed.runs.results import RESULTS_FILE
 from lit_embed.storage.files import write_json_atomic
@@ -464,6 +464,44 @@ def test_inline_launcher_stops_at_a_signal_recording_the_run_as_stopped_and_star
     assert outcome(first).state == "left" and "stopped by a signal" in outcome(first).detail  # it resumes next time
     assert not book(second).exists()  # never started
     assert "[1/2] start a/lr=1" in capsys.readouterr().out
+
+
+def test_a_cell_found_unmet_when_it_runs_is_left_out_with_the_runs_that_start_from_it(tmp_path, monkeypatch, capsys):
+    """A budget the plan cannot check (sized on the run's own token counts) refused when the run sizes its strategy: the
+    run is unmet, not failed, as is every run that could start only from such runs; the launch ends without error."""
+    path = sweep_file(tmp_path, {"stages": {
+        "a": {"config": FINETUNE, "search": {"model.init_args.optim.lr": [1, 2]}},
+        "b": {"config": FINETUNE, "set": {"model.init_args.checkpoint": "${a.checkpoint}"}}}})
+    runs = load_sweep(path).runs
+    by_folder = {str(run.folder): run for run in runs}
+    executed = []
+
+    def standin(argv: list[str]) -> None:
+        run = by_folder[argv[argv.index("--trainer.default_root_dir") + 1]]
+        executed.append(run.id)
+        try:
+            raise BudgetError("MixedDimensionEmbedding cannot meet budget=0.1 within 1%: the nearest it can meet is 9.22%")
+        except BudgetError as error:
+            raise ConfigError("model.init_args.embedding: could not build it") from error  # as a parser wraps it
+
+    monkeypatch.setattr("lit_embed.commands.sweep.execute", standin)
+    assert main(["sweep", "--config", str(path), "--launcher", "inline"]) == 0
+    out = capsys.readouterr().out
+    assert executed == ["a/lr=1", "a/lr=2"]  # b never starts
+    first, second, last = runs
+    assert outcome(first).state == "unmet" and "cannot meet budget=0.1" in outcome(first).detail
+    status = json.loads((book(first) / STATUS_FILE).read_text())
+    assert status["state"] == "unmet" and status["exit"] == 2
+    assert "3 runs: 0 done, 0 diverged, 3 unmet, 0 running, 0 failed, 0 left" in out
+    assert "unmet    a/lr=1: MixedDimensionEmbedding cannot meet budget=0.1" in out
+    outcomes = {run.id: outcome(run) for run in runs}
+    started = []  # the local launcher, later: nothing to start
+    monkeypatch.setattr("lit_embed.sweeps.launch._start", lambda sweep, run, launch, gpus: started.append(run.id) or FakeProcess())
+    assert set(launch_here(load_sweep(path), Launch(), say=lambda line: None)) == set(outcomes)
+    assert started == []
+    write_json_atomic(book(second) / STATUS_FILE, {"state": "exited", "exit": 1, "error": "RuntimeError: boom"})
+    launched = launch_here(load_sweep(path), Launch(), say=lambda line: None)  # one start is there again: b waits on it
+    assert started == [second.id] and launched[last.id].state == "left"
 
 
 def test_a_run_is_never_started_twice(tmp_path, capsys):

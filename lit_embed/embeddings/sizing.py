@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from lit_embed.errors import ConfigError
+from lit_embed.errors import BudgetError, ConfigError
 from lit_embed.measures.accounting import DENSE_VALUE_BYTES
 
 log = logging.getLogger(__name__)
@@ -55,11 +55,6 @@ class Sizing:
 
     def as_dict(self) -> dict[str, Any]:
         return {**asdict(self), "of_dense": None if self.dense is None else self.count / self.dense}
-
-
-class BudgetError(ConfigError):
-    """A strategy whose structure cannot meet a budget: not a mistake in the config but a cell of a comparison that
-    does not exist (a sweep leaves it out and says so)."""
 
 
 def budget_target(budget: Budget, vocab_size: int | None, hidden_size: int, owner: str) -> int:

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from lit_embed.errors import ConfigError, RunBusyError
+from lit_embed.errors import BudgetError, ConfigError, RunBusyError
 from lit_embed.progress import Progress, duration
 from lit_embed.runs.folders import LAUNCH_LOCK, held, hold, holds
 from lit_embed.runs.signals import received_signal, stop_if_signalled
@@ -41,6 +41,7 @@ from lit_embed.sweeps.outcomes import (
     outcome,
     read_status,
     resolve,
+    start_left_out,
     substitute,
 )
 from lit_embed.sweeps.plan import MANIFEST, Run, Sweep, manifest
@@ -116,7 +117,7 @@ def run_here(sweep: Sweep, run: Run, launch: Launch, execute: Callable[[list[str
     if first:
         _hold(run)
         _write_status(run, state="running", command=sys.argv)
-    code, error = 1, None
+    code, error, state = 1, None, "exited"
     try:
         paths = resolve(run, sweep)
         for argv in commands(run, launch, paths):
@@ -138,11 +139,23 @@ def run_here(sweep: Sweep, run: Run, launch: Launch, execute: Callable[[list[str
         signum = received_signal()
         code = 128 + signum if signum is not None else known[1] if known is not None else 1
         error = f"lit-embed: error: {known[0]}" if known is not None else f"{type(exception).__name__}: {exception}"
+        refusal = _budget_refusal(exception)
+        if refusal is not None and signum is None:  # a cell that does not exist, as the plan leaves out: not a failure
+            state, error = "unmet", str(refusal)
         raise
     finally:
         if first:
-            _write_status(run, state="exited", exit=code, error=error if code else None)
+            _write_status(run, state=state, exit=code, error=error if code else None)
     return 0
+
+
+def _budget_refusal(exception: BaseException) -> BudgetError | None:
+    """The :class:`BudgetError` that caused ``exception`` (a parser wraps the strategy's), if one did: the strategy,
+    sized on the run's own data (a frequency split counts its tokens), cannot meet the run's budget."""
+    cause: BaseException | None = exception
+    while cause is not None and not isinstance(cause, BudgetError):
+        cause = cause.__cause__ or cause.__context__
+    return cause
 
 
 def _hold(run: Run, tries: int = 5) -> None:
@@ -202,6 +215,11 @@ def launch_here(sweep: Sweep, launch: Launch, say: Callable[[str], None] = print
                 for dependency in run.dependencies:  # one that runs elsewhere may have finished meanwhile
                     if outcomes[dependency.id].state == "running" and dependency.id not in ours:
                         outcomes[dependency.id] = outcome(dependency)
+                left_out = start_left_out(run, outcomes)
+                if left_out is not None:
+                    outcomes[run.id] = Outcome("unmet", detail=left_out)
+                    todo.remove(run)
+                    continue
                 waiting = [d for d in run.dependencies if outcomes[d.id].state not in SETTLED]
                 if any(outcomes[d.id].state == "failed" or d.id in _blocked(outcomes) for d in waiting):
                     failed = next(d for d in waiting if outcomes[d.id].state == "failed" or d.id in _blocked(outcomes))
@@ -257,7 +275,10 @@ def launch_inline(sweep: Sweep, launch: Launch, execute: Callable[[list[str]], o
     progress = Progress("sweep", "run", len(todo))
     for ended, run in enumerate(todo, 1):
         waiting = next((d for d in run.dependencies if outcomes[d.id].state not in SETTLED), None)
-        if waiting is None:
+        left_out = start_left_out(run, outcomes)
+        if left_out is not None:
+            outcomes[run.id] = Outcome("unmet", detail=left_out)
+        elif waiting is None:
             outcomes[run.id] = _run_inline(sweep, run, launch, execute, explain, f"[{ended}/{len(todo)}]", say)
         else:
             outcomes[run.id] = Outcome("left", detail=f"waits for {waiting.id}, which did not finish")

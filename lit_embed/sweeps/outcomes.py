@@ -80,6 +80,8 @@ def outcome(run: Run) -> Outcome:
     status = read_status(run)
     if status is None:
         return Outcome("left")
+    if status.get("state") == "unmet":  # its strategy met the data and could not meet its budget (the plan cannot know)
+        return Outcome("unmet", detail=status.get("error") or "its strategy cannot meet its budget")
     if status.get("state") == "running":
         if folders.held(book(run)):  # its process holds the lock until it ends, on whichever host it runs
             return Outcome("running", detail=f"process {status.get('pid')} on {status.get('host')}")
@@ -89,6 +91,14 @@ def outcome(run: Run) -> Outcome:
         return Outcome("left", detail="stopped by a signal: it resumes from its last checkpoint")
     error = status.get("error") or last_error_line(book(run) / OUTPUT_FILE) or f"exit status {code}"
     return Outcome("failed", detail=error)
+
+
+def start_left_out(run: Run, outcomes: dict[str, Outcome]) -> str | None:
+    """Why ``run`` is left out when every run it could start from is (found out when they ran), else ``None``: the
+    plan's rule (:meth:`~lit_embed.sweeps.plan.Sweep.leave_out`) applied to what the launch has learnt since."""
+    if run.dependencies and all(outcomes[d.id].state == "unmet" for d in run.dependencies):
+        return f"starts from {run.dependencies[0].id}, which is left out"
+    return None
 
 
 def read_status(run: Run) -> dict | None:
