@@ -14,12 +14,14 @@ from lit_embed.commands import main
 from lit_embed.measures.accounting import compression
 from lit_embed.reports.pareto import (
     POST_HOC,
+    POST_HOC_WORD,
     PRETRAINED,
     TAG,
     Point,
     beats,
     draw,
     frontier,
+    kinds,
     points_of,
     references,
     styles,
@@ -305,3 +307,26 @@ def test_a_model_fine_tuned_from_a_compress_output_is_a_point_of_that_method(tmp
     look = styles(points)
     assert look["int8 post-hoc"][0] != look["int4 post-hoc"][0] and look["int8 post-hoc"][1] != look["int4 post-hoc"][1]
     assert look["fit ROBEEmbedding post-hoc"] == look["ROBEEmbedding"]
+
+
+def test_a_method_is_one_legend_entry_on_both_paths_though_only_its_fit_names_its_config():
+    """The pre-trained run records its class; the post-hoc fit names the config it fitted where the name says more
+    (``subspace_3``): one method, one name, colour and marker, unless two configs of one class were fitted."""
+    def point(method: str, label: str) -> Point:
+        return Point(method, label, 1000, {0: 0.5}, path=POST_HOC if POST_HOC_WORD in method.split(" ") else PRETRAINED)
+
+    points = [point("SubspaceEmbedding", "subspace 10%"), point("fit SubspaceEmbedding subspace_3 post-hoc", "s post-hoc"),
+              point("DPQEmbedding", "dpq 10%"), point("fit DPQEmbedding post-hoc", "dpq post-hoc"),
+              point("fit DPQEmbedding dpq_vq post-hoc", "dpq_vq post-hoc"), point("svd post-hoc", "svd post-hoc"),
+              point("fit FactorizedEmbedding albert_factorized post-hoc", "albert post-hoc")]
+    assert kinds(points) == {"SubspaceEmbedding": "SubspaceEmbedding subspace_3",
+                             "fit SubspaceEmbedding subspace_3 post-hoc": "SubspaceEmbedding subspace_3",
+                             "DPQEmbedding": "DPQEmbedding", "fit DPQEmbedding post-hoc": "DPQEmbedding",
+                             "fit DPQEmbedding dpq_vq post-hoc": "DPQEmbedding dpq_vq", "svd post-hoc": "svd",
+                             "fit FactorizedEmbedding albert_factorized post-hoc": "FactorizedEmbedding albert_factorized"}
+    look = styles(points)
+    assert look["SubspaceEmbedding"] == look["fit SubspaceEmbedding subspace_3 post-hoc"]
+    assert look["DPQEmbedding"] != look["fit DPQEmbedding dpq_vq post-hoc"] and look["svd post-hoc"] != look["DPQEmbedding"]
+    figure = draw(points, "topics accuracy")
+    labels = [label for axes in figure.axes for label in axes.get_legend_handles_labels()[1]]
+    assert labels.count("SubspaceEmbedding subspace_3") == 2 and "SubspaceEmbedding" not in labels

@@ -214,15 +214,33 @@ def styles(points: list[Point]) -> dict[str, tuple[tuple, str]]:
 
     tab20 = colormaps["tab20"]
     palette = [tuple(tab20(i)) for i in (*range(0, tab20.N, 2), *range(1, tab20.N, 2))]  # dark hues, then light ones
-    kinds = list(dict.fromkeys(sorted(_kind(p.method) for p in points)))
-    return {p.method: (palette[kinds.index(_kind(p.method)) % len(palette)], MARKERS[kinds.index(_kind(p.method)) % len(MARKERS)])
-            for p in points}
+    shown = kinds(points)
+    order = list(dict.fromkeys(sorted(shown.values())))
+    return {method: (palette[order.index(kind) % len(palette)], MARKERS[order.index(kind) % len(MARKERS)])
+            for method, kind in shown.items()}
 
 
-def _kind(method: str) -> str:
-    """A method's colour and marker: a strategy fitted post hoc (``fit ROBEEmbedding post-hoc``) takes its own."""
-    words = [word for word in method.split(" ") if word != POST_HOC_WORD]
-    return " ".join(words[1:] if len(words) > 1 and words[0] == FIT else words)
+def kinds(points: list[Point]) -> dict[str, str]:
+    """Each method's name in the legend, which sets its colour and marker: a strategy's whether pre-trained or fitted
+    post hoc (``fit ROBEEmbedding post-hoc`` is ``ROBEEmbedding``). A fit names the config it fitted where that says
+    more than the class (``subspace_3``); a pre-trained run records its class only, so it takes the name of its class's
+    one fitted config, or stays the class where several were fitted (DPQ beside ``DPQEmbedding dpq_vq``)."""
+    split: dict[str, tuple[str, str | None]] = {}  # method -> (class or method, fitted config's name; None: not a fit)
+    for p in points:
+        words = [word for word in p.method.split(" ") if word != POST_HOC_WORD]
+        fitted = len(words) > 1 and words[0] == FIT
+        split[p.method] = (words[1], " ".join(words[2:])) if fitted else (" ".join(words), None)
+    configs: dict[str, set[str]] = {}
+    for name, config in split.values():
+        if config is not None:
+            configs.setdefault(name, set()).add(config)
+
+    def shown(name: str, config: str | None) -> str:
+        fitted = configs.get(name, set())
+        config = config if config is not None else next(iter(fitted)) if len(fitted) == 1 else ""
+        return f"{name} {config}" if config else name
+
+    return {method: shown(*parts) for method, parts in split.items()}
 
 
 def draw(points: list[Point], what: str, guess: float | None = None):
@@ -237,14 +255,14 @@ def draw(points: list[Point], what: str, guess: float | None = None):
     paths = [path for path in PATHS if any(p.path == path for p in points)]
     figure = Figure(figsize=(9 if len(paths) == 1 else 15, 5.5), layout="constrained")
     panels = figure.subplots(1, len(paths), squeeze=False, sharey=True)[0]
-    style, tied, base = styles(points), ties(points), references(points)
+    style, shown, tied, base = styles(points), kinds(points), ties(points), references(points)
     for axes, path in zip(panels, paths):
         mine = [p for p in points if p.path == path]
         for method in dict.fromkeys(p.method for p in mine):
             line = sorted((p for p in mine if p.method == method), key=lambda p: p.bytes)
             colour, marker = style[method]
             axes.errorbar([p.bytes for p in line], [100 * p.mean for p in line], yerr=[100 * p.std for p in line],
-                          color=colour, marker=marker, markersize=5, capsize=3, linewidth=1.2, label=_kind(method))
+                          color=colour, marker=marker, markersize=5, capsize=3, linewidth=1.2, label=shown[method])
         ref = base.get(path)
         if ref is not None:
             axes.axhline(100 * ref.mean, color="grey", linewidth=1, label="uncompressed")
