@@ -760,6 +760,13 @@ ZOO = ("zoo", "zoo_glue")
 #: Templates that start from a run of the user's (tests/test_own_checkpoint_sweep.py runs them on one made there).
 TEMPLATES = ("own_checkpoint",)
 RUNNABLE = [path for path in SHIPPED if path.stem not in TEMPLATES]
+#: Twins of a sweep CI runs (the same stages on another benchmark): run and planned by -m slow only, for CI's time.
+TWINS = {"sparse_coding_jglue": "sparse_coding_glue", "zoo_glue": "zoo"}
+
+
+def shipped(paths: list[Path]) -> list:
+    """``paths`` as parameters, a twin marked slow."""
+    return [pytest.param(path, id=path.stem, marks=[pytest.mark.slow] if path.stem in TWINS else []) for path in paths]
 
 
 def test_the_papers_sweep_files_plan_their_tables(tmp_path, monkeypatch):
@@ -890,7 +897,7 @@ def run_sweep_standins(path: Path, folder: Path, runs, task_data: Path, minilm: 
     return sweep
 
 
-@pytest.mark.parametrize("path", RUNNABLE, ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", shipped(RUNNABLE))
 def test_every_stage_of_the_shipped_sweeps_runs_on_local_standins(path, tmp_path, monkeypatch, capsys, standin_tasks,
                                                                   minilm_path):
     """Each stage's first run (and the earlier runs it starts from) runs two steps, its checkpoint feeding the next
@@ -916,7 +923,7 @@ def test_every_run_of_the_shipped_sweeps_runs_on_local_standins(path, tmp_path, 
     assert all(outcome(run).state == "done" for run in sweep.runs)
 
 
-@pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", shipped(SHIPPED))
 def test_a_shipped_sweep_plans_from_any_folder(path, tmp_path, monkeypatch, capsys):
     """--dry-run from a folder that is not the repository's: every config file its runs compose exists, and the plan
     is the one made from the repository's root (its runs' folders and configs alike)."""
