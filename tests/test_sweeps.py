@@ -495,13 +495,14 @@ def test_a_cell_found_unmet_when_it_runs_is_left_out_with_the_runs_that_start_fr
     assert "3 runs: 0 done, 0 diverged, 3 unmet, 0 running, 0 failed, 0 left" in out
     assert "unmet    a/lr=1: MixedDimensionEmbedding cannot meet budget=0.1" in out
     outcomes = {run.id: outcome(run) for run in runs}
-    started = []  # the local launcher, later: nothing to start
+    started = []  # the local launcher, later
     monkeypatch.setattr("lit_embed.sweeps.launch._start", lambda sweep, run, launch, gpus: started.append(run.id) or FakeProcess())
     assert set(launch_here(load_sweep(path), Launch(), say=lambda line: None)) == set(outcomes)
-    assert started == []
-    write_json_atomic(book(second) / STATUS_FILE, {"state": "exited", "exit": 1, "error": "RuntimeError: boom"})
-    launched = launch_here(load_sweep(path), Launch(), say=lambda line: None)  # one start is there again: b waits on it
-    assert started == [second.id] and launched[last.id].state == "left"
+    assert started == [first.id, second.id]  # the refusals are checked again: a budget may have been edited since
+    monkeypatch.setattr("lit_embed.commands.sweep.execute", lambda argv: (executed.append(argv) or
+                                                                          finish(by_folder[argv[argv.index("--trainer.default_root_dir") + 1]], 0.5)))
+    assert main(["sweep", "--config", str(path), "--launcher", "inline"]) == 0  # budgets edited: every run now runs
+    assert [outcome(run).state for run in runs] == ["done", "done", "done"]
 
 
 def test_a_run_is_never_started_twice(tmp_path, capsys):

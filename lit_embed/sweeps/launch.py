@@ -43,6 +43,7 @@ from lit_embed.sweeps.outcomes import (
     resolve,
     start_left_out,
     substitute,
+    to_launch,
 )
 from lit_embed.sweeps.plan import MANIFEST, Run, Sweep, manifest
 
@@ -110,7 +111,7 @@ def run_here(sweep: Sweep, run: Run, launch: Launch, execute: Callable[[list[str
     Lightning or ``srun`` start with the same command) only run it.
     """
     found = outcome(run)
-    if found.state in SETTLED:
+    if not to_launch(run, found) and found.state in SETTLED:
         print(f"{run.id}: {'complete' if found.state == 'done' else found.detail}, nothing to do")
         return 0
     first = _rank_zero()
@@ -199,7 +200,8 @@ def launch_here(sweep: Sweep, launch: Launch, say: Callable[[str], None] = print
                           f"({', '.join(visible) or 'none'}): lower gpus_per_run, or use --launcher local")
     claim_sweep_folder(sweep)
     outcomes = {run.id: outcome(run) for run in sweep.runs}
-    todo = [run for run in sweep.runs if outcomes[run.id].state in ("left", "failed")]
+    todo = [run for run in sweep.runs if to_launch(run, outcomes[run.id])]
+    outcomes.update({run.id: Outcome("left") for run in todo if outcomes[run.id].state == "unmet"})  # its starts wait
     total, started, ended = len(todo), 0, 0
     running: dict[subprocess.Popen, tuple[Run, list[str], float]] = {}
     progress = Progress("sweep", "run", total)  # in a log: the runs ended, an ETA from their times, the runs running
@@ -271,7 +273,8 @@ def launch_inline(sweep: Sweep, launch: Launch, execute: Callable[[list[str]], o
     Returns every run's outcome."""
     claim_sweep_folder(sweep)
     outcomes = {run.id: outcome(run) for run in sweep.runs}
-    todo = [run for run in sweep.runs if outcomes[run.id].state in ("left", "failed")]
+    todo = [run for run in sweep.runs if to_launch(run, outcomes[run.id])]
+    outcomes.update({run.id: Outcome("left") for run in todo if outcomes[run.id].state == "unmet"})  # its starts wait
     progress = Progress("sweep", "run", len(todo))
     for ended, run in enumerate(todo, 1):
         waiting = next((d for d in run.dependencies if outcomes[d.id].state not in SETTLED), None)

@@ -93,6 +93,12 @@ def outcome(run: Run) -> Outcome:
     return Outcome("failed", detail=error)
 
 
+def to_launch(run: Run, found: Outcome) -> bool:
+    """Whether a launch runs ``run``: not finished, or found unmet when it last ran rather than by the plan (its budget
+    may have been edited since; the refusal takes seconds to repeat)."""
+    return found.state in ("left", "failed") or (found.state == "unmet" and run.unmet is None)
+
+
 def start_left_out(run: Run, outcomes: dict[str, Outcome]) -> str | None:
     """Why ``run`` is left out when every run it could start from is (found out when they ran), else ``None``: the
     plan's rule (:meth:`~lit_embed.sweeps.plan.Sweep.leave_out`) applied to what the launch has learnt since."""
