@@ -12,7 +12,16 @@ import difflib
 import errno
 import os
 import re
+from collections.abc import Iterator
 from pathlib import Path
+
+
+def causes(error: BaseException | None, limit: int = 10) -> Iterator[BaseException]:
+    """``error`` and what it was raised from or during, nearest first (at most ``limit``: a chain can loop)."""
+    seen = 0
+    while error is not None and seen < limit:
+        yield error
+        error, seen = error.__cause__ or error.__context__, seen + 1
 
 
 class UserError(Exception):

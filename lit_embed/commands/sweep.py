@@ -19,7 +19,7 @@ import yaml
 
 from lit_embed.commands import check_yaml_files, command, user_error
 from lit_embed.commands.parsing import ArgumentParser
-from lit_embed.errors import ConfigError
+from lit_embed.errors import ConfigError, causes
 from lit_embed.sweeps.launch import (
     LAUNCHERS,
     Launch,
@@ -114,7 +114,7 @@ def unmet_budget(run: Run, launch: Launch, seen: dict[tuple[str, ...], str | Non
             with shapes_only(), contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
                 ModelOnlyCLI(args=list(model), run=False, prog="lit-embed sweep")
         except (Exception, SystemExit) as error:  # any other error is the run's to report (a parser may wrap the refusal)
-            cause = next((e for e in _causes(error) if isinstance(e, BudgetError)), None)
+            cause = next((e for e in causes(error) if isinstance(e, BudgetError)), None)
             seen[model] = None if cause is None else str(cause)
     return seen[model]
 
@@ -147,7 +147,7 @@ def _unmet_compression(run: Run, seen: dict) -> str | None:
             compression = method_named(method, {k: v for k, v in arguments.items() if k in names})
             compression.check(Job(torch.empty(_table_shape(ckpt), device="meta"), torch.arange(0)))
         except Exception as error:  # any other error is the run's own to report when it runs
-            cause = next((e for e in _causes(error) if isinstance(e, (BudgetError, NoVocabularyError))), None)
+            cause = next((e for e in causes(error) if isinstance(e, (BudgetError, NoVocabularyError))), None)
             seen[key] = None if cause is None else str(cause)
     return seen[key]
 
@@ -159,12 +159,6 @@ def _table_shape(ckpt: str) -> tuple[int, ...]:
 
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
         return tuple(load_source(ckpt).weight.shape)
-
-
-def _causes(error: BaseException):
-    while error is not None:
-        yield error
-        error = error.__cause__ or error.__context__
 
 
 def execute(argv: list[str]) -> None:

@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from lit_embed.errors import DiskFullError, OutputExistsError, RedirectedWriteError
+from lit_embed.errors import DiskFullError, OutputExistsError, RedirectedWriteError, causes
 
 
 @contextlib.contextmanager
@@ -270,7 +270,7 @@ def disk_full(error: BaseException | None) -> int:
     """The errno (ENOSPC, EDQUOT or EFBIG; 0: none) where ``error``, or what caused it, is "no space left on device",
     "disk quota exceeded" or "file too large": an ``OSError`` (torch.save wraps it in a ``RuntimeError``), or a
     library's error that kept only its text (safetensors' ``SafetensorError``)."""
-    for e in _chain(error):
+    for e in causes(error):
         if isinstance(e, OSError) and e.errno in _DISK_FULL:
             return e.errno
         found = next((code for text, code in _DISK_FULL_TEXTS.items() if text in str(e)), 0)
@@ -282,7 +282,7 @@ def disk_full(error: BaseException | None) -> int:
 def full_disk_message(error: BaseException) -> str:
     """The line for a full disk met outside lit-embed's writers: the file and its device where the error names them
     (a copy's destination, else its file), or that it names none."""
-    named = next((e.filename2 or e.filename for e in _chain(error)
+    named = next((e.filename2 or e.filename for e in causes(error)
                   if isinstance(e, OSError) and isinstance(e.filename2 or e.filename, (str, bytes, os.PathLike))), None)
     if named is None:
         if disk_full(error) == errno.EFBIG:
@@ -291,14 +291,6 @@ def full_disk_message(error: BaseException) -> str:
         return f"no space left on a device, writing a file the error does not name ({error}): free space or write elsewhere"
     path = Path(os.fsdecode(named))
     return str(DiskFullError(str(path), device_of(path), disk_full(error)))
-
-
-def _chain(error: BaseException | None) -> Iterator[BaseException]:
-    """``error`` and what it was raised from or during, nearest first."""
-    seen = 0
-    while error is not None and seen < 10:
-        yield error
-        error, seen = error.__cause__ or error.__context__, seen + 1
 
 
 def device_of(path: Path) -> str:

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from lit_embed.errors import BudgetError, ConfigError, RunBusyError
+from lit_embed.errors import BudgetError, ConfigError, RunBusyError, causes
 from lit_embed.progress import Progress, duration
 from lit_embed.runs.folders import LAUNCH_LOCK, held, hold, holds
 from lit_embed.runs.signals import received_signal, stop_if_signalled
@@ -153,10 +153,7 @@ def run_here(sweep: Sweep, run: Run, launch: Launch, execute: Callable[[list[str
 def _budget_refusal(exception: BaseException) -> BudgetError | None:
     """The :class:`BudgetError` that caused ``exception`` (a parser wraps the strategy's), if one did: the strategy,
     sized on the run's own data (a frequency split counts its tokens), cannot meet the run's budget."""
-    cause: BaseException | None = exception
-    while cause is not None and not isinstance(cause, BudgetError):
-        cause = cause.__cause__ or cause.__context__
-    return cause
+    return next((cause for cause in causes(exception) if isinstance(cause, BudgetError)), None)
 
 
 def _hold(run: Run, tries: int = 5) -> None:
