@@ -346,7 +346,7 @@ def reachable(cells: dict[str, dict]) -> tuple[dict[str, dict], list[str]]:
 
     from lit_embed.compress.methods import Job, method_named
     from lit_embed.compress.strategy_fit import NoVocabularyError
-    from lit_embed.embeddings.sizing import BudgetError
+    from lit_embed.errors import BudgetError, causes
 
     kept, refused = {}, []
     for name, options in cells.items():
@@ -356,9 +356,7 @@ def reachable(cells: dict[str, dict]) -> tuple[dict[str, dict], list[str]]:
             method.check(Job(torch.empty(MINILM_TABLE, device="meta"), torch.arange(0),
                              counts=torch.ones(MINILM_TABLE[0], dtype=torch.long)))
         except Exception as error:  # the refusal, wrapped by the parser that built the strategy
-            cause: BaseException | None = error
-            while cause is not None and not isinstance(cause, (BudgetError, NoVocabularyError)):
-                cause = cause.__cause__ or cause.__context__
+            cause = next((e for e in causes(error) if isinstance(e, (BudgetError, NoVocabularyError))), None)
             if cause is None:
                 raise
             refused.append(f"{name}: {cause}")
