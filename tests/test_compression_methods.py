@@ -22,8 +22,7 @@ from lit_embed.embeddings import (
     UnkEmbedding,
 )
 from lit_embed.embeddings.base import state_bytes
-from lit_embed.embeddings.sizing import BudgetError
-from lit_embed.errors import ConfigError, UserError
+from lit_embed.errors import BudgetError, ConfigError, UserError
 from lit_embed.testing import check_compression_method
 from tests.helpers import CONFIGS
 

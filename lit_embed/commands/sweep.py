@@ -106,7 +106,7 @@ def unmet_budget(run: Run, launch: Launch, seen: dict[tuple[str, ...], str | Non
     if model not in seen:
         # torch and Lightning: imported only where a fit run is planned
         from lit_embed.commands.lightning import ModelOnlyCLI
-        from lit_embed.embeddings.sizing import BudgetError
+        from lit_embed.errors import BudgetError
         from lit_embed.hub import shapes_only
 
         seen[model] = None
@@ -136,7 +136,7 @@ def _unmet_compression(run: Run, seen: dict) -> str | None:
 
     from lit_embed.compress.methods import Job, method_class, method_named
     from lit_embed.compress.strategy_fit import NoVocabularyError
-    from lit_embed.embeddings.sizing import BudgetError
+    from lit_embed.errors import BudgetError
 
     key = ("compress", json.dumps(sorted(arguments.items()), default=str))
     if key not in seen:

@@ -14,7 +14,8 @@ from lit_embed.embeddings.dense import DenseEmbedding
 from lit_embed.embeddings.quantized import (
     ScalarQuantizedEmbedding,
 )
-from lit_embed.embeddings.sizing import BudgetError, budget_target, fit_budget
+from lit_embed.embeddings.sizing import budget_target, fit_budget
+from lit_embed.errors import BudgetError
 
 
 @dataclass
